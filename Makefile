@@ -1,0 +1,22 @@
+# `make demo` and `make test` are the README's two commands; both install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+.PHONY: install demo test lint
+install: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/spex bench --algorithm rebase --target 16 --batch-size 4 --questions 32
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest

@@ -1,0 +1,137 @@
+"""Every message that crosses a process boundary (IPC structs only, nothing else).
+
+Encoded as MessagePack maps with fields by name; unknown fields are ignored on decode so
+services can be upgraded one at a time. Each struct carries the envelope fields of
+`Message` and a `type` tag (its class name) that decoders dispatch on. Naming rule: a
+struct's name ends in its role — `…Request` (asks for work), `…Result` (answers one), or
+`…Event` (reports a fact).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AnswerResult",
+    "BudgetUpdateEvent",
+    "CancelRequest",
+    "GenerateRequest",
+    "GenerateResult",
+    "LogprobSummary",
+    "Message",
+    "QueryStatsEvent",
+    "ScoreRequest",
+    "ScoreResult",
+    "SubmitQuestionRequest",
+]
+
+PROTOCOL_VERSION = 1  # a decoder rejects any other version (dead-lettered, never guessed)
+
+PRIMARY = 0  # engine priority of jobs the search is waiting on
+SPECULATIVE = 1  # engine priority of jobs generated ahead of the search
+
+
+class Message(msgspec.Struct, tag_field="type", tag=lambda name: name, kw_only=True, frozen=True):
+    """Envelope fields common to every message."""
+
+    v: int = PROTOCOL_VERSION
+    msg_id: str  # unique per logical message; stays the same across retries (dedupe key)
+    query_id: str
+    trace_id: str = ""
+    attempt: int = 0  # set by the coordinator, not Redis's delivery count
+    epoch: int = 0  # fencing token of the coordinator lease that issued it
+    created_ms: int = 0
+    deadline_ms: int = 0  # absolute; 0 = none
+
+
+class SubmitQuestionRequest(Message, frozen=True):
+    """A client asks for one question to be searched."""
+
+    question: str
+    client_key: str = ""  # idempotency key: the same key is answered once
+    algorithm: str = "rebase"
+    target: int = 16
+    seed: int = 0
+    mode: str = "baseline"  # "baseline" | "spex"
+
+
+class GenerateRequest(Message, frozen=True):
+    """Generate one node: the step after `prompt_node_ids`, sampled with `seed`."""
+
+    job_id: str
+    node_id: str
+    parent_id: str
+    child_index: int
+    action: str
+    prompt_node_ids: list[str]  # the path, root (question) first
+    prompt_tokens: list[int]  # token count per path entry (for caches and simulators)
+    seed: int
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    stop: list[str] = []
+    priority: int = PRIMARY
+
+
+class LogprobSummary(msgspec.Struct, frozen=True):
+    mean: float = 0.0
+    min: float = 0.0
+    count: int = 0
+
+
+class GenerateResult(Message, frozen=True):
+    job_id: str
+    node_id: str
+    text: str
+    tokens: int
+    cached_tokens: int = 0
+    finish_reason: str = "stop"  # "stop" | "length" | "abort"
+    logprobs: LogprobSummary = LogprobSummary()
+    worker: str = ""
+
+
+class CancelRequest(Message, frozen=True):
+    """Abort a job (speculation missed, or the query was cancelled)."""
+
+    job_id: str = ""  # empty: every job of the query
+    reason: str = ""
+
+
+class ScoreRequest(Message, frozen=True):
+    job_id: str
+    node_id: str
+    prompt_node_ids: list[str]  # the path including the node to score
+    prompt_tokens: list[int]
+    reward: str = "prm"  # "prm" | "logprob" | "sim"
+    priority: int = PRIMARY
+
+
+class ScoreResult(Message, frozen=True):
+    job_id: str
+    node_id: str
+    reward: float
+
+
+class BudgetUpdateEvent(Message, frozen=True):
+    """The allocator's speculative share for one query (T2)."""
+
+    share: int
+    k_total: int
+
+
+class QueryStatsEvent(Message, frozen=True):
+    """A coordinator's view of one query, for the budget allocator."""
+
+    candidates: int  # C_q: distinct speculative branches it could issue now
+    hit_rate: float  # P_q: recent fraction of speculative results used
+    prefix_tokens: int  # S_KV(q): KV a speculative branch would reuse
+    active_jobs: int
+
+
+class AnswerResult(Message, frozen=True):
+    answer: str | None
+    correct: bool | None = None
+    nodes: int = 0
+    tokens_generated: int = 0
+    latency_s: float = 0.0
+    tree_digest: str = ""

@@ -1,0 +1,55 @@
+"""Answer extraction and final-answer selection: majority, weighted majority, best-of-n."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from shared.tree import Node
+
+__all__ = ["SELECTIONS", "extract_answer", "normalize_answer", "select_answer"]
+
+SELECTIONS = ("majority", "weighted", "best")
+
+# REBASE extracts with `The answer is:(.+) ки`; ETS also accepts "The final answer is".
+_ANSWER = re.compile(r"(?:final answer is|The answer is)\s*:?\s*(.+?)\s*(?:ки|$)", re.S)
+
+
+def extract_answer(text: str) -> str | None:
+    m = _ANSWER.search(text)
+    if m is None:
+        return None
+    answer = m.group(1).strip().rstrip(".")
+    boxed = re.fullmatch(r"\\boxed\{(.*)\}", answer)
+    return boxed.group(1) if boxed else answer
+
+
+def normalize_answer(answer: str) -> str:
+    """Equivalence key: whitespace, `\\left`/`\\right`, `\\!` and `$` do not matter."""
+    s = answer.replace("\\left", "").replace("\\right", "").replace("\\!", "").replace("$", "")
+    s = re.sub(r"\\[dt]frac", r"\\frac", s)
+    return re.sub(r"\s+", "", s)
+
+
+def select_answer(solutions: Sequence[Node], method: str) -> str | None:
+    """Pick the final answer among solution nodes (each with `answer` and last-step `reward`).
+
+    majority: most votes; weighted: largest summed reward; best: the single highest reward.
+    Ties go to the larger summed reward, then to the answer first found."""
+    if method not in SELECTIONS:
+        raise ValueError(f"answer selection must be one of {SELECTIONS}, not {method!r}")
+    votes: dict[str, list[float]] = {}
+    for node in solutions:
+        if node.answer is None:
+            continue
+        votes.setdefault(normalize_answer(node.answer), []).append(node.reward or 0.0)
+    if not votes:
+        return None
+    order = list(votes)
+
+    def key(ans: str) -> tuple[float, float, int]:
+        w = votes[ans]
+        primary = {"majority": float(len(w)), "weighted": sum(w), "best": max(w)}[method]
+        return (primary, sum(w), -order.index(ans))
+
+    return max(order, key=key)

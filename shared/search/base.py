@@ -1,0 +1,80 @@
+"""The interface every search algorithm implements.
+
+An algorithm is a *program*: a Python generator that yields `Need` requests (these nodes must
+be generated, and scored if asked) and is resumed once they are. It reads like the paper's
+pseudo-code, holds no I/O and never reads a clock; the coordinator (`shared.coordinator`)
+drives it. Nodes are created through `Tree.child`, so identities are deterministic, and every
+random choice is drawn with `shared.ids.derived_*` from (seed, query, node, rollout).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator
+from dataclasses import dataclass, field, fields, replace
+
+from shared.tree import Node, Tree
+
+__all__ = ["ALGORITHMS", "Need", "Program", "SearchAlgorithm", "SearchConfig", "make_algorithm"]
+
+
+@dataclass(frozen=True)
+class Need:
+    nodes: list[Node]
+    scored: bool = True  # wait for the rewards too, not only the generations
+
+
+Program = Generator[Need, None, list[Node]]  # returns the solution nodes
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Per-algorithm settings; `target` is the paper's size (width or rollouts)."""
+
+    algorithm: str = "rebase"
+    target: int = 16
+    answer_selection: str | None = None  # None: the algorithm's reference default
+    max_step_tokens: int = 256
+    params: dict[str, float] = field(default_factory=dict)  # algorithm-specific overrides
+
+
+class SearchAlgorithm(ABC):
+    name: str
+    family: str  # "bfs" | "dfs"
+    default_selection: str
+
+    def __init__(self, tree: Tree, config: SearchConfig) -> None:
+        self.tree = tree
+        self.config = config
+
+    @abstractmethod
+    def run(self) -> Program: ...
+
+    @property
+    def answer_selection(self) -> str:
+        return self.config.answer_selection or self.default_selection
+
+
+def apply_params(defaults: object, params: dict[str, float]) -> object:
+    """Override dataclass `defaults` with `params`, rejecting unknown names."""
+    names = {f.name: f for f in fields(defaults)}  # type: ignore[arg-type]
+    for key in params:
+        if key not in names:
+            raise ValueError(f"unknown parameter {key!r}; known: {', '.join(names)}")
+    typed = {k: type(getattr(defaults, k))(v) for k, v in params.items()}
+    return replace(defaults, **typed)  # type: ignore[type-var]
+
+
+ALGORITHMS: dict[str, type[SearchAlgorithm]] = {}
+
+
+def register(cls: type[SearchAlgorithm]) -> type[SearchAlgorithm]:
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+def make_algorithm(tree: Tree, config: SearchConfig) -> SearchAlgorithm:
+    cls = ALGORITHMS.get(config.algorithm)
+    if cls is None:
+        raise ValueError(f"unknown algorithm {config.algorithm!r}; known: {', '.join(sorted(ALGORITHMS))}")
+    return cls(tree, config)

@@ -1,0 +1,1 @@
+"""The simulated GPU engine, its hardware catalog, and the synthetic reasoning workload."""

@@ -1,0 +1,400 @@
+"""A continuous-batching GPU engine in virtual time (DESIGN §3), modelled on SGLang.
+
+Each step either prefills (extends) admitted requests, uncached prompt tokens only and at most
+`chunked_prefill_tokens` per step, or decodes one token for every running request; prefill
+takes priority over decode. Admission is limited by KV capacity (the uncached prompt plus a
+reservation for output, as SGLang's `new_token_ratio`), by `max_running` and by priority
+(0 = primary before 1 = speculative, then arrival order). When decode runs out of KV, the
+lowest-priority, latest request is retracted to the waiting queue. An aborted running
+request does one more step, then frees its slot; the KV it computed stays as evictable cache.
+
+The engine is event-driven: between two external events the batch cannot change, so a run
+of decode steps up to the next completion is planned at once (a "macro step") and cut short
+at the first step boundary after a new arrival or abort. A step that starts at time `s` sees
+every submission made at or before `s`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.sim.hardware import Profile
+from shared.sim.radix import RadixCache, RadixNode, Segment
+
+__all__ = ["Completion", "EngineConfig", "EngineStats", "SimEngine", "SimRequest"]
+
+PRIMARY, SPECULATIVE = 0, 1
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_running: int = 256  # --max-running-requests
+    new_token_ratio: float = 0.3  # share of max_new_tokens reserved per running request
+    chunked_prefill_tokens: int | None = None  # None: SGLang's automatic size for the GPU
+
+
+@dataclass(eq=False)
+class SimRequest:
+    rid: str
+    prompt: tuple[Segment, ...]  # (segment id, tokens) from the root; the question first
+    output_segment: str  # cache key of the generated tokens (the node's id)
+    output_tokens: int  # tokens this request will generate; 0 = prefill only (scoring)
+    max_new_tokens: int = 256
+    priority: int = PRIMARY
+    # --- engine state ---
+    arrival_s: float = 0.0
+    seq: int = 0
+    prefilled: int = 0  # prompt tokens computed or found cached since (re)admission
+    prefill_target: int = 0  # prompt tokens to have before decoding (set at admission)
+    generated: int = 0
+    committed: int = 0  # generated tokens already held by a locked cache entry
+    cached_tokens: int = 0
+    first_token_s: float | None = None
+    abort_requested: bool = False
+    path: list[RadixNode] = field(default_factory=list)  # locked cache entries
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(t for _, t in self.prompt)
+
+    def resume_prompt(self) -> tuple[Segment, ...]:
+        """Prompt to (re)prefill: after a retraction, the tokens generated so far too."""
+        if self.generated:
+            return (*self.prompt, (self.output_segment, self.generated))
+        return self.prompt
+
+
+@dataclass(frozen=True)
+class Completion:
+    rid: str
+    time_s: float
+    generated: int
+    prompt_tokens: int
+    cached_tokens: int
+    reason: str  # "finished" | "abort"
+    arrival_s: float
+    first_token_s: float | None
+    priority: int
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.first_token_s is None or self.generated < 2:
+            return None
+        return (self.time_s - self.first_token_s) / (self.generated - 1)
+
+
+@dataclass
+class EngineStats:
+    busy_s: float = 0.0
+    decode_s: float = 0.0
+    batch_time: float = 0.0  # Σ batch · step time over decode steps
+    flops: float = 0.0
+    decode_steps: int = 0
+    prefill_steps: int = 0
+    tokens_decoded: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    peak_kv_tokens: int = 0
+    retractions: int = 0
+    evicted_tokens: int = 0
+
+    @property
+    def mean_batch(self) -> float:
+        return self.batch_time / self.decode_s if self.decode_s else 0.0
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+@dataclass
+class _Step:
+    kind: str  # "prefill" | "decode"
+    start_s: float
+    ends_s: list[float]  # end of each planned step (decode runs several)
+    flops: list[float]
+    batch: list[SimRequest]
+    chunks: list[tuple[SimRequest, int]] = field(default_factory=list)  # prefill: (req, new tokens)
+
+    @property
+    def end_s(self) -> float:
+        return self.ends_s[-1]
+
+
+class SimEngine:
+    def __init__(self, profile: Profile, config: EngineConfig | None = None) -> None:
+        self.profile = profile
+        self.config = config or EngineConfig()
+        self.capacity_tokens = profile.kv_capacity_tokens
+        self.chunk_tokens = self.config.chunked_prefill_tokens or profile.chunked_prefill_tokens
+        self.cache = RadixCache()
+        self.stats = EngineStats()
+        self.clock_s = 0.0  # end of the last committed step
+        self._waiting: list[SimRequest] = []
+        self._running: list[SimRequest] = []  # admitted: prefilling or decoding
+        self._by_rid: dict[str, SimRequest] = {}
+        self._current: _Step | None = None
+        self._seq = 0
+        self.trace: list[tuple[float, float, int]] | None = None  # (start, end, batch) per decode run
+
+    # ------------------------------------------------------------------ public surface
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def used_tokens(self) -> int:
+        return self.cache.total_tokens + sum(r.generated - r.committed for r in self._running)
+
+    def submit(self, req: SimRequest, now_s: float) -> None:
+        if req.rid in self._by_rid:
+            raise ValueError(f"duplicate request id {req.rid!r}")
+        reserve = int(req.max_new_tokens * self.config.new_token_ratio) if req.output_tokens else 0
+        if req.prompt_tokens + reserve > self.capacity_tokens:
+            raise ValueError(f"request {req.rid!r} needs more KV than the pool holds")
+        self._seq += 1
+        req.arrival_s, req.seq = now_s, self._seq
+        self._by_rid[req.rid] = req
+        if self._current is None and not self._running and not self._waiting:
+            self.clock_s = max(self.clock_s, now_s)  # an idle engine starts at the arrival
+        self._waiting.append(req)
+        self._interrupt(now_s)
+
+    def abort(self, rid: str, now_s: float) -> list[Completion]:
+        """Abort `rid`; a waiting request ends at once, a running one after one more step."""
+        req = self._by_rid.get(rid)
+        if req is None or req.abort_requested:
+            return []
+        if req in self._waiting:
+            self._waiting.remove(req)
+            return [self._complete(req, now_s, "abort")]
+        req.abort_requested = True
+        self._interrupt(now_s)
+        return []
+
+    def next_event_s(self) -> float | None:
+        """End of the next planned step, or None when the engine has nothing to do."""
+        if self._current is None:
+            self._current = self._plan(self.clock_s)
+        return self._current.end_s if self._current else None
+
+    def advance_to(self, t_s: float) -> list[Completion]:
+        """Run every step that ends at or before `t_s`; return the requests they finished."""
+        out: list[Completion] = []
+        while True:
+            if self._current is None:
+                self._current = self._plan(self.clock_s)
+                if self._current is None:
+                    self.clock_s = max(self.clock_s, t_s)
+                    return out
+            if self._current.end_s > t_s:
+                return out
+            out.extend(self._commit(self._current))
+
+    # ------------------------------------------------------------------ planning
+    def _interrupt(self, now_s: float) -> None:
+        """Keep only the planned steps that started before `now_s`."""
+        cur = self._current
+        if cur is None:
+            return
+        starts = [cur.start_s, *cur.ends_s[:-1]]
+        keep = sum(1 for s in starts if s < now_s)
+        if keep == 0:
+            self._current = None
+        elif keep < len(cur.ends_s):
+            del cur.ends_s[keep:], cur.flops[keep:]
+
+    def _plan(self, start_s: float) -> _Step | None:
+        prefill = self._plan_prefill(start_s)
+        if prefill is not None:
+            return prefill
+        return self._plan_decode(start_s)
+
+    def _reserved_tokens(self) -> int:
+        ratio = self.config.new_token_ratio
+        return sum(
+            max(0, int(r.max_new_tokens * ratio) - r.generated) for r in self._running if r.output_tokens
+        )
+
+    def _plan_prefill(self, start_s: float) -> _Step | None:
+        chunks: list[tuple[SimRequest, int]] = []
+        budget = self.chunk_tokens
+        # A request admitted in an earlier step whose prompt is not yet computed goes first.
+        for req in self._running:
+            remaining = req.prefill_target - req.prefilled
+            if remaining > 0 and budget > 0:
+                n = min(remaining, budget)
+                chunks.append((req, n))
+                budget -= n
+        free = self.capacity_tokens - self.used_tokens
+        avail = free + self.cache.evictable_tokens - self._reserved_tokens()
+        admitted: list[SimRequest] = []
+        for req in sorted(self._waiting, key=lambda r: (r.priority, r.seq)):
+            if budget <= 0 or len(self._running) + len(admitted) >= self.config.max_running:
+                break
+            prompt = req.resume_prompt()
+            matched, hit = self.cache.match(prompt, start_s)
+            need = self.cache.new_tokens(prompt)
+            # Admitting locks the matched prefix, which then no longer counts as evictable.
+            need += sum(n.tokens for n in hit if n.ref == 0)
+            reserve = int(req.max_new_tokens * self.config.new_token_ratio) if req.output_tokens else 0
+            if need + reserve > avail:
+                break  # strict order: a large head request is not overtaken
+            avail -= need + reserve
+            total = sum(t for _, t in prompt)
+            matched = min(matched, total - 1) if total else 0  # SGLang matches at most len-1
+            req.cached_tokens += matched
+            req.prefilled, req.prefill_target = matched, total
+            self.stats.prompt_tokens += total
+            self.stats.cached_tokens += matched
+            n = min(total - matched, budget)
+            budget -= n
+            admitted.append(req)
+            chunks.append((req, n))
+        if not chunks:
+            return None
+        for req in admitted:
+            self._waiting.remove(req)
+            self._admit(req, start_s)
+        work = [(n, r.prefilled) for r, n in chunks]
+        dur = self.profile.prefill_step_s(work)
+        flops = 2.0 * self.profile.model.matmul_params * sum(n for n, _ in work)
+        return _Step("prefill", start_s, [start_s + dur], [flops], [r for r, _ in chunks], chunks)
+
+    def _admit(self, req: SimRequest, now_s: float) -> None:
+        prompt = req.resume_prompt()
+        _, hit = self.cache.match(prompt, now_s)
+        self.cache.lock(hit)  # keep the matched prefix from being evicted to make room
+        self._ensure_free(self.cache.new_tokens(prompt))
+        req.path = self.cache.insert(prompt, now_s)
+        self.cache.lock(req.path)
+        self.cache.unlock(hit, now_s)
+        req.committed = req.generated  # resumed after a retraction: those tokens are cached
+        self._running.append(req)
+
+    def _plan_decode(self, start_s: float) -> _Step | None:
+        batch = [r for r in self._running if self._decoding(r)]
+        if not batch:
+            return None
+        # KV for one token per sequence per step; retract when even one step does not fit.
+        while batch and self._free_tokens() < len(batch):
+            self._retract(batch, start_s)
+        if not batch:
+            return None
+        if any(r.abort_requested for r in batch):
+            steps = 1
+        else:
+            steps = min(r.output_tokens - r.generated for r in batch)
+        steps = max(1, min(steps, self._free_tokens() // len(batch)))
+        ctx0 = sum(r.prompt_tokens + r.generated for r in batch)
+        b, p = len(batch), self.profile
+        ends, flops, t = [], [], start_s
+        for j in range(steps):
+            ctx = ctx0 + j * b
+            t += p.decode_step_s(b, ctx)
+            ends.append(t)
+            flops.append(p.decode_flops(b, ctx))
+        return _Step("decode", start_s, ends, flops, batch)
+
+    def _decoding(self, req: SimRequest) -> bool:
+        return req.output_tokens > 0 and req.prefilled >= req.prefill_target
+
+    def _free_tokens(self) -> int:
+        return self.capacity_tokens - self.used_tokens + self.cache.evictable_tokens
+
+    def _ensure_free(self, tokens: int) -> None:
+        short = tokens - (self.capacity_tokens - self.used_tokens)
+        if short > 0:
+            self.stats.evicted_tokens += self.cache.evict(short)
+
+    def _retract(self, batch: list[SimRequest], now_s: float) -> None:
+        victim = max(batch, key=lambda r: (r.priority, r.seq))
+        batch.remove(victim)
+        self._release(victim, now_s)
+        victim.prefilled = victim.prefill_target = 0
+        self._waiting.append(victim)
+        self.stats.retractions += 1
+
+    def _release(self, req: SimRequest, now_s: float) -> None:
+        """Free a request's slot; the KV it computed stays in the cache, unlocked."""
+        self._running.remove(req)
+        if req.generated > req.committed:
+            # The private output tokens move into the cache: used_tokens stays the same.
+            self.cache.insert((*req.prompt, (req.output_segment, req.generated)), now_s)
+            req.committed = req.generated
+        self.cache.unlock(req.path, now_s)
+        req.path = []
+
+    # ------------------------------------------------------------------ committing
+    def _commit(self, step: _Step) -> list[Completion]:
+        self._current = None
+        dur = step.end_s - step.start_s
+        self.clock_s = step.end_s
+        self.stats.busy_s += dur
+        self.stats.flops += sum(step.flops)
+        out: list[Completion] = []
+        if step.kind == "prefill":
+            self.stats.prefill_steps += 1
+            for req, n in step.chunks:
+                req.prefilled += n
+                if req.abort_requested:
+                    out.append(self._finish(req, step.end_s, "abort"))
+                elif req.prefilled < req.prefill_target:
+                    continue
+                elif req.output_tokens == 0:
+                    out.append(self._finish(req, step.end_s, "finished"))
+                else:
+                    self._ensure_free(1)
+                    if req.first_token_s is None:
+                        req.first_token_s = step.end_s
+                    out.extend(self._grow(req, 1, step.end_s))  # extend emits a token
+            self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.used_tokens)
+            return out
+        steps = len(step.ends_s)
+        self.stats.decode_steps += steps
+        self.stats.decode_s += dur
+        self.stats.batch_time += dur * len(step.batch)
+        self.stats.tokens_decoded += steps * len(step.batch)
+        if self.trace is not None:
+            self.trace.append((step.start_s, step.end_s, len(step.batch)))
+        self._ensure_free(steps * len(step.batch))
+        for req in step.batch:
+            out.extend(self._grow(req, steps, step.end_s))
+        self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.used_tokens)
+        return out
+
+    def _grow(self, req: SimRequest, tokens: int, now_s: float) -> list[Completion]:
+        req.generated += tokens
+        if req.abort_requested:
+            return [self._finish(req, now_s, "abort")]
+        if req.generated >= req.output_tokens:
+            return [self._finish(req, now_s, "finished")]
+        return []
+
+    def _finish(self, req: SimRequest, now_s: float, reason: str) -> Completion:
+        self._release(req, now_s)
+        return self._complete(req, now_s, reason)
+
+    def _complete(self, req: SimRequest, now_s: float, reason: str) -> Completion:
+        del self._by_rid[req.rid]
+        return Completion(
+            rid=req.rid,
+            time_s=now_s,
+            generated=req.generated,
+            prompt_tokens=req.prompt_tokens,
+            cached_tokens=req.cached_tokens,
+            reason=reason,
+            arrival_s=req.arrival_s,
+            first_token_s=req.first_token_s,
+            priority=req.priority,
+        )
+
+    def utilization(self, span_s: float) -> float:
+        """Achieved FLOPs over the calibrated compute roofline, idle time included."""
+        if span_s <= 0:
+            return 0.0
+        return self.stats.flops * self.profile.compute_s(1.0) / span_s

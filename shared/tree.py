@@ -1,0 +1,106 @@
+"""The search tree of one query: nodes with deterministic identities.
+
+A node's id is derived from its parent's id, its child index and its action
+(`shared.ids.child_id`), so the same node has the same id and sampling seed whatever order
+work happens in. The tree holds only nodes the search itself asked for; speculative results
+live elsewhere until the search asks for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from shared.ids import child_id, digest, node_seed, root_id
+
+__all__ = ["Node", "Tree", "EXPAND", "ROLLOUT"]
+
+EXPAND = "expand"  # a child the search keeps as part of the tree
+ROLLOUT = "rollout"  # a lookahead step (ReST-MCTS* simulation), not a selectable child
+
+
+@dataclass(eq=False)
+class Node:
+    id: str
+    parent: Node | None
+    index: int  # child index under the parent (-1 for the root)
+    action: str
+    depth: int  # root = 0
+    seed: int  # per-node sampling seed
+    children: list[Node] = field(default_factory=list)
+    # Filled in when the node is generated:
+    generated: bool = False
+    text: str = ""
+    tokens: int = 0  # tokens of this step (the question's tokens for the root)
+    cum_tokens: int = 0  # generated tokens on the path from the root, this step included
+    answer: str | None = None
+    finish_reason: str = ""
+    mean_logprob: float = 0.0
+    # Filled in when the node is scored (last-step reward):
+    reward: float | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """The step gives a final answer (REBASE's "The answer is" leaf test)."""
+        return self.answer is not None
+
+    @property
+    def scored(self) -> bool:
+        return self.reward is not None
+
+    def path(self) -> list[Node]:
+        """Nodes from the root's child down to this node (the root excluded)."""
+        out: list[Node] = []
+        node: Node | None = self
+        while node is not None and node.parent is not None:
+            out.append(node)
+            node = node.parent
+        out.reverse()
+        return out
+
+    def kids(self, action: str = EXPAND) -> list[Node]:
+        return [c for c in self.children if c.action == action]
+
+
+class Tree:
+    def __init__(self, query_id: str, seed: int, question_tokens: int) -> None:
+        self.query_id = query_id
+        self.seed = seed
+        rid = root_id(query_id)
+        self.root = Node(rid, None, -1, "root", 0, node_seed(seed, rid))
+        self.root.generated = True
+        self.root.tokens = question_tokens
+        self.nodes: dict[str, Node] = {rid: self.root}
+
+    def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
+        """The child `index` of `parent` for `action`, created on first use."""
+        cid = child_id(parent.id, index, action)
+        node = self.nodes.get(cid)
+        if node is None:
+            node = Node(cid, parent, index, action, parent.depth + 1, node_seed(self.seed, cid))
+            parent.children.append(node)
+            self.nodes[cid] = node
+        return node
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes.values())
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def digest(self) -> str:
+        """Hash of every node's identity and content, in a canonical order."""
+        rows = sorted(
+            (
+                n.id,
+                n.parent.id if n.parent else "",
+                n.index,
+                n.action,
+                n.tokens,
+                n.answer,
+                n.finish_reason,
+                repr(n.reward),
+            )
+            for n in self.nodes.values()
+        )
+        return digest(self.query_id, *rows)
