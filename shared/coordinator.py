@@ -94,6 +94,8 @@ class QueryMachine:
         self._program = self.algorithm.run()
         self._need: Need | None = None
         self._requested: set[str] = set()
+        self._unscored: set[str] = set()  # generated or requested, reward not yet known
+        self._program_done = False
 
     # ------------------------------------------------------------------ events
     def start(self, now_s: float) -> list[Command]:
@@ -117,6 +119,7 @@ class QueryMachine:
         commands: list[Command] = []
         if self.reward == "logprob":
             self._set_reward(node, _logprob_reward(mean_logprob))
+            self._unscored.discard(node.id)
         else:
             commands.append(ScoreCommand(node, prompt_segments(node)))
         commands.extend(self._resume(now_s))
@@ -127,6 +130,7 @@ class QueryMachine:
         if node.scored or not node.generated:
             return []
         self._set_reward(node, reward)
+        self._unscored.discard(node.id)
         return self._resume(now_s)
 
     # ------------------------------------------------------------------ internals
@@ -143,23 +147,28 @@ class QueryMachine:
         if self.done:
             return []
         commands: list[Command] = []
-        while first or (self._need is not None and self._satisfied(self._need)):
+        while not self._program_done and (first or (self._need is not None and self._satisfied(self._need))):
             first = False
             try:
                 self._need = next(self._program)
             except StopIteration as stop:
                 self.solutions = list(stop.value or [])
-                self.answer = select_answer(self.solutions, self.algorithm.answer_selection)
-                self.done, self.finished_s = True, now_s
-                commands.append(FinishCommand(self.query_id, self.answer))
-                return commands
+                self._program_done = True
+                break
             for node in self._need.nodes:
                 if node.id not in self._requested:
                     self._requested.add(node.id)
+                    self._unscored.add(node.id)
                     assert node.parent is not None
                     commands.append(
                         GenerateCommand(node, prompt_segments(node.parent), self.config.max_step_tokens)
                     )
+        # The query ends once the program has returned and every node it asked for is scored,
+        # so the final tree never depends on which scores happened to arrive first.
+        if self._program_done and not self._unscored:
+            self.answer = select_answer(self.solutions, self.algorithm.answer_selection)
+            self.done, self.finished_s = True, now_s
+            commands.append(FinishCommand(self.query_id, self.answer))
         return commands
 
 

@@ -1,0 +1,32 @@
+"""Every wire struct follows the naming rule and is decodable on at least one stream."""
+
+import inspect
+
+from proto import messages
+from proto.messages import Message
+from proto.streams import STREAMS
+
+ROLES = ("Request", "Result", "Event")
+
+
+def _message_types():
+    return [
+        obj
+        for _, obj in inspect.getmembers(messages, inspect.isclass)
+        if issubclass(obj, Message) and obj is not Message
+    ]
+
+
+def test_every_message_name_ends_in_its_role():
+    bad = [t.__name__ for t in _message_types() if not t.__name__.endswith(ROLES)]
+    assert not bad, f"message types must end in {ROLES}: {bad}"
+
+
+def test_every_message_is_carried_by_some_stream():
+    carried = {t for types in STREAMS.values() for t in types}
+    missing = [t.__name__ for t in _message_types() if t not in carried]
+    assert not missing, f"not in any stream's decoder: {missing}"
+
+
+def test_every_message_is_exported():
+    assert {t.__name__ for t in _message_types()} <= set(messages.__all__)

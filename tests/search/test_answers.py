@@ -1,0 +1,55 @@
+"""Final-answer selection and extraction."""
+
+import pytest
+
+from shared.search.answers import extract_answer, normalize_answer, select_answer
+from shared.tree import Tree
+
+
+def solutions(pairs):
+    tree = Tree("q", seed=0, question_tokens=1)
+    out = []
+    for i, (answer, reward) in enumerate(pairs):
+        node = tree.child(tree.root, i)
+        node.answer, node.reward = answer, reward
+        out.append(node)
+    return out
+
+
+SOLS = [("4", 0.3), ("4", 0.3), ("4", 0.2), ("5", 0.9), ("5", 0.8), ("6", 0.95)]
+
+
+def test_majority_counts_votes():
+    assert select_answer(solutions(SOLS), "majority") == "4"
+
+
+def test_weighted_sums_last_step_rewards():
+    assert select_answer(solutions(SOLS), "weighted") == "5"  # 1.7 > 0.95 > 0.8
+
+
+def test_best_of_n_takes_the_single_best():
+    assert select_answer(solutions(SOLS), "best") == "6"
+
+
+def test_equivalent_latex_answers_vote_together():
+    sols = solutions([("\\frac{1}{2}", 0.5), ("\\dfrac{1}{2}", 0.5), ("3", 0.9)])
+    assert normalize_answer(select_answer(sols, "weighted")) == "\\frac{1}{2}"
+
+
+def test_no_answers_gives_none_and_bad_method_fails():
+    assert select_answer([], "majority") is None
+    with pytest.raises(ValueError, match="answer selection"):
+        select_answer([], "median")
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("Step 3: so x = 2. The answer is 2", "2"),
+        ("The answer is: \\boxed{\\frac{1}{2}} ки", "\\frac{1}{2}"),
+        ("Therefore, the final answer is 17.", "17"),
+        ("Step 1: keep going.", None),
+    ],
+)
+def test_extract_answer(text, answer):
+    assert extract_answer(text) == answer

@@ -1,0 +1,39 @@
+"""REBASE's level loop: every level keeps exactly the remaining budget; at most N answers."""
+
+from collections import Counter
+
+import pytest
+
+from tests.search.test_order_independence import run_query
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("algorithm", ["rebase", "ets"])
+def test_each_level_spends_exactly_the_remaining_budget(seed, algorithm):
+    width = 16
+    machine = run_query(algorithm, width, seed)
+    nodes = [n for n in machine.tree if n.parent is not None]
+    per_depth = Counter(n.depth for n in nodes)
+    finished_above = 0
+    for depth in sorted(per_depth):
+        assert per_depth[depth] == width - finished_above
+        finished_above += sum(
+            1 for n in nodes if n.depth == depth and (n.terminal or n.cum_tokens >= 1024)
+        )
+    assert len(machine.solutions) <= width
+    assert all(s.terminal for s in machine.solutions)
+
+
+def test_rstar_runs_its_rollouts_and_respects_max_depth():
+    machine = run_query("rstar", 10, 0)
+    algo = machine.algorithm
+    assert algo.visits[machine.tree.root.id] == 10
+    assert max(n.depth for n in machine.tree) <= 5
+    assert all(len(n.kids()) <= 3 for n in machine.tree)
+
+
+def test_rest_runs_its_rounds_and_expands_three_children():
+    machine = run_query("rest", 10, 0)
+    algo = machine.algorithm
+    assert algo.visits[machine.tree.root.id] == 10
+    assert all(len(n.kids()) in (0, 3) for n in machine.tree)

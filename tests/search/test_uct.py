@@ -1,0 +1,74 @@
+"""UCT choices against hand-computed cases."""
+
+import math
+
+import pytest
+
+from shared.search.base import SearchConfig
+from shared.search.mcts import uct_rest, uct_rstar
+from shared.search.rest import Rest
+from shared.search.rstar import Rstar
+from shared.tree import Tree
+
+
+def test_rstar_uct_formula_by_hand():
+    # Q/N + c·sqrt(ln N_parent / N) with c = 2, N_parent = 10.
+    assert uct_rstar(3.0, 4, 10, 2.0) == pytest.approx(0.75 + 2 * math.sqrt(math.log(10) / 4))
+    assert uct_rstar(3.0, 4, 10, 2.0) == pytest.approx(2.267428, abs=1e-6)
+    assert uct_rstar(1.0, 1, 10, 2.0) == pytest.approx(4.034854, abs=1e-6)
+    assert uct_rstar(0.0, 0, 10, 2.0) == 999.0
+
+
+def _fully_expanded_root(algo_cls, stats, **params):
+    tree = Tree("q", seed=1, question_tokens=10)
+    algo = algo_cls(tree, SearchConfig(algorithm=algo_cls.name, target=1, params=params))
+    kids = [tree.child(tree.root, i) for i in range(len(stats))]
+    for kid in kids:
+        kid.generated = True
+    return tree, algo, kids
+
+
+def test_rstar_picks_the_highest_uct_child():
+    # Parent N = 10. (Q, N): a = (3, 4) -> 2.2674; b = (1, 1) -> 4.0349; c = (2, 5) -> 1.7572.
+    stats = [(3.0, 4), (1.0, 1), (2.0, 5)]
+    tree, algo, kids = _fully_expanded_root(Rstar, stats)
+    algo.visits[tree.root.id] = 10
+    for kid, (q, n) in zip(kids, stats):
+        algo.value[kid.id], algo.visits[kid.id] = q, n
+    node, new = algo.step(tree.root, rollout=0)
+    assert (node, new) == (kids[1], False)
+
+
+def test_rstar_exploits_when_exploration_is_small():
+    # c = 0.1: a = 0.75 + 0.1·0.7587 = 0.826; b = 0.2 + 0.1·1.5174 = 0.352; c = 0.4 + 0.068 = 0.468.
+    stats = [(3.0, 4), (0.2, 1), (2.0, 5)]
+    tree, algo, kids = _fully_expanded_root(Rstar, stats, exploration=0.1)
+    algo.visits[tree.root.id] = 10
+    for kid, (q, n) in zip(kids, stats):
+        algo.value[kid.id], algo.visits[kid.id] = q, n
+    assert algo.step(tree.root, rollout=0) == (kids[0], False)
+
+
+def test_rstar_generates_an_unfilled_slot_before_using_uct():
+    tree = Tree("q", seed=1, question_tokens=10)
+    algo = Rstar(tree, SearchConfig(algorithm="rstar", target=1))
+    tree.child(tree.root, 1).generated = True
+    node, new = algo.step(tree.root, rollout=0)
+    assert new and node.index in (0, 2) and node.parent is tree.root
+
+
+def test_rest_score_by_hand():
+    # V + c·sqrt(2·ln N_parent / N): 0.5 + 0.4·sqrt(2·ln 9 / 3) = 0.5 + 0.4·1.210296 = 0.984118.
+    assert uct_rest(0.5, 3, 9, 0.4, 0.8) == pytest.approx(0.984118, abs=1e-6)
+    assert uct_rest(0.5, 0, 9, 0.4, 0.8) == pytest.approx(1.3)
+
+
+def test_rest_selects_unvisited_child_with_inf_bonus():
+    # Parent N = 9; a: V = 0.9, N = 4 -> 0.9 + 0.4·sqrt(2·ln 9 / 4) = 1.3193; b: V = 0.6, N = 0 -> 1.4;
+    # c: V = 0.7, N = 1 -> 0.7 + 0.4·sqrt(2·ln 9) = 1.5385 -> c wins.
+    tree, algo, kids = _fully_expanded_root(Rest, [0, 0, 0])
+    algo.expanded.add(tree.root.id)
+    algo.visits[tree.root.id] = 9
+    for kid, (v, n) in zip(kids, [(0.9, 4), (0.6, 0), (0.7, 1)]):
+        algo.value[kid.id], algo.visits[kid.id] = v, n
+    assert algo.select(round_=0) is kids[2]
