@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 from shared.coordinator import Command, FinishCommand, GenerateCommand, QueryMachine, ScoreCommand
 from shared.ids import digest
-from shared.search import SearchConfig
+from shared.search import SearchConfig, make_algorithm
 from shared.search.base import ALGORITHMS
 from shared.sim.engine import Completion, EngineConfig, SimEngine, SimRequest
 from shared.sim.hardware import parse_profile
 from shared.sim.workload import QuerySpec, SyntheticWorkload, WorkloadKnobs
+from shared.tree import Tree
 
 __all__ = ["BenchConfig", "BenchResult", "run_bench"]
 
@@ -50,6 +51,9 @@ class BenchConfig:
             raise ValueError(f"reward: must be 'prm' or 'logprob', not {self.reward!r}")
         parse_profile(self.profile)
         parse_profile(self.reward_profile_name)
+        # Build one algorithm to check its parameters (unknown names fail here, by name).
+        config = SearchConfig(self.algorithm, self.target, self.answer_selection, params=dict(self.params))
+        make_algorithm(Tree("check", 0, 1), config)
 
     @property
     def reward_profile_name(self) -> str:

@@ -50,8 +50,12 @@ class SimRequest:
     committed: int = 0  # generated tokens already held by a locked cache entry
     cached_tokens: int = 0
     first_token_s: float | None = None
-    abort_requested: bool = False
+    abort_s: float | None = None  # when an abort arrived
     path: list[RadixNode] = field(default_factory=list)  # locked cache entries
+
+    @property
+    def abort_requested(self) -> bool:
+        return self.abort_s is not None
 
     @property
     def prompt_tokens(self) -> int:
@@ -172,7 +176,7 @@ class SimEngine:
         if req in self._waiting:
             self._waiting.remove(req)
             return [self._complete(req, now_s, "abort")]
-        req.abort_requested = True
+        req.abort_s = now_s
         self._interrupt(now_s)
         return []
 
@@ -341,7 +345,7 @@ class SimEngine:
             self.stats.prefill_steps += 1
             for req, n in step.chunks:
                 req.prefilled += n
-                if req.abort_requested:
+                if self._abort_due(req, step):
                     out.append(self._finish(req, step.end_s, "abort"))
                 elif req.prefilled < req.prefill_target:
                     continue
@@ -351,7 +355,7 @@ class SimEngine:
                     self._ensure_free(1)
                     if req.first_token_s is None:
                         req.first_token_s = step.end_s
-                    out.extend(self._grow(req, 1, step.end_s))  # extend emits a token
+                    out.extend(self._grow(req, 1, step))  # extend emits a token
             self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.used_tokens)
             return out
         steps = len(step.ends_s)
@@ -363,17 +367,23 @@ class SimEngine:
             self.trace.append((step.start_s, step.end_s, len(step.batch)))
         self._ensure_free(steps * len(step.batch))
         for req in step.batch:
-            out.extend(self._grow(req, steps, step.end_s))
+            out.extend(self._grow(req, steps, step))
         self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.used_tokens)
         return out
 
-    def _grow(self, req: SimRequest, tokens: int, now_s: float) -> list[Completion]:
+    def _grow(self, req: SimRequest, tokens: int, step: _Step) -> list[Completion]:
         req.generated += tokens
-        if req.abort_requested:
-            return [self._finish(req, now_s, "abort")]
         if req.generated >= req.output_tokens:
-            return [self._finish(req, now_s, "finished")]
+            return [self._finish(req, step.end_s, "finished")]
+        if self._abort_due(req, step):
+            return [self._finish(req, step.end_s, "abort")]
         return []
+
+    @staticmethod
+    def _abort_due(req: SimRequest, step: _Step) -> bool:
+        """An abort takes effect after the first step that started once it had arrived: the
+        step in flight finishes, the request runs one more step, then its slot is freed."""
+        return req.abort_s is not None and step.start_s >= req.abort_s
 
     def _finish(self, req: SimRequest, now_s: float, reason: str) -> Completion:
         self._release(req, now_s)

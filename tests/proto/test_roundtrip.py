@@ -41,7 +41,10 @@ SAMPLES = [
         ),
     ),
     (gen_jobs("gpu0"), CancelRequest(**ENV, job_id="j", reason="speculation missed")),
-    (SCORE_JOBS, ScoreRequest(**ENV, job_id="j", node_id="n", prompt_node_ids=["r", "n"], prompt_tokens=[1, 2])),
+    (
+        SCORE_JOBS,
+        ScoreRequest(**ENV, job_id="j", node_id="n", prompt_node_ids=["r", "n"], prompt_tokens=[1, 2]),
+    ),
     (
         query_inbox("q00001"),
         GenerateResult(
@@ -83,7 +86,9 @@ def test_unknown_fields_are_ignored_for_rolling_upgrades():
         (msgspec.msgpack.encode({"type": "ScoreResult", "msg_id": "m"}), "missing required field"),
         (msgspec.msgpack.encode({"type": "NoSuchThing", "msg_id": "m", "query_id": "q"}), "NoSuchThing"),
         (
-            msgspec.msgpack.encode({**ENV, "type": "ScoreResult", "job_id": "j", "node_id": "n", "reward": "hi"}),
+            msgspec.msgpack.encode(
+                {**ENV, "type": "ScoreResult", "job_id": "j", "node_id": "n", "reward": "hi"}
+            ),
             "Expected `float`",
         ),
     ],

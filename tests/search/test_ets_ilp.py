@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from shared.search.ets import cluster_labels, solve_ets_ilp
 from shared.search.embed import trigram_embedder
+from shared.search.ets import cluster_labels, solve_ets_ilp
 
 
 def random_tree(rng, n_leaves):
@@ -43,7 +43,6 @@ def brute_force(weights, ancestors, clusters, lc, ls):
             value += ls / k * len({c for c, x in zip(clusters, keep) if x})
         best = max(best, value)
     return best
-
 
 
 @pytest.mark.parametrize("trial", range(60))

@@ -17,9 +17,7 @@ def test_each_level_spends_exactly_the_remaining_budget(seed, algorithm):
     finished_above = 0
     for depth in sorted(per_depth):
         assert per_depth[depth] == width - finished_above
-        finished_above += sum(
-            1 for n in nodes if n.depth == depth and (n.terminal or n.cum_tokens >= 1024)
-        )
+        finished_above += sum(1 for n in nodes if n.depth == depth and (n.terminal or n.cum_tokens >= 1024))
     assert len(machine.solutions) <= width
     assert all(s.terminal for s in machine.solutions)
 

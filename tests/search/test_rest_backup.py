@@ -16,7 +16,15 @@ def test_value_backup_matches_hand_computation():
     a, b, c = (tree.child(tree.root, i) for i in range(3))
     a1, a2, a3 = (tree.child(a, i) for i in range(3))
     algo.expanded |= {tree.root.id, a.id}
-    stats = {a: (0.4, 1), b: (0.3, 1), c: (0.9, 0), a1: (0.8, 1), a2: (0.2, 0), a3: (0.5, 2), tree.root: (0.0, 2)}
+    stats = {
+        a: (0.4, 1),
+        b: (0.3, 1),
+        c: (0.9, 0),
+        a1: (0.8, 1),
+        a2: (0.2, 0),
+        a3: (0.5, 2),
+        tree.root: (0.0, 2),
+    }
     for node, (v, n) in stats.items():
         algo.value[node.id], algo.visits[node.id] = v, n
 

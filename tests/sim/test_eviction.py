@@ -1,0 +1,49 @@
+"""Under KV pressure, unreferenced cache entries are evicted least recently used first."""
+
+from shared.sim.radix import RadixCache
+from tests.sim.conftest import req, run_all
+
+
+def test_lru_leaf_goes_first():
+    cache = RadixCache()
+    cache.insert([("q", 10), ("a", 5)], now_s=1.0)
+    cache.insert([("q", 10), ("b", 5)], now_s=2.0)
+    cache.match([("q", 10), ("a", 5)], now_s=3.0)  # touch a: b is now the oldest leaf
+    assert cache.evict(5) == 5
+    assert cache.match([("q", 10), ("b", 5)], 4.0)[0] == 10
+    assert cache.match([("q", 10), ("a", 5)], 4.0)[0] == 15
+
+
+def test_locked_entries_are_never_evicted():
+    cache = RadixCache()
+    path = cache.insert([("q", 10), ("a", 5)], now_s=1.0)
+    cache.lock(path)
+    assert cache.evictable_tokens == 0
+    assert cache.evict(100) == 0
+    cache.unlock(path, now_s=2.0)
+    assert cache.evict(100) == 15 and cache.total_tokens == 0
+
+
+def test_engine_evicts_old_prefixes_to_admit_new_work(engine_factory):
+    engine = engine_factory()
+    capacity = engine.capacity_tokens
+    size = capacity // 4
+    for i in range(6):  # 1.5 pools' worth of distinct prompts, one after another
+        engine.submit(req(f"r{i}", [(f"q{i}", size)], 2), engine.clock_s)
+        run_all(engine)
+        assert engine.used_tokens <= capacity
+    assert engine.stats.evicted_tokens > 0
+    # The oldest prompt was evicted, the newest is still cached.
+    assert engine.cache.match([("q0", size)], engine.clock_s)[0] == 0
+    assert engine.cache.match([("q5", size)], engine.clock_s)[0] == size
+
+
+def test_kv_limits_admission(engine_factory):
+    engine = engine_factory(new_token_ratio=0.0)
+    half = engine.capacity_tokens // 2 + 10
+    engine.submit(req("a", [("qa", half)], 50), 0.0)
+    engine.submit(req("b", [("qb", half)], 50), 0.0)
+    done = run_all(engine)
+    a, b = sorted(done, key=lambda c: c.rid)
+    assert b.first_token_s >= a.time_s  # b waited for a's KV to become evictable
+    assert engine.stats.peak_kv_tokens <= engine.capacity_tokens

@@ -1,0 +1,39 @@
+"""The engine's decode steps cost what the DESIGN §3 formula says."""
+
+import pytest
+
+from shared.sim.hardware import GPUS, MODELS, Profile
+from tests.sim.conftest import req, run_all
+
+
+def formula_ms(gpu, model, batch, ctx_sum):
+    """DESIGN §3, written out independently of the engine code."""
+    cal = gpu.calibration
+    mem = (model.read_bytes + ctx_sum * model.kv_bytes_per_token) / (gpu.bandwidth_gbs * 1e9 * cal.eta_bw)
+    flops = 2 * model.matmul_params * batch + 4 * model.n_layers * model.d_model * ctx_sum
+    comp = flops / (gpu.peak_tflops * 1e12 * cal.eta_flop)
+    return 1e3 * (cal.overhead_ms / 1e3 + cal.overhead_per_seq_ms / 1e3 * batch + max(mem, comp))
+
+
+@pytest.mark.parametrize("batch", [1, 4, 32, 128])
+def test_decode_step_matches_formula(engine_factory, batch):
+    engine = engine_factory("Qwen2.5-7B@A6000")
+    prompt_tokens, out_tokens = 50, 3  # 128 · 50 fits one prefill chunk
+    for i in range(batch):
+        engine.submit(req(f"r{i}", [(f"q{i}", prompt_tokens)], out_tokens), 0.0)
+    engine.advance_to(engine.next_event_s())  # the prefill step; it also emits token 1
+    assert engine.stats.prefill_steps == 1
+    t0 = engine.clock_s
+    run_all(engine)
+    gpu, model = GPUS["A6000"], MODELS["Qwen2.5-7B"]
+    # Two decode steps: contexts 51 and 52 tokens per sequence.
+    expected = formula_ms(gpu, model, batch, batch * 51) + formula_ms(gpu, model, batch, batch * 52)
+    assert (engine.clock_s - t0) * 1e3 == pytest.approx(expected, rel=1e-9)
+
+
+def test_step_is_flat_below_the_knee_and_grows_above_it():
+    p = Profile(GPUS["A100-80GB"], MODELS["Llama-2-7B"])
+    knee = p.knee_batch(ctx=512)
+    assert 4 < knee < 256
+    assert p.decode_step_s(knee, knee * 512) <= 1.5 * p.decode_step_s(1, 512)
+    assert p.decode_step_s(4 * knee, 4 * knee * 512) > 1.5 * p.decode_step_s(1, 512)

@@ -1,0 +1,114 @@
+"""The `spex` command line: bad input gets one line naming the field; listings work."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shared.cli import main
+from shared.results import WALL_CLOCK_FIELDS
+
+
+def spex(*args, check=True):
+    proc = subprocess.run(
+        [sys.executable, "-m", "shared.cli", *args], capture_output=True, text=True, timeout=300
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["bench", "--target", "x"], "--target"),
+        (["bench", "--algorithm", "bfs"], "--algorithm"),
+        (["bench", "--set", "nope=1"], "nope"),
+        (["bench", "--profile", "Llemma-7B@TPU"], "TPU"),
+        (["bench", "--profile", "Llemma-34B@A6000"], "does not fit"),
+        (["bench", "--batch-size", "0"], "batch_size"),
+        (["bench", "--param", "exploration=high"], "exploration"),
+        (["bench", "--algorithm", "rstar", "--param", "nope=1"], "nope"),
+        (["profile", "--gpu", "A6000"], "--model"),
+    ],
+)
+def test_bad_argument_is_one_line_naming_the_field(args, field, tmp_path):
+    proc = (
+        spex(*args, "--json", str(tmp_path / "r.json"), check=False)
+        if args[0] == "bench"
+        else spex(*args, check=False)
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_listings_print_profiles_and_knobs(capsys):
+    assert main(["bench", "--list-profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "Llemma-7B@A6000" in out and "Llemma-34B@A100-80GB" in out
+    assert main(["bench", "--list-knobs"]) == 0
+    assert "prm_noise" in capsys.readouterr().out
+
+
+def test_profile_prints_the_step_curve(capsys):
+    assert main(["profile", "--gpu", "H200", "--model", "Llama-2-7B", "--batches", "1,64"]) == 0
+    out = capsys.readouterr().out
+    assert "Llama-2-7B@H200" in out and "ctx 2048" in out
+
+
+def _bench(tmp_path, name, *extra):
+    path = tmp_path / name
+    spex(
+        "bench",
+        "--algorithm",
+        "rstar",
+        "--target",
+        "5",
+        "--questions",
+        "6",
+        "--batch-size",
+        "2",
+        "--json",
+        str(path),
+        "--quiet",
+        *extra,
+    )
+    return json.loads(path.read_text())
+
+
+def test_same_arguments_same_results_file_apart_from_wall_clock(tmp_path):
+    a = _bench(tmp_path, "a.json")
+    b = _bench(tmp_path, "b.json")
+    for field in WALL_CLOCK_FIELDS:
+        a.pop(field), b.pop(field)
+    assert a == b
+    for field in (
+        "throughput_qpm",
+        "questions",
+        "accuracy",
+        "tokens_generated",
+        "latency_p50_s",
+        "latency_p99_s",
+        "mean_batch",
+        "utilization",
+        "trees_digest",
+    ):
+        assert field in a
+
+
+def test_different_seed_gives_different_trees_digest(tmp_path):
+    assert (
+        _bench(tmp_path, "a.json")["trees_digest"]
+        != _bench(tmp_path, "b.json", "--seed", "1")["trees_digest"]
+    )
+
+
+def test_workload_file_is_read(tmp_path):
+    f = tmp_path / "w.toml"
+    f.write_text("dfs_step_tokens_min = 20\ndfs_step_tokens_max = 20\n")
+    res = _bench(tmp_path, "a.json", "--workload", str(f))
+    assert res["knobs"]["dfs_step_tokens_max"] == 20
+    assert res["tokens_generated"] == 20 * res["nodes_generated"]
