@@ -1,56 +1,96 @@
 """The sans-IO brain of the tree coordinator: one state machine per query.
 
-It takes events (node generated, node scored) and returns commands (generate, score,
-finish); it never touches Redis, asyncio or a clock — time arrives as an argument. The
-virtual-time simulator (`shared.vtime`) and the Redis service are thin drivers around it.
+It takes events (node generated, node scored, job cancelled, budget changed) and returns
+commands (generate, score, cancel, promote, finish); it never touches Redis, asyncio or a
+clock — time arrives as an argument. The virtual-time simulator (`shared.vtime`) and the Redis
+service are thin drivers around it.
 
 The search algorithm is a program (`shared.search.base`) that yields `Need` requests; the
-machine turns each needed node into a generate command, scores every generated node (the
-tree records every reward), and resumes the program once its request is satisfied.
+machine turns each needed node into a generate command, scores every generated node, and
+resumes the program once its request is satisfied.
+
+Speculation (T1) lives here and only here, apart from the algorithms: after every event the
+machine asks the algorithm's `predict` hook for nodes it will likely need, and generates them
+at low priority as *speculative handles* — nodes with the same identity as the tree's future
+nodes, kept outside the tree. When the search asks for a node whose handle is generated, the
+result is served from that cache; if it is in flight, the job is adopted and promoted. The
+search never sees a speculative result it did not ask for, and every result is a pure
+function of node identity, so with early termination off the tree and answer are exactly the
+baseline's (the lossless promise). BFS misses are cancelled as soon as the search decides
+their parent's width (`spec_alive`); DFS misses stay cached, at most `cache_nodes` per query,
+oldest dropped first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from shared.ids import child_id, node_seed
 from shared.search import Need, SearchConfig, make_algorithm
 from shared.search.answers import extract_answer, select_answer
 from shared.sim.radix import Segment
-from shared.tree import Node, Tree
+from shared.spec.early_stop import EarlyStop, should_stop
+from shared.tree import EXPAND, Node, Tree
 
 __all__ = [
+    "CancelCommand",
     "Command",
     "FinishCommand",
     "GenerateCommand",
+    "PromoteCommand",
     "QueryMachine",
     "ScoreCommand",
+    "SpecPolicy",
     "prompt_segments",
 ]
 
 REWARDS = ("prm", "logprob")
+PRIMARY, SPECULATIVE = 0, 1
 
 
 @dataclass(frozen=True)
 class GenerateCommand:
+    job_id: str
     node: Node
     prompt: tuple[Segment, ...]  # (node id, tokens) from the root: what the step continues
     max_new_tokens: int
-    priority: int = 0
+    priority: int = PRIMARY
 
 
 @dataclass(frozen=True)
 class ScoreCommand:
     node: Node
     prompt: tuple[Segment, ...]  # the path including the node
+    priority: int = PRIMARY
+
+
+@dataclass(frozen=True)
+class CancelCommand:
+    job_id: str
+
+
+@dataclass(frozen=True)
+class PromoteCommand:
+    """A speculative job the search now waits on: raise it to primary priority."""
+
+    job_id: str
 
 
 @dataclass(frozen=True)
 class FinishCommand:
     query_id: str
     answer: str | None
+    early_stopped: bool = False
 
 
-Command = GenerateCommand | ScoreCommand | FinishCommand
+Command = GenerateCommand | ScoreCommand | CancelCommand | PromoteCommand | FinishCommand
+
+
+@dataclass(frozen=True)
+class SpecPolicy:
+    enabled: bool = False  # T1: generate predicted nodes ahead
+    cache_nodes: int = 256  # unconsumed speculative results kept per query (DFS misses)
+    max_amplification: float | None = None  # stop speculating past generated/consumed tokens
 
 
 def prompt_segments(node: Node) -> tuple[Segment, ...]:
@@ -66,9 +106,21 @@ def prompt_segments(node: Node) -> tuple[Segment, ...]:
 
 @dataclass
 class QueryStats:
-    nodes_generated: int = 0
+    nodes_generated: int = 0  # nodes of the final tree (the search's own work)
     tokens_generated: int = 0
-    nodes_scored: int = 0
+    spec_issued: int = 0
+    spec_adopted: int = 0  # speculative jobs the search asked for (hits)
+    spec_cancelled: int = 0
+    spec_evicted: int = 0
+    spec_tokens: int = 0  # tokens of completed speculative jobs
+    spec_tokens_consumed: int = 0  # of those, tokens of jobs the search adopted
+
+
+@dataclass
+class _Job:
+    job_id: str
+    spec: bool
+    adopted: bool = False
 
 
 @dataclass
@@ -78,9 +130,13 @@ class QueryMachine:
     config: SearchConfig
     seed: int
     reward: str = "prm"
+    spec: SpecPolicy = field(default_factory=SpecPolicy)
+    early_stop: EarlyStop = field(default_factory=EarlyStop)
+    share: int = 0  # speculative jobs this query may have in flight (set by the T2 allocator)
     tree: Tree = field(init=False)
     stats: QueryStats = field(default_factory=QueryStats)
     done: bool = False
+    early_stopped: bool = False
     answer: str | None = None
     solutions: list[Node] = field(default_factory=list)
     started_s: float = 0.0
@@ -93,55 +149,151 @@ class QueryMachine:
         self.algorithm = make_algorithm(self.tree, self.config)
         self._program = self.algorithm.run()
         self._need: Need | None = None
-        self._requested: set[str] = set()
-        self._unscored: set[str] = set()  # generated or requested, reward not yet known
+        self._requested: set[str] = set()  # tree nodes the search asked for
+        self._unscored: set[str] = set()  # ... whose reward is not known yet
         self._program_done = False
+        self._jobs: dict[str, _Job] = {}  # node id -> its generation in flight
+        self._attempts: dict[str, int] = {}
+        self._scoring: set[str] = set()
+        self._handles: dict[str, Node] = {}  # speculative nodes, insertion-ordered
+        self._answers_seen = 0
+        self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
+
+    # ------------------------------------------------------------------ the SpecView
+    def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
+        cid = child_id(parent.id, index, action)
+        node = self.tree.nodes.get(cid) or self._handles.get(cid)
+        if node is None:
+            node = Node(cid, parent, index, action, parent.depth + 1, node_seed(self.seed, cid))
+            self._handles[cid] = node
+        return node
+
+    def busy(self, node: Node) -> bool:
+        return node.id in self._jobs
+
+    @property
+    def spec_in_flight(self) -> int:
+        return sum(1 for j in self._jobs.values() if j.spec and not j.adopted)
+
+    def wants_speculation(self) -> bool:
+        """True when the algorithm could use more speculative jobs now (C_q > 0)."""
+        return self.spec.enabled and not self.done and bool(self.algorithm.predict(self, 1))
+
+    def spec_candidates(self, limit: int) -> int:
+        """C_q: distinct speculative branches this query could issue now (up to `limit`)."""
+        if not self.spec.enabled or self.done:
+            return 0
+        return len(self.algorithm.predict(self, limit))
 
     # ------------------------------------------------------------------ events
     def start(self, now_s: float) -> list[Command]:
         self.started_s = now_s
-        return self._resume(now_s, first=True)
+        commands = self._resume(now_s, first=True)
+        return commands + self._housekeeping(now_s)
 
     def on_generated(
-        self, node_id: str, text: str, tokens: int, finish_reason: str, mean_logprob: float, now_s: float
+        self,
+        job_id: str,
+        node_id: str,
+        text: str,
+        tokens: int,
+        finish_reason: str,
+        mean_logprob: float,
+        now_s: float,
     ) -> list[Command]:
-        node = self.tree.nodes[node_id]
-        if node.generated or node_id not in self._requested:
-            return []  # a duplicate delivery: the first result wins
+        job = self._jobs.get(node_id)
+        if job is None or job.job_id != job_id or self.done:
+            return []  # stale (cancelled or superseded) or duplicate: the first result wins
+        del self._jobs[node_id]
+        real = node_id in self._requested
+        node = self.tree.nodes[node_id] if real else self._handles.get(node_id)
+        if node is None:
+            return []
+        self._fill(node, text, tokens, finish_reason, mean_logprob)
+        if job.spec:
+            self.stats.spec_tokens += tokens
+            if job.adopted:
+                self.stats.spec_tokens_consumed += tokens
+        if real:
+            self.stats.nodes_generated += 1
+            self.stats.tokens_generated += tokens
+            self.context_tokens = self.question_tokens + node.cum_tokens
+        commands: list[Command] = []
+        if self.reward == "logprob":
+            self._scored(node, _logprob_reward(mean_logprob))
+        else:
+            self._scoring.add(node_id)
+            commands.append(ScoreCommand(node, prompt_segments(node), PRIMARY if real else SPECULATIVE))
+        commands.extend(self._resume(now_s))
+        commands.extend(self._housekeeping(now_s))
+        return commands
+
+    def on_scored(self, node_id: str, reward: float, now_s: float) -> list[Command]:
+        if node_id not in self._scoring or self.done:
+            return []
+        self._scoring.discard(node_id)
+        node = self.tree.nodes[node_id] if node_id in self._requested else self._handles.get(node_id)
+        if node is None or not node.generated:
+            return []
+        self._scored(node, reward)
+        return self._resume(now_s) + self._housekeeping(now_s)
+
+    def on_budget(self, share: int, now_s: float) -> list[Command]:
+        self.share = share
+        return self._housekeeping(now_s)
+
+    # ------------------------------------------------------------------ internals
+    def _fill(self, node: Node, text: str, tokens: int, finish_reason: str, mean_logprob: float) -> None:
         node.generated = True
         node.text, node.tokens, node.finish_reason = text, tokens, finish_reason
         node.mean_logprob = mean_logprob
         node.answer = extract_answer(text)
         parent = node.parent
         node.cum_tokens = tokens + (parent.cum_tokens if parent is not None else 0)
-        self.stats.nodes_generated += 1
-        self.stats.tokens_generated += tokens
-        commands: list[Command] = []
-        if self.reward == "logprob":
-            self._set_reward(node, _logprob_reward(mean_logprob))
-            self._unscored.discard(node.id)
-        else:
-            commands.append(ScoreCommand(node, prompt_segments(node)))
-        commands.extend(self._resume(now_s))
-        return commands
 
-    def on_scored(self, node_id: str, reward: float, now_s: float) -> list[Command]:
-        node = self.tree.nodes[node_id]
-        if node.scored or not node.generated:
-            return []
-        self._set_reward(node, reward)
-        self._unscored.discard(node.id)
-        return self._resume(now_s)
-
-    # ------------------------------------------------------------------ internals
-    def _set_reward(self, node: Node, reward: float) -> None:
+    def _scored(self, node: Node, reward: float) -> None:
         node.reward = reward
-        self.stats.nodes_scored += 1
+        self._unscored.discard(node.id)
 
     def _satisfied(self, need: Need) -> bool:
         if need.scored:
             return all(n.scored for n in need.nodes)
         return all(n.generated for n in need.nodes)
+
+    def _request(self, node: Node, commands: list[Command]) -> None:
+        """The search asks for `node`: serve it from speculation, adopt a speculative job,
+        or generate it."""
+        self._requested.add(node.id)
+        handle = self._handles.pop(node.id, None)
+        job = self._jobs.get(node.id)
+        if handle is not None and handle.generated:
+            self.stats.spec_adopted += 1
+            self.stats.spec_tokens_consumed += handle.tokens
+            self._fill(node, handle.text, handle.tokens, handle.finish_reason, handle.mean_logprob)
+            self.stats.nodes_generated += 1
+            self.stats.tokens_generated += handle.tokens
+            if handle.scored:
+                node.reward = handle.reward
+            else:
+                self._unscored.add(node.id)  # its score is in flight
+            return
+        self._unscored.add(node.id)
+        if job is not None:
+            job.adopted = True
+            self.stats.spec_adopted += 1
+            commands.append(PromoteCommand(job.job_id))
+            return
+        commands.append(self._generate(node, PRIMARY))
+
+    def _generate(self, node: Node, priority: int) -> GenerateCommand:
+        attempt = self._attempts.get(node.id, 0)
+        self._attempts[node.id] = attempt + 1
+        job = _Job(f"{node.id}.{attempt}", spec=priority == SPECULATIVE)
+        self._jobs[node.id] = job
+        assert node.parent is not None and node.parent.generated
+        return GenerateCommand(
+            job.job_id, node, prompt_segments(node.parent), self.config.max_step_tokens, priority
+        )
 
     def _resume(self, now_s: float, first: bool = False) -> list[Command]:
         if self.done:
@@ -157,19 +309,74 @@ class QueryMachine:
                 break
             for node in self._need.nodes:
                 if node.id not in self._requested:
-                    self._requested.add(node.id)
-                    self._unscored.add(node.id)
-                    assert node.parent is not None
-                    commands.append(
-                        GenerateCommand(node, prompt_segments(node.parent), self.config.max_step_tokens)
-                    )
+                    self._request(node, commands)
+        if self.early_stop.enabled and not self._program_done:
+            leader = self._check_early_stop()
+            if leader is not None:
+                return commands + self._finish(now_s, leader, early=True)
         # The query ends once the program has returned and every node it asked for is scored,
         # so the final tree never depends on which scores happened to arrive first.
         if self._program_done and not self._unscored:
-            self.answer = select_answer(self.solutions, self.algorithm.answer_selection)
-            self.done, self.finished_s = True, now_s
-            commands.append(FinishCommand(self.query_id, self.answer))
+            answer = select_answer(self.solutions, self.algorithm.answer_selection)
+            commands.extend(self._finish(now_s, answer, early=False))
         return commands
+
+    def _check_early_stop(self) -> str | None:
+        answers = [n for n in self.tree if n.terminal and n.scored]
+        if len(answers) == self._answers_seen:
+            return None
+        self._answers_seen = len(answers)
+        return should_stop(answers, self.config.target, self.early_stop)
+
+    def _finish(self, now_s: float, answer: str | None, early: bool) -> list[Command]:
+        self.answer, self.early_stopped = answer, early
+        self.done, self.finished_s = True, now_s
+        if early:
+            self.solutions = [n for n in self.tree if n.terminal and n.scored]
+        cancels: list[Command] = [CancelCommand(j.job_id) for j in self._jobs.values()]
+        self.stats.spec_cancelled += sum(1 for j in self._jobs.values() if j.spec and not j.adopted)
+        self._jobs.clear()
+        self._handles.clear()
+        return [*cancels, FinishCommand(self.query_id, answer, early)]
+
+    def _housekeeping(self, now_s: float) -> list[Command]:
+        """Cancel speculation the search can no longer use, bound the cache, and issue new
+        speculative jobs up to this query's share."""
+        if self.done or not self.spec.enabled:
+            return []
+        commands: list[Command] = []
+        for node_id, handle in list(self._handles.items()):
+            if not handle.generated and node_id not in self._jobs:
+                del self._handles[node_id]  # a prediction that was never issued
+                continue
+            if self.algorithm.spec_alive(handle):
+                continue
+            job = self._jobs.get(node_id)
+            if job is not None and not job.adopted:
+                del self._jobs[node_id]
+                self.stats.spec_cancelled += 1
+                commands.append(CancelCommand(job.job_id))
+            del self._handles[node_id]
+        generated = [h for h in self._handles.values() if h.generated]
+        for handle in generated[: max(0, len(generated) - self.spec.cache_nodes)]:
+            del self._handles[handle.id]
+            self.stats.spec_evicted += 1
+        free = self.share - self.spec_in_flight
+        if free > 0 and not self._over_amplification():
+            for node in self.algorithm.predict(self, free):
+                if node.id in self._jobs or node.generated:
+                    continue
+                self.stats.spec_issued += 1
+                commands.append(self._generate(node, SPECULATIVE))
+        return commands
+
+    def _over_amplification(self) -> bool:
+        cap = self.spec.max_amplification
+        if cap is None:
+            return False
+        consumed = max(1, self.stats.tokens_generated)
+        wasted = self.stats.spec_tokens - self.stats.spec_tokens_consumed
+        return (consumed + wasted) / consumed > cap
 
 
 def _logprob_reward(mean_logprob: float) -> float:

@@ -3,8 +3,9 @@ simulated generator engine and the simulated reward engine.
 
 Discrete-event loop: advance every engine to the earliest next event, feed the completions
 to their queries' machines in a fixed order, submit the commands they return at that same
-instant, and start a new question whenever one finishes. Nothing reads the wall clock but
-the `wall_s` field, so the same arguments give the same results.
+instant, re-divide the speculative budget (T2), and start a new question whenever one
+finishes. Nothing reads the wall clock but the `wall_s` field, so the same arguments give the
+same results.
 """
 
 from __future__ import annotations
@@ -13,16 +14,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shared.coordinator import Command, FinishCommand, GenerateCommand, QueryMachine, ScoreCommand
+from shared.coordinator import (
+    CancelCommand,
+    Command,
+    FinishCommand,
+    GenerateCommand,
+    PromoteCommand,
+    QueryMachine,
+    ScoreCommand,
+    SpecPolicy,
+)
 from shared.ids import digest
 from shared.search import SearchConfig, make_algorithm
 from shared.search.base import ALGORITHMS
-from shared.sim.engine import Completion, EngineConfig, SimEngine, SimRequest
+from shared.sim.engine import PRIMARY, Completion, EngineConfig, SimEngine, SimRequest
 from shared.sim.hardware import parse_profile
 from shared.sim.workload import QuerySpec, SyntheticWorkload, WorkloadKnobs
+from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate, spare_concurrency
+from shared.spec.early_stop import EarlyStop
 from shared.tree import Tree
 
 __all__ = ["BenchConfig", "BenchResult", "run_bench"]
+
+MODES = ("baseline", "spex")
+KV_HEADROOM = 0.8  # share of the KV pool speculation may bring into use
 
 
 @dataclass(frozen=True)
@@ -39,6 +54,16 @@ class BenchConfig:
     knobs: WorkloadKnobs = field(default_factory=WorkloadKnobs)
     engine: EngineConfig = field(default_factory=EngineConfig)
     params: dict[str, float] = field(default_factory=dict)
+    # --- SPEX
+    mode: str = "baseline"
+    t1: bool = True  # intra-query speculation
+    t2: bool = True  # softmax budget across queries (else an even split)
+    early_stop: EarlyStop = field(default_factory=EarlyStop)  # T3
+    max_amplification: float | None = None
+    k_total: int | None = None  # static concurrency cap; None: the live roofline pool
+    tpot_slack: float = 0.10  # speculation may grow a decode step by at most this fraction
+    temperature: float = 0.5  # τ of the T2 softmax
+    cache_nodes: int = 256
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
@@ -49,6 +74,16 @@ class BenchConfig:
                 raise ValueError(f"{name}: must be at least 1, not {getattr(self, name)}")
         if self.reward not in ("prm", "logprob"):
             raise ValueError(f"reward: must be 'prm' or 'logprob', not {self.reward!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES}, not {self.mode!r}")
+        if self.max_amplification is not None and self.max_amplification < 1:
+            raise ValueError(f"max_amplification: must be at least 1, not {self.max_amplification}")
+        if self.k_total is not None and self.k_total < 1:
+            raise ValueError(f"k_total: must be at least 1, not {self.k_total}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature: must be positive, not {self.temperature}")
+        if self.early_stop.alpha <= 0:
+            raise ValueError(f"early_stop_alpha: must be positive, not {self.early_stop.alpha}")
         parse_profile(self.profile)
         parse_profile(self.reward_profile_name)
         # Build one algorithm to check its parameters (unknown names fail here, by name).
@@ -58,6 +93,10 @@ class BenchConfig:
     @property
     def reward_profile_name(self) -> str:
         return self.reward_profile or f"Llemma-7B@{self.profile.partition('@')[2]}"
+
+    @property
+    def speculating(self) -> bool:
+        return self.mode == "spex" and self.t1
 
 
 @dataclass
@@ -69,6 +108,16 @@ class QueryRecord:
     nodes: int
     tokens: int
     digest: str
+    early_stopped: bool
+
+
+@dataclass
+class SpecTotals:
+    issued: int = 0
+    adopted: int = 0
+    cancelled: int = 0
+    evicted: int = 0
+    tokens_consumed: int = 0  # speculative tokens the searches used
 
 
 @dataclass
@@ -79,8 +128,25 @@ class BenchResult:
     wall_s: float
     gen: SimEngine
     prm: SimEngine | None
-    tpots_s: list[float]
+    tpots_s: list[float]  # primary jobs only
     level_batches: list[tuple[int, float, float]]  # (width, first-quarter batch, last-quarter batch)
+    tokens_all: int  # every token the generator produced, cancelled jobs' partial output included
+    spec_tokens: int  # tokens of speculative jobs (completed or cancelled)
+    cancel_latencies_s: list[float]
+    spec: SpecTotals
+    pool_peak: int  # the largest speculative pool T2 divided
+
+
+@dataclass
+class _Job:
+    query_id: str
+    node_id: str
+    job_id: str
+    path: list[str]
+    primary: bool
+    prompt_tokens: int = 0
+    cancelled_s: float | None = None
+    promoted: bool = False  # a speculative job the search adopted (not a primary for TPOT)
 
 
 class _Run:
@@ -94,9 +160,12 @@ class _Run:
             max_step_tokens=cfg.knobs.step_token_cap,
             params=dict(cfg.params),
         )
+        self.spec_policy = SpecPolicy(cfg.speculating, cfg.cache_nodes, cfg.max_amplification)
         style = ALGORITHMS[cfg.algorithm].family
         self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, style)
-        self.gen = SimEngine(parse_profile(cfg.profile), cfg.engine)
+        profile = parse_profile(cfg.profile)
+        self.profile = profile
+        self.gen = SimEngine(profile, cfg.engine)
         self.gen.trace = [] if cfg.batch_size == 1 else None
         self.prm = SimEngine(parse_profile(cfg.reward_profile_name)) if cfg.reward == "prm" else None
         self.specs = [self.workload.query(i) for i in range(cfg.questions)]
@@ -106,12 +175,22 @@ class _Run:
         self.tpots: list[float] = []
         self.on_finish = on_finish
         self.needs: list[tuple[int, float, float]] = []  # (width, issued, last generated), B = 1
+        self.jobs: dict[str, _Job] = {}  # generator rid -> job
+        self.score_paths: dict[str, list[str]] = {}  # reward rid -> node path
+        self.primary_in_flight = 0
+        self.primary_ctx = 0  # summed prompt tokens of primary jobs in flight
+        self.pool_peak = 0
+        self.tokens_all = 0
+        self.spec_tokens = 0
+        self.cancel_latencies: list[float] = []
+        self.spec = SpecTotals()
 
     def run(self) -> BenchResult:
         wall0 = time.perf_counter()
         now = 0.0
         for _ in range(min(self.cfg.batch_size, self.cfg.questions)):
             self._start_query(now)
+        self._rebudget(now)
         engines = [e for e in (self.gen, self.prm) if e is not None]
         while self.machines:
             times = [t for t in (e.next_event_s() for e in engines) if t is not None]
@@ -123,7 +202,11 @@ class _Run:
                 done.extend((i, c) for c in engine.advance_to(now))
             done.sort(key=lambda item: (item[1].time_s, item[0], item[1].rid))
             for i, completion in done:
-                self._on_completion(engines[i] is self.gen, completion, now)
+                if engines[i] is self.gen:
+                    self._on_generated(completion, now)
+                else:
+                    self._on_scored(completion, now)
+            self._rebudget(now)
         return BenchResult(
             config=self.cfg,
             records=[self.records[s.query_id] for s in self.specs],
@@ -133,81 +216,180 @@ class _Run:
             prm=self.prm,
             tpots_s=self.tpots,
             level_batches=self._level_batches(),
+            tokens_all=self.tokens_all,
+            spec_tokens=self.spec_tokens,
+            cancel_latencies_s=self.cancel_latencies,
+            spec=self.spec,
+            pool_peak=self.pool_peak,
         )
 
     # ------------------------------------------------------------------ queries
     def _start_query(self, now: float) -> None:
         spec = self.specs[self.next_query]
         self.next_query += 1
-        machine = QueryMachine(spec.query_id, spec.prompt_tokens, self.config, self.cfg.seed, self.cfg.reward)
+        machine = QueryMachine(
+            spec.query_id,
+            spec.prompt_tokens,
+            self.config,
+            self.cfg.seed,
+            self.cfg.reward,
+            spec=self.spec_policy,
+            early_stop=self.cfg.early_stop,
+        )
         self.machines[spec.query_id] = machine
         self._execute(spec, machine.start(now), now)
 
     def _spec(self, query_id: str) -> QuerySpec:
         return self.specs[int(query_id[1:])]
 
-    def _on_completion(self, from_gen: bool, c: Completion, now: float) -> None:
-        kind, query_id, node_id = c.rid.split(":")
+    def _on_generated(self, c: Completion, now: float) -> None:
+        job = self.jobs.pop(c.rid)
+        self.tokens_all += c.generated
+        if job.primary:
+            self.primary_in_flight -= 1
+            self.primary_ctx -= job.prompt_tokens
+        if job.primary and not job.promoted:
+            if c.tpot_s is not None:
+                self.tpots.append(c.tpot_s)
+        else:
+            self.spec_tokens += c.generated
+        if c.reason == "abort":
+            if job.cancelled_s is not None:
+                self.cancel_latencies.append(c.time_s - job.cancelled_s)
+            return
+        machine = self.machines.get(job.query_id)
+        if machine is None:
+            return
+        spec = self._spec(job.query_id)
+        gen = self.workload.generate(spec, job.path)
+        if self.gen.trace is not None and self.needs:
+            width, issued, _ = self.needs[-1]
+            self.needs[-1] = (width, issued, now)
+        commands = machine.on_generated(
+            job.job_id, job.node_id, gen.text, c.generated, gen.finish_reason, gen.mean_logprob, now
+        )
+        self._execute(spec, commands, now)
+
+    def _on_scored(self, c: Completion, now: float) -> None:
+        path = self.score_paths.pop(c.rid)
+        query_id = c.rid.split(":")[1]
         machine = self.machines.get(query_id)
         if machine is None:
             return
         spec = self._spec(query_id)
-        node = machine.tree.nodes[node_id]
-        path = [n.id for n in node.path()]
-        if from_gen:
-            gen = self.workload.generate(spec, path)
-            if c.tpot_s is not None:
-                self.tpots.append(c.tpot_s)
-            if self.gen.trace is not None and self.needs:
-                width, issued, _ = self.needs[-1]
-                self.needs[-1] = (width, issued, now)
-            commands = machine.on_generated(
-                node_id, gen.text, c.generated, gen.finish_reason, gen.mean_logprob, now
-            )
-        else:
-            commands = machine.on_scored(node_id, self.workload.prm_reward(spec, path), now)
-        self._execute(spec, commands, now)
+        self._execute(spec, machine.on_scored(path[-1], self.workload.prm_reward(spec, path), now), now)
 
     def _execute(self, spec: QuerySpec, commands: list[Command], now: float) -> None:
         qid = spec.query_id
         generates = 0
         for cmd in commands:
             if isinstance(cmd, GenerateCommand):
-                generates += 1
                 path = [n.id for n in cmd.node.path()]
-                gen = self.workload.generate(spec, path)
-                tokens = min(gen.tokens, cmd.max_new_tokens)
-                self.gen.submit(
-                    SimRequest(
-                        f"g:{qid}:{cmd.node.id}",
-                        cmd.prompt,
-                        cmd.node.id,
-                        tokens,
-                        cmd.max_new_tokens,
-                        cmd.priority,
-                    ),
-                    now,
-                )
+                rid = f"g:{qid}:{cmd.job_id}"
+                primary = cmd.priority == PRIMARY
+                prompt_tokens = sum(t for _, t in cmd.prompt)
+                self.jobs[rid] = _Job(qid, cmd.node.id, cmd.job_id, path, primary, prompt_tokens)
+                if primary:
+                    generates += 1
+                    self.primary_in_flight += 1
+                    self.primary_ctx += prompt_tokens
+                tokens = min(self.workload.generate(spec, path).tokens, cmd.max_new_tokens)
+                request = SimRequest(rid, cmd.prompt, cmd.node.id, tokens, cmd.max_new_tokens, cmd.priority)
+                self.gen.submit(request, now)
             elif isinstance(cmd, ScoreCommand):
                 if self.prm is None:
                     raise RuntimeError("score command without a reward engine")
-                self.prm.submit(SimRequest(f"s:{qid}:{cmd.node.id}", cmd.prompt, cmd.node.id + "/s", 0), now)
+                rid = f"s:{qid}:{cmd.node.id}"
+                if rid in self.score_paths:
+                    continue
+                self.score_paths[rid] = [n.id for n in cmd.node.path()]
+                self.prm.submit(
+                    SimRequest(rid, cmd.prompt, cmd.node.id + "/s", 0, priority=cmd.priority), now
+                )
+            elif isinstance(cmd, CancelCommand):
+                rid = f"g:{qid}:{cmd.job_id}"
+                job = self.jobs.get(rid)
+                if job is not None and job.cancelled_s is None:
+                    job.cancelled_s = now
+                    for c in self.gen.abort(rid, now):
+                        self._on_generated(c, now)
+            elif isinstance(cmd, PromoteCommand):
+                rid = f"g:{qid}:{cmd.job_id}"
+                self.gen.promote(rid, now)
+                job = self.jobs.get(rid)
+                if job is not None and not job.primary:  # the search waits on it now
+                    job.primary = True
+                    self.primary_in_flight += 1
+                    self.primary_ctx += job.prompt_tokens
+                    job.promoted = True
             elif isinstance(cmd, FinishCommand):
                 self._finish(qid, now)
         if generates and self.gen.trace is not None:
             self.needs.append((generates, now, now))
 
+    def _pool(self) -> int:
+        """Speculative jobs the generator can take now (see `spare_concurrency`)."""
+        if self.cfg.k_total is not None:
+            return max(0, self.cfg.k_total - self.primary_in_flight)
+        contexts = [m.context_tokens for m in self.machines.values()]
+        spec_ctx = sum(contexts) / len(contexts)
+        pool = spare_concurrency(
+            self.profile.decode_step_s,
+            self.primary_in_flight,
+            self.primary_ctx,
+            spec_ctx,
+            self.cfg.tpot_slack,
+        )
+        # KV headroom: a speculative job may hold up to max_new_tokens of fresh KV; never let
+        # speculation push the pool past KV_HEADROOM of capacity (primary jobs would queue).
+        held = self.gen.used_tokens - self.gen.cache.evictable_tokens
+        headroom = int(KV_HEADROOM * self.gen.capacity_tokens) - held
+        spec_held = sum(1 for j in self.jobs.values() if not j.primary) * self.config.max_step_tokens
+        return min(pool, max(0, (headroom + spec_held) // self.config.max_step_tokens))
+
+    def _rebudget(self, now: float) -> None:
+        """T2: divide the speculative pool among the queries."""
+        if not self.cfg.speculating or not self.machines:
+            return
+        pool = self._pool()
+        self.pool_peak = max(self.pool_peak, pool)
+        kv = self.profile.model.kv_bytes_per_token
+        demands = [
+            Demand(
+                qid,
+                m.spec_candidates(pool),
+                hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued),
+                m.context_tokens * kv,
+            )
+            for qid, m in self.machines.items()
+        ]
+        if self.cfg.t2:
+            shares = allocate(demands, pool, self.profile.model.resident_bytes, self.cfg.temperature)
+        else:
+            shares = even_split(demands, pool)
+        for qid, machine in list(self.machines.items()):
+            commands = machine.on_budget(shares[qid], now)
+            if commands:
+                self._execute(self._spec(qid), commands, now)
+
     def _finish(self, query_id: str, now: float) -> None:
         machine = self.machines.pop(query_id)
         spec = self._spec(query_id)
+        st = machine.stats
+        self.spec.issued += st.spec_issued
+        self.spec.adopted += st.spec_adopted
+        self.spec.cancelled += st.spec_cancelled
+        self.spec.evicted += st.spec_evicted
+        self.spec.tokens_consumed += st.spec_tokens_consumed
         self.records[query_id] = QueryRecord(
             query_id=query_id,
             answer=machine.answer,
             correct=machine.answer == spec.reference_answer,
             latency_s=now - machine.started_s,
             nodes=len(machine.tree) - 1,
-            tokens=machine.stats.tokens_generated,
+            tokens=st.tokens_generated,
             digest=digest(machine.tree.digest(), machine.answer),
+            early_stopped=machine.early_stopped,
         )
         if self.on_finish is not None:
             self.on_finish(len(self.records))

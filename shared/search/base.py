@@ -12,10 +12,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import dataclass, field, fields, replace
+from typing import Protocol
 
-from shared.tree import Node, Tree
+from shared.tree import EXPAND, Node, Tree
 
-__all__ = ["ALGORITHMS", "Need", "Program", "SearchAlgorithm", "SearchConfig", "make_algorithm"]
+__all__ = ["ALGORITHMS", "Need", "Program", "SearchAlgorithm", "SearchConfig", "SpecView", "make_algorithm"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,20 @@ class SearchConfig:
     params: dict[str, float] = field(default_factory=dict)  # algorithm-specific overrides
 
 
+class SpecView(Protocol):
+    """What a prediction hook may see: the tree plus speculative nodes.
+
+    `child` returns the tree's node if the search already created it, else a speculative
+    handle with the same identity (never added to the tree). Handles whose results are known
+    have `generated` (and `reward`) filled in, like tree nodes."""
+
+    def child(self, parent: Node, index: int, action: str = EXPAND) -> Node: ...
+
+    def busy(self, node: Node) -> bool:
+        """A generation of this node is in flight."""
+        ...
+
+
 class SearchAlgorithm(ABC):
     name: str
     family: str  # "bfs" | "dfs"
@@ -53,6 +68,16 @@ class SearchAlgorithm(ABC):
     @property
     def answer_selection(self) -> str:
         return self.config.answer_selection or self.default_selection
+
+    # --- speculation hooks (T1). They read the algorithm's state and never change it.
+    def predict(self, view: SpecView, k: int) -> list[Node]:
+        """Up to `k` nodes the search will likely ask for next, most likely first; each is
+        neither generated nor in flight."""
+        return []
+
+    def spec_alive(self, node: Node) -> bool:
+        """False once the search can no longer ask for speculative node `node`."""
+        return True
 
 
 def apply_params(defaults: object, params: dict[str, float]) -> object:

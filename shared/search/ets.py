@@ -141,11 +141,18 @@ class Ets(LevelSearch):
     def __init__(self, tree: Tree, config: SearchConfig, embed: Embedder = trigram_embedder) -> None:
         super().__init__(tree, config)
         self.embed = embed
+        self._memo: dict[tuple[tuple[str, ...], int], list[int]] = {}  # speculation asks often
+
+    def widths(self, candidates: list[Node], remaining: int) -> list[int]:
+        key = (tuple(n.id for n in candidates), remaining)
+        if key not in self._memo:
+            self._memo[key] = self._solve(candidates, remaining)
+        return list(self._memo[key])
 
     def make_params(self, config: SearchConfig) -> EtsParams:  # type: ignore[override]
         return apply_params(EtsParams(), config.params)  # type: ignore[return-value]
 
-    def widths(self, candidates: list[Node], remaining: int) -> list[int]:
+    def _solve(self, candidates: list[Node], remaining: int) -> list[int]:
         p: EtsParams = self.params  # type: ignore[assignment]
         rewards = [n.reward or 0.0 for n in candidates]
         alloc = ceil_softmax_widths(rewards, remaining, p.softmax_temperature)

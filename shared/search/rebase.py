@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from shared.search.base import Need, Program, SearchAlgorithm, SearchConfig, apply_params, register
+from shared.search.base import Need, Program, SearchAlgorithm, SearchConfig, SpecView, apply_params, register
 from shared.tree import Node, Tree
 
 __all__ = ["Rebase", "RebaseParams", "ceil_softmax_widths"]
@@ -30,6 +30,10 @@ class RebaseParams:
     softmax_temperature: float = 0.2  # T_b (hype-parameters/rebase.yaml)
     max_depth: int = 25
     max_tokens: int = 1024  # cumulative generated tokens on a path
+    # Speculation (SPEX `bfs_async.py`): provisional width = ceil(scale · finished candidates),
+    # looking `spec_lookahead` levels ahead, shallow levels first.
+    spec_scale: float = 1.2
+    spec_lookahead: int = 3
 
 
 def ceil_softmax_widths(rewards: Sequence[float], width: int, temperature: float) -> list[int]:
@@ -65,6 +69,8 @@ class LevelSearch(SearchAlgorithm):
     def __init__(self, tree: Tree, config: SearchConfig) -> None:
         super().__init__(tree, config)
         self.params = self.make_params(config)
+        self.pending: list[Node] = []  # the level being generated
+        self.pending_remaining = 0  # the width budget that level was given
 
     def make_params(self, config: SearchConfig) -> RebaseParams:
         return apply_params(RebaseParams(), config.params)  # type: ignore[return-value]
@@ -92,13 +98,44 @@ class LevelSearch(SearchAlgorithm):
             children: list[Node] = []
             for node, k in zip(candidates, self.widths(candidates, remaining), strict=True):
                 children.extend(self.tree.child(node, i) for i in range(k))
+            self.pending, self.pending_remaining = children, remaining
             yield Need(children, scored=True)
             level = children
+        self.pending = []
         return solutions
 
-    # --- used by speculation (issue 3) and tests: the level policy without side effects
-    def level_widths(self, candidates: list[Node], remaining: int) -> list[int]:
-        return self.widths(candidates, remaining)
+    def predict(self, view: SpecView, k: int) -> list[Node]:
+        """Expand the finished-and-scored nodes of the pending level early, with provisional
+        widths from the algorithm's own policy (paper §4.2 BFS; `bfs_async.py` `spec_all`):
+        width budget ceil(spec_scale · |finished candidates|), split by `widths`; then the
+        same over the speculative children already scored, `spec_lookahead` levels deep."""
+        out: list[Node] = []
+        frontier, remaining = self.pending, self.pending_remaining
+        for _ in range(self.params.spec_lookahead):
+            done = [n for n in frontier if n.generated and n.scored]
+            candidates = [n for n in done if not self.finished(n)]
+            remaining -= len(done) - len(candidates)
+            if remaining <= 0 or not candidates:
+                break
+            total = min(remaining, math.ceil(self.params.spec_scale * len(candidates)))
+            nxt: list[Node] = []
+            for node, k_i in zip(candidates, self.widths(candidates, total), strict=True):
+                nxt.extend(view.child(node, i) for i in range(k_i))
+            out.extend(n for n in nxt if not n.generated and not view.busy(n))
+            if len(out) >= k:
+                break
+            frontier = nxt
+        return out[:k]
+
+    def spec_alive(self, node: Node) -> bool:
+        """A speculative node lives while its nearest tree ancestor's children are undecided:
+        that ancestor is in the pending level (or deeper, as a speculative chain)."""
+        if not self.pending:
+            return False
+        anc = node.parent
+        while anc is not None and anc.id not in self.tree.nodes:
+            anc = anc.parent
+        return anc is not None and anc.depth >= self.pending[0].depth
 
 
 @register

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.ids import derived_int
-from shared.search.base import Need, Program, SearchAlgorithm, SearchConfig, apply_params, register
+from shared.search.base import Need, Program, SearchAlgorithm, SearchConfig, SpecView, apply_params, register
 from shared.search.mcts import argmax_tiebreak, uct_rstar
 from shared.tree import Node, Tree
 
@@ -46,42 +46,46 @@ class Rstar(SearchAlgorithm):
         self.params: RstarParams = apply_params(RstarParams(), config.params)  # type: ignore[assignment]
         self.visits: dict[str, int] = {}  # N per node id
         self.value: dict[str, float] = {}  # Q (summed reward) per node id
+        self.rollout = 0  # the rollout in progress
+        self.path: list[Node] = [tree.root]  # its path so far
+        self._tag: dict[str, int] = {}  # speculative node -> the simulated rollout that made it
 
     def is_leaf(self, node: Node) -> bool:
         return node.terminal or node.depth >= self.params.max_depth
 
-    def unfilled(self, node: Node) -> list[int]:
-        have = {c.index for c in node.kids()}
-        return [i for i in range(self.params.branch) if i not in have]
+    def choose(
+        self, node: Node, rollout: int, kids: list[Node], visits: dict[str, int], value: dict[str, float]
+    ) -> tuple[int | None, Node | None]:
+        """One selection step below `node` given its existing children `kids`: a random free
+        slot to generate (first), or else the UCT-best child. Pure: the search and its
+        speculative simulation both call it, on the real or on copied statistics."""
+        have = {c.index for c in kids}
+        free = [i for i in range(self.params.branch) if i not in have]
+        if free:
+            return free[derived_int(len(free), self.tree.seed, self.tree.query_id, node.id, rollout)], None
+        n_parent, c = visits.get(node.id, 0), self.params.exploration
 
-    def uct(self, node: Node) -> float:
-        parent = node.parent
-        assert parent is not None
-        return uct_rstar(
-            self.value.get(node.id, 0.0),
-            self.visits.get(node.id, 0),
-            self.visits.get(parent.id, 0),
-            self.params.exploration,
-        )
+        def uct(child: Node) -> float:
+            return uct_rstar(value.get(child.id, 0.0), visits.get(child.id, 0), n_parent, c)
+
+        return None, argmax_tiebreak(kids, uct, self.tree.seed, self.tree.query_id, node.id, rollout, "uct")
 
     def step(self, node: Node, rollout: int) -> tuple[Node, bool]:
         """The next node of rollout `rollout` below `node`; True if it must be generated."""
-        free = self.unfilled(node)
-        if free:
-            pick = free[derived_int(len(free), self.tree.seed, self.tree.query_id, node.id, rollout)]
-            return self.tree.child(node, pick), True
-        key = (self.tree.seed, self.tree.query_id, node.id, rollout, "uct")
-        return argmax_tiebreak(node.kids(), self.uct, *key), False
+        slot, child = self.choose(node, rollout, node.kids(), self.visits, self.value)
+        if slot is not None:
+            return self.tree.child(node, slot), True
+        assert child is not None
+        return child, False
 
     def backpropagate(self, path: list[Node], reward: float) -> None:
-        for node in path:
-            self.visits[node.id] = self.visits.get(node.id, 0) + 1
-            self.value[node.id] = self.value.get(node.id, 0.0) + reward
+        _add_visit(self.visits, self.value, path, reward)
 
     def run(self) -> Program:
         solutions: list[Node] = []
         for rollout in range(self.config.target):
             node, path = self.tree.root, [self.tree.root]
+            self.rollout, self.path = rollout, path
             while not self.is_leaf(node):
                 node, new = self.step(node, rollout)
                 if new:
@@ -94,4 +98,56 @@ class Rstar(SearchAlgorithm):
                 if node not in solutions:
                     solutions.append(node)
             self.backpropagate(path, reward)
+        self.rollout = self.config.target
         return solutions
+
+    def predict(self, view: SpecView, k: int) -> list[Node]:
+        """Simulate the next rollouts on a copy of the statistics (paper Algorithm 1):
+        the rollout in progress counts as one visit; each simulated rollout descends with
+        `choose`, through speculative nodes already generated, and stops at the first node
+        that does not exist yet (a prediction, which then counts as visited), at a node in
+        flight (skipped), or at a leaf, whose reward is folded in when known."""
+        visits, value = dict(self.visits), dict(self.value)
+        _add_visit(visits, value, self.path, 0.0)
+        out: list[Node] = []
+        for rollout in range(self.rollout + 1, self.config.target):
+            if len(out) >= k:
+                break
+            node, path = self.tree.root, [self.tree.root]
+            while True:
+                if self.is_leaf(node):
+                    reward = (node.reward or 0.0) if node.terminal and node.scored else 0.0
+                    _add_visit(visits, value, path, reward)
+                    break
+                kids = self._kids(view, node, rollout)
+                slot, child = self.choose(node, rollout, kids, visits, value)
+                nxt = view.child(node, slot) if slot is not None else child
+                assert nxt is not None
+                self._tag.setdefault(nxt.id, rollout)
+                path.append(nxt)
+                if nxt.generated:
+                    node = nxt
+                    continue
+                if not view.busy(nxt):
+                    out.append(nxt)
+                _add_visit(visits, value, path, 0.0)
+                break
+        return out
+
+    def _kids(self, view: SpecView, node: Node, rollout: int) -> list[Node]:
+        """Children that exist when rollout `rollout` reaches `node`: the tree's, plus the
+        speculative ones an earlier simulated rollout created."""
+        kids = node.kids()
+        have = {c.index for c in kids}
+        for i in range(self.params.branch):
+            if i not in have:
+                h = view.child(node, i)
+                if h.parent is not None and self._tag.get(h.id, rollout) < rollout:
+                    kids.append(h)
+        return kids
+
+
+def _add_visit(visits: dict[str, int], value: dict[str, float], path: list[Node], reward: float) -> None:
+    for node in path:
+        visits[node.id] = visits.get(node.id, 0) + 1
+        value[node.id] = value.get(node.id, 0.0) + reward

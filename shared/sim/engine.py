@@ -29,6 +29,7 @@ PRIMARY, SPECULATIVE = 0, 1
 @dataclass(frozen=True)
 class EngineConfig:
     max_running: int = 256  # --max-running-requests
+    mixed_chunk: bool = True  # --enable-mixed-chunk: extend and decode share one step
     new_token_ratio: float = 0.3  # share of max_new_tokens reserved per running request
     chunked_prefill_tokens: int | None = None  # None: SGLang's automatic size for the GPU
 
@@ -113,7 +114,7 @@ class EngineStats:
 
 @dataclass
 class _Step:
-    kind: str  # "prefill" | "decode"
+    kind: str  # "prefill" | "decode" | "mixed" (both in one step)
     start_s: float
     ends_s: list[float]  # end of each planned step (decode runs several)
     flops: list[float]
@@ -180,6 +181,15 @@ class SimEngine:
         self._interrupt(now_s)
         return []
 
+    def promote(self, rid: str, now_s: float, priority: int = PRIMARY) -> None:
+        """Raise a request's priority; a waiting one is admitted sooner. (A running request
+        keeps its slot either way; priority then only decides who is retracted first.)"""
+        req = self._by_rid.get(rid)
+        if req is not None and req.priority > priority:
+            req.priority = priority
+            if req in self._waiting:
+                self._interrupt(now_s)
+
     def next_event_s(self) -> float | None:
         """End of the next planned step, or None when the engine has nothing to do."""
         if self._current is None:
@@ -214,9 +224,16 @@ class SimEngine:
 
     def _plan(self, start_s: float) -> _Step | None:
         prefill = self._plan_prefill(start_s)
-        if prefill is not None:
+        if prefill is None:
+            return self._plan_decode(start_s)
+        decoding = [r for r in self._running if self._decoding(r)] if self.config.mixed_chunk else []
+        if not decoding or self._free_tokens() < len(decoding):
             return prefill
-        return self._plan_decode(start_s)
+        ctx = sum(r.prompt_tokens + r.generated for r in decoding)
+        work = [(n, r.prefilled) for r, n in prefill.chunks]
+        dur = self.profile.mixed_step_s(len(decoding), ctx, work)
+        flops = self.profile.prefill_flops(work) + self.profile.decode_flops(len(decoding), ctx)
+        return _Step("mixed", start_s, [start_s + dur], [flops], decoding, prefill.chunks)
 
     def _reserved_tokens(self) -> int:
         ratio = self.config.new_token_ratio
@@ -266,7 +283,7 @@ class SimEngine:
             self._admit(req, start_s)
         work = [(n, r.prefilled) for r, n in chunks]
         dur = self.profile.prefill_step_s(work)
-        flops = 2.0 * self.profile.model.matmul_params * sum(n for n, _ in work)
+        flops = self.profile.prefill_flops(work)
         return _Step("prefill", start_s, [start_s + dur], [flops], [r for r, _ in chunks], chunks)
 
     def _admit(self, req: SimRequest, now_s: float) -> None:
@@ -341,7 +358,7 @@ class SimEngine:
         self.stats.busy_s += dur
         self.stats.flops += sum(step.flops)
         out: list[Completion] = []
-        if step.kind == "prefill":
+        if step.kind != "decode":
             self.stats.prefill_steps += 1
             for req, n in step.chunks:
                 req.prefilled += n
@@ -356,18 +373,17 @@ class SimEngine:
                     if req.first_token_s is None:
                         req.first_token_s = step.end_s
                     out.extend(self._grow(req, 1, step))  # extend emits a token
-            self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.used_tokens)
-            return out
-        steps = len(step.ends_s)
-        self.stats.decode_steps += steps
-        self.stats.decode_s += dur
-        self.stats.batch_time += dur * len(step.batch)
-        self.stats.tokens_decoded += steps * len(step.batch)
-        if self.trace is not None:
-            self.trace.append((step.start_s, step.end_s, len(step.batch)))
-        self._ensure_free(steps * len(step.batch))
-        for req in step.batch:
-            out.extend(self._grow(req, steps, step))
+        if step.kind != "prefill":
+            steps = len(step.ends_s)
+            self.stats.decode_steps += steps
+            self.stats.decode_s += dur
+            self.stats.batch_time += dur * len(step.batch)
+            self.stats.tokens_decoded += steps * len(step.batch)
+            if self.trace is not None:
+                self.trace.append((step.start_s, step.end_s, len(step.batch)))
+            self._ensure_free(steps * len(step.batch))
+            for req in step.batch:
+                out.extend(self._grow(req, steps, step))
         self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.used_tokens)
         return out
 

@@ -167,14 +167,24 @@ class Profile:
 
     def prefill_step_s(self, chunks: list[tuple[int, int]]) -> float:
         """One extend step; `chunks` holds (new_tokens, prefix_tokens) per request."""
-        if not chunks:
+        return self.mixed_step_s(0, 0.0, chunks)
+
+    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: list[tuple[int, int]]) -> float:
+        """One step that decodes `batch` sequences (contexts summing to `ctx_sum`) and extends
+        `chunks` (SGLang's --enable-mixed-chunk): the weights are read once for both."""
+        if batch <= 0 and not chunks:
             return 0.0
-        new = sum(n for n, _ in chunks)
         prefix = sum(p for _, p in chunks)
-        flops = 2.0 * self.model.matmul_params * new + sum(
+        flops = self.prefill_flops(chunks) + (self.decode_flops(batch, ctx_sum) if batch else 0.0)
+        return self.overhead_s(batch + len(chunks)) + max(
+            self.memory_s(ctx_sum + prefix), self.compute_s(flops)
+        )
+
+    def prefill_flops(self, chunks: list[tuple[int, int]]) -> float:
+        new = sum(n for n, _ in chunks)
+        return 2.0 * self.model.matmul_params * new + sum(
             self.attention_flops(n, p + n / 2) for n, p in chunks
         )
-        return self.overhead_s(len(chunks)) + max(self.memory_s(prefix), self.compute_s(flops))
 
     def knee_batch(self, ctx: int = 512, slack: float = 0.5) -> int:
         """Largest decode batch whose step costs at most (1 + slack) × the batch-1 step at

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from shared.coordinator import FinishCommand, GenerateCommand, QueryMachine, ScoreCommand
+from shared.coordinator import GenerateCommand, QueryMachine, ScoreCommand
 from shared.search import ALGORITHMS, SearchConfig
 from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
@@ -24,12 +24,18 @@ def run_query(algorithm, target, seed, order_seed=None, reward="prm", query=3):
     steps = 0
     while not machine.done:
         cmd = pending.pop(rng.randrange(len(pending)) if order_seed is not None else 0)
-        path = [n.id for n in cmd.node.path()] if not isinstance(cmd, FinishCommand) else []
+        path = [n.id for n in cmd.node.path()] if isinstance(cmd, GenerateCommand | ScoreCommand) else []
         steps += 1
         if isinstance(cmd, GenerateCommand):
             gen = workload.generate(spec, path)
             pending += machine.on_generated(
-                cmd.node.id, gen.text, gen.tokens, gen.finish_reason, gen.mean_logprob, float(steps)
+                cmd.job_id,
+                cmd.node.id,
+                gen.text,
+                gen.tokens,
+                gen.finish_reason,
+                gen.mean_logprob,
+                float(steps),
             )
         elif isinstance(cmd, ScoreCommand):
             pending += machine.on_scored(cmd.node.id, workload.prm_reward(spec, path), float(steps))
@@ -55,6 +61,6 @@ def test_duplicate_results_are_ignored():
     machine = run_query("rebase", 4, 0)
     node = next(n for n in machine.tree if n.parent is not None)
     before = machine.tree.digest()
-    assert machine.on_generated(node.id, "other text", 5, "stop", -1.0, 99.0) == []
+    assert machine.on_generated(node.id + ".0", node.id, "other text", 5, "stop", -1.0, 99.0) == []
     assert machine.on_scored(node.id, 0.0, 99.0) == []
     assert machine.tree.digest() == before

@@ -1,0 +1,126 @@
+"""T2 — the inter-query speculative budget.
+
+The pool comes from the engine's roofline (`spare_concurrency`): how many sequences can join
+the primary jobs' decode batch before a step costs more than (1 + slack) × what the primary
+jobs alone cost. Below the knee, extra sequences ride almost free (the step reads the weights
+once whatever the batch); above it every sequence's KV reads, then the FLOPs, add up. With a
+static `k_total` instead, the pool is what the primary jobs leave of it.
+
+The paper's Eq. 1–2 survive only as images and its released code uses one global cap, so the
+score is ours (paper §4.3 names its inputs). For query q with C_q distinct speculative branches
+available now, online hit rate P_q, model weight bytes S_w and reusable prefix KV bytes S_KV(q):
+
+    u_q = P_q · (S_w + S_KV(q)) / S_w
+
+— the expected useful work of one more branch, higher when the branch reuses more resident KV
+(it skips that prefill) — and the pool is split in proportion to softmax(u_q / τ), each share
+capped by C_q. Every query with C_q > 0 first gets `floor` branches (no active query starves
+while the pool allows); what a cap leaves unused is redistributed by the same weights, so the
+shares add up to min(pool, Σ C_q).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Demand", "allocate", "even_split", "hit_rate_estimate", "spare_concurrency", "utility"]
+
+
+@dataclass(frozen=True)
+class Demand:
+    query_id: str
+    candidates: int  # C_q
+    hit_rate: float  # P_q
+    prefix_kv_bytes: float  # S_KV(q)
+
+
+def spare_concurrency(
+    step_s: Callable[[int, float], float],
+    primary: int,
+    primary_ctx: float,
+    spec_ctx: float,
+    slack: float,
+    limit: int = 1024,
+) -> int:
+    """Largest n with step(primary + n) ≤ (1 + slack) · step(primary), where `step_s(batch,
+    ctx_sum)` is the engine's decode step model, `primary_ctx` the primary jobs' summed
+    context and `spec_ctx` one speculative job's context."""
+    if primary == 0:
+        base = step_s(1, spec_ctx)
+        primary_ctx, primary = 0.0, 0
+    else:
+        base = step_s(primary, primary_ctx)
+    budget = (1 + slack) * base
+    lo, hi = 0, limit  # step time grows with n: binary search the last n within budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if step_s(primary + mid, primary_ctx + mid * spec_ctx) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def hit_rate_estimate(adopted: int, issued: int) -> float:
+    """P_q measured online: adopted / issued speculative jobs, with a Laplace prior of 1/2."""
+    return (adopted + 1) / (issued + 2)
+
+
+def utility(d: Demand, weight_bytes: float) -> float:
+    return d.hit_rate * (weight_bytes + d.prefix_kv_bytes) / weight_bytes
+
+
+def allocate(
+    demands: Sequence[Demand], pool: int, weight_bytes: float, temperature: float = 0.5, floor: int = 1
+) -> dict[str, int]:
+    """Speculative share per query (see the module docstring)."""
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    shares = {d.query_id: 0 for d in demands}
+    active = [d for d in demands if d.candidates > 0]
+    if pool <= 0 or not active:
+        return shares
+    u = {d.query_id: utility(d, weight_bytes) for d in active}
+    top = max(u.values())
+    w = {q: math.exp((v - top) / temperature) for q, v in u.items()}
+    order = sorted(active, key=lambda d: (-u[d.query_id], d.query_id))
+    left = pool
+    for d in order:  # the floor, best utility first when the pool is short
+        give = min(floor, d.candidates, left)
+        shares[d.query_id] += give
+        left -= give
+    while left > 0:
+        open_ = [d for d in order if shares[d.query_id] < d.candidates]
+        if not open_:
+            break
+        total_w = sum(w[d.query_id] for d in open_)
+        given = 0
+        for d in open_:
+            want = int(left * w[d.query_id] / total_w)
+            give = min(want, d.candidates - shares[d.query_id])
+            shares[d.query_id] += give
+            given += give
+        left -= given
+        if given == 0:  # every fair part rounds to zero: the heaviest open query takes one
+            best = max(open_, key=lambda d: (w[d.query_id], -order.index(d)))
+            shares[best.query_id] += 1
+            left -= 1
+    return shares
+
+
+def even_split(demands: Sequence[Demand], pool: int) -> dict[str, int]:
+    """Without T2: the pool split evenly among queries that can use it, capped by C_q (a
+    coordinator's static local share)."""
+    shares = {d.query_id: 0 for d in demands}
+    active = [d for d in demands if d.candidates > 0]
+    left = max(0, pool)
+    while left > 0:
+        open_ = [d for d in active if shares[d.query_id] < d.candidates]
+        if not open_:
+            break
+        for d in open_[:left]:
+            shares[d.query_id] += 1
+            left -= 1
+    return shares
