@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from rich.console import Console
@@ -14,6 +15,7 @@ from rich.table import Table
 from shared.search.base import ALGORITHMS
 from shared.sim.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
 from shared.sim.workload import knob_table, load_knobs
+from shared.spec.early_stop import EarlyStop
 
 __all__ = ["main"]
 
@@ -56,6 +58,19 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="override a knob")
     b.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="algorithm parameter")
     b.add_argument("--json", default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
+    b.add_argument("--mode", choices=["baseline", "spex", "compare"], default="baseline")
+    b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
+    b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")
+    b.add_argument("--early-stop", action="store_true", help="T3: stop a search once its answer is settled")
+    b.add_argument("--early-stop-alpha", type=float, default=0.5, help="T3 margin scale α")
+    b.add_argument("--early-stop-min", type=int, default=None, help="T3 minimum answers t (default N/4)")
+    b.add_argument("--max-amplification", type=float, default=None, help="cap on generated/consumed tokens")
+    b.add_argument("--k-total", type=int, default=None, help="static concurrency cap (default: roofline)")
+    b.add_argument("--tpot-slack", type=float, default=0.10, help="decode-step growth speculation may cause")
+    b.add_argument("--temperature", type=float, default=0.5, help="T2 softmax temperature τ")
+    b.add_argument("--grid", action="store_true", help="run the paper's main figure and ablations")
+    b.add_argument("--grid-questions", type=int, default=32, help="questions per grid cell")
+    b.add_argument("--grid-out", default="docs", help="where the grid writes results and plots")
     b.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     b.add_argument("--list-knobs", action="store_true", help="print the workload knobs and exit")
     b.add_argument("--quiet", action="store_true", help="no progress bar or table")
@@ -82,8 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace, console: Console) -> int:
-    from shared.results import summarize, write_json
-    from shared.vtime import BenchConfig, run_bench
+    from shared.results import compare, summarize, write_json
+    from shared.vtime import BenchConfig
 
     if args.list_profiles:
         table = Table("profile", "KV pool (tokens)", "bs-1 step (ms)", "knee batch")
@@ -102,6 +117,11 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
             table.add_row(name, str(value), doc)
         console.print(table)
         return 0
+    if args.grid:
+        from bench.grid import run_grid
+
+        return run_grid(args.grid_questions, args.grid_out, args.seed, console)
+    mode = "spex" if args.mode == "compare" else args.mode
     cfg = BenchConfig(
         algorithm=args.algorithm,
         target=args.target,
@@ -114,54 +134,79 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         answer_selection=args.answer_selection,
         knobs=load_knobs(args.workload, args.set),
         params=_key_values(args.param, "--param"),
+        mode=mode,
+        t1=not args.no_t1,
+        t2=not args.no_t2,
+        early_stop=EarlyStop(args.early_stop, args.early_stop_alpha, args.early_stop_min),
+        max_amplification=args.max_amplification,
+        k_total=args.k_total,
+        tpot_slack=args.tpot_slack,
+        temperature=args.temperature,
     )
     cfg.validate()
-    if args.quiet:
-        result = run_bench(cfg)
-    else:
-        columns = (
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task(f"{cfg.algorithm}-{cfg.target} B={cfg.batch_size}", total=cfg.questions)
-            result = run_bench(cfg, on_finish=lambda n: progress.update(task, completed=n))
-    summary = summarize(result)
+    runs = [replace(cfg, mode="baseline"), cfg] if args.mode == "compare" else [cfg]
+    summaries = [summarize(_run(c, console, args.quiet)) for c in runs]
+    summary = compare(*summaries) if args.mode == "compare" else summaries[0]
     write_json(summary, args.json)
     if not args.quiet:
-        console.print(_summary_table(summary))
+        console.print(_summary_table(summaries))
         console.print(f"results: {args.json}")
     return 0
 
 
-def _summary_table(s: dict[str, Any]) -> Table:
+def _run(cfg: Any, console: Console, quiet: bool) -> Any:
+    from shared.vtime import run_bench
+
+    if quiet:
+        return run_bench(cfg)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        label = f"{cfg.mode} {cfg.algorithm}-{cfg.target} B={cfg.batch_size}"
+        task = progress.add_task(label, total=cfg.questions)
+        return run_bench(cfg, on_finish=lambda n: progress.update(task, completed=n))
+
+
+ROWS: list[tuple[str, str, str]] = [
+    ("throughput (questions/min)", "throughput_qpm", "{:.2f}"),
+    ("accuracy", "accuracy", "{:.3f}"),
+    ("latency p50 (s)", "latency_p50_s", "{:.1f}"),
+    ("latency p99 (s)", "latency_p99_s", "{:.1f}"),
+    ("tokens in final trees", "tokens_generated", "{:,}"),
+    ("tokens generated in all", "tokens_all", "{:,}"),
+    ("mean running batch", "mean_batch", "{:.2f}"),
+    ("utilization (of roofline)", "utilization", "{:.3f}"),
+    ("prefix-cache hit rate", "prefix_cache_hit_rate", "{:.3f}"),
+    ("primary TPOT (ms)", "primary_tpot_ms", "{:.1f}"),
+    ("peak KV (tokens)", "peak_kv_tokens", "{:,}"),
+    ("speculative hit rate", "hit_rate", "{:.3f}"),
+    ("speculative consumption rate", "consumption_rate", "{:.3f}"),
+    ("cancel latency p50 (s)", "cancel_latency_p50_s", "{:.3f}"),
+    ("virtual time (s)", "makespan_s", "{:.0f}"),
+    ("wall time (s)", "wall_s", "{:.2f}"),
+    ("trees digest", "trees_digest", "{}"),
+]
+
+
+def _summary_table(summaries: list[dict[str, Any]]) -> Table:
+    s = summaries[-1]
     title = f"{s['algorithm']}-{s['target']}, B={s['batch_size']}, {s['questions']} questions, {s['profile']}"
-    table = Table("metric", "value", title=title)
-    rows = [
-        ("throughput (questions/min)", f"{s['throughput_qpm']:.2f}"),
-        ("accuracy", f"{s['accuracy']:.3f}"),
-        ("latency p50 / p99 (s)", f"{s['latency_p50_s']:.1f} / {s['latency_p99_s']:.1f}"),
-        ("tokens generated", f"{s['tokens_generated']:,}"),
-        ("mean running batch", f"{s['mean_batch']:.2f}"),
-        ("utilization (of roofline)", f"{s['utilization']:.3f}"),
-        ("prefix-cache hit rate", f"{s['prefix_cache_hit_rate']:.3f}"),
-        ("primary TPOT (ms)", f"{s['primary_tpot_ms']:.1f}"),
-        ("peak KV (tokens)", f"{s['peak_kv_tokens']:,} of {s['kv_capacity_tokens']:,}"),
-        ("virtual time / wall time", f"{s['makespan_s']:.0f} s / {s['wall_s']:.2f} s"),
-        ("trees digest", s["trees_digest"]),
-    ]
+    table = Table("metric", *(x["mode"] for x in summaries), title=title)
+    for label, key, fmt in ROWS:
+        cells = [fmt.format(x[key]) if x.get(key) is not None else "—" for x in summaries]
+        if any(c != "—" for c in cells):
+            table.add_row(label, *cells)
     if s.get("level_batch_first_quarter") is not None:
-        rows.insert(
-            5,
-            (
-                "BFS level batch, first / last quarter",
-                f"{s['level_batch_first_quarter']:.1f} / {s['level_batch_last_quarter']:.1f}",
-            ),
-        )
-    for row in rows:
-        table.add_row(*row)
+        cells = [
+            f"{x['level_batch_first_quarter']:.1f} / {x['level_batch_last_quarter']:.1f}" for x in summaries
+        ]
+        table.add_row("BFS level batch, first / last quarter", *cells)
+    if len(summaries) == 2:
+        base, spex = summaries
+        lossless = base["trees_digest"] == spex["trees_digest"] and base["answers"] == spex["answers"]
+        table.add_section()
+        table.add_row("speedup", "", f"{spex['throughput_qpm'] / base['throughput_qpm']:.2f}×")
+        table.add_row("compute amplification", "", f"{spex['tokens_all'] / base['tokens_all']:.2f}")
+        table.add_row("same trees and answers", "", "yes" if lossless else "no")
     return table
 
 

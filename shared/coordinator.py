@@ -114,6 +114,7 @@ class QueryStats:
     spec_evicted: int = 0
     spec_tokens: int = 0  # tokens of completed speculative jobs
     spec_tokens_consumed: int = 0  # of those, tokens of jobs the search adopted
+    spec_by_distance: dict[int, list[int]] = field(default_factory=dict)  # distance -> [issued, adopted]
 
 
 @dataclass
@@ -121,6 +122,7 @@ class _Job:
     job_id: str
     spec: bool
     adopted: bool = False
+    distance: int = 0  # how far ahead the prediction reached (algorithm-defined)
 
 
 @dataclass
@@ -157,6 +159,7 @@ class QueryMachine:
         self._scoring: set[str] = set()
         self._handles: dict[str, Node] = {}  # speculative nodes, insertion-ordered
         self._answers_seen = 0
+        self._distance: dict[str, int] = {}  # generated speculative node -> its distance
         self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
 
     # ------------------------------------------------------------------ the SpecView
@@ -205,6 +208,8 @@ class QueryMachine:
         if job is None or job.job_id != job_id or self.done:
             return []  # stale (cancelled or superseded) or duplicate: the first result wins
         del self._jobs[node_id]
+        if job.spec and not job.adopted:
+            self._distance[node_id] = job.distance
         real = node_id in self._requested
         node = self.tree.nodes[node_id] if real else self._handles.get(node_id)
         if node is None:
@@ -238,6 +243,10 @@ class QueryMachine:
         self._scored(node, reward)
         return self._resume(now_s) + self._housekeeping(now_s)
 
+    def on_cancelled(self, tokens: int) -> None:
+        """A cancelled speculative job stopped after `tokens` tokens (all of them waste)."""
+        self.stats.spec_tokens += tokens
+
     def on_budget(self, share: int, now_s: float) -> list[Command]:
         self.share = share
         return self._housekeeping(now_s)
@@ -267,7 +276,7 @@ class QueryMachine:
         handle = self._handles.pop(node.id, None)
         job = self._jobs.get(node.id)
         if handle is not None and handle.generated:
-            self.stats.spec_adopted += 1
+            self._count_hit(self._distance.pop(node.id, 0))
             self.stats.spec_tokens_consumed += handle.tokens
             self._fill(node, handle.text, handle.tokens, handle.finish_reason, handle.mean_logprob)
             self.stats.nodes_generated += 1
@@ -280,15 +289,22 @@ class QueryMachine:
         self._unscored.add(node.id)
         if job is not None:
             job.adopted = True
-            self.stats.spec_adopted += 1
+            self._count_hit(job.distance)
             commands.append(PromoteCommand(job.job_id))
             return
         commands.append(self._generate(node, PRIMARY))
+
+    def _count_hit(self, distance: int) -> None:
+        self.stats.spec_adopted += 1
+        self.stats.spec_by_distance[distance][1] += 1
 
     def _generate(self, node: Node, priority: int) -> GenerateCommand:
         attempt = self._attempts.get(node.id, 0)
         self._attempts[node.id] = attempt + 1
         job = _Job(f"{node.id}.{attempt}", spec=priority == SPECULATIVE)
+        if job.spec:
+            job.distance = self.algorithm.spec_distance(node)
+            self.stats.spec_by_distance.setdefault(job.distance, [0, 0])[0] += 1
         self._jobs[node.id] = job
         assert node.parent is not None and node.parent.generated
         return GenerateCommand(
@@ -362,21 +378,28 @@ class QueryMachine:
             del self._handles[handle.id]
             self.stats.spec_evicted += 1
         free = self.share - self.spec_in_flight
-        if free > 0 and not self._over_amplification():
+        if free > 0:
             for node in self.algorithm.predict(self, free):
                 if node.id in self._jobs or node.generated:
                     continue
+                if self._over_amplification():
+                    break
                 self.stats.spec_issued += 1
                 commands.append(self._generate(node, SPECULATIVE))
         return commands
 
     def _over_amplification(self) -> bool:
+        """Would one more speculative job push generated/consumed tokens past the cap, if every
+        speculative job in flight (and the new one) turned out to be waste?"""
         cap = self.spec.max_amplification
         if cap is None:
             return False
+        nodes = self.stats.nodes_generated
+        mean_job = self.stats.tokens_generated / nodes if nodes else self.config.max_step_tokens / 2
         consumed = max(1, self.stats.tokens_generated)
         wasted = self.stats.spec_tokens - self.stats.spec_tokens_consumed
-        return (consumed + wasted) / consumed > cap
+        projected = consumed + wasted + (self.spec_in_flight + 1) * mean_job
+        return projected / consumed > cap
 
 
 def _logprob_reward(mean_logprob: float) -> float:

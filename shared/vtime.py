@@ -118,6 +118,7 @@ class SpecTotals:
     cancelled: int = 0
     evicted: int = 0
     tokens_consumed: int = 0  # speculative tokens the searches used
+    by_distance: dict[int, list[int]] = field(default_factory=dict)  # distance -> [issued, adopted]
 
 
 @dataclass
@@ -253,11 +254,13 @@ class _Run:
                 self.tpots.append(c.tpot_s)
         else:
             self.spec_tokens += c.generated
+        machine = self.machines.get(job.query_id)
         if c.reason == "abort":
             if job.cancelled_s is not None:
                 self.cancel_latencies.append(c.time_s - job.cancelled_s)
+            if machine is not None:
+                machine.on_cancelled(c.generated)
             return
-        machine = self.machines.get(job.query_id)
         if machine is None:
             return
         spec = self._spec(job.query_id)
@@ -381,6 +384,10 @@ class _Run:
         self.spec.cancelled += st.spec_cancelled
         self.spec.evicted += st.spec_evicted
         self.spec.tokens_consumed += st.spec_tokens_consumed
+        for d, (n, a) in st.spec_by_distance.items():
+            row = self.spec.by_distance.setdefault(d, [0, 0])
+            row[0] += n
+            row[1] += a
         self.records[query_id] = QueryRecord(
             query_id=query_id,
             answer=machine.answer,

@@ -79,6 +79,11 @@ class SearchAlgorithm(ABC):
         """False once the search can no longer ask for speculative node `node`."""
         return True
 
+    def spec_distance(self, node: Node) -> int:
+        """How far ahead a prediction reaches, for hit-rate-by-distance reports (BFS: the
+        node's depth)."""
+        return node.depth
+
 
 def apply_params(defaults: object, params: dict[str, float]) -> object:
     """Override dataclass `defaults` with `params`, rejecting unknown names."""

@@ -56,6 +56,7 @@ class Rest(SearchAlgorithm):
         self.expanded: set[str] = set()
         self.round = 0  # the round in progress
         self.current: Node | None = None  # the node it selected
+        self._tag: dict[str, int] = {}  # speculative node -> the simulated round that wanted it
 
     def select(
         self,
@@ -143,6 +144,10 @@ class Rest(SearchAlgorithm):
             self.visits[start.id] = self.visits.get(start.id, 0) + 1
         return []
 
+    def spec_distance(self, node: Node) -> int:
+        """Rounds between the one in progress and the simulated one that predicted `node`."""
+        return self._tag.get(node.id, self.round) - self.round
+
     def best_child(self, kids: list[Node], value: dict[str, float]) -> Node:
         return max(kids, key=lambda k: (value.get(k.id, 0.0), -k.index))
 
@@ -154,8 +159,11 @@ class Rest(SearchAlgorithm):
         the simulation, since the next selection depends on their values."""
         p, out = self.params, []
 
+        sim_round = self.round
+
         def want(n: Node) -> None:
             if not n.generated and not view.busy(n) and n not in out:
+                self._tag.setdefault(n.id, sim_round)
                 out.append(n)
 
         cur = self.current
@@ -175,6 +183,7 @@ class Rest(SearchAlgorithm):
         for round_ in range(self.round + 1, self.config.target):
             if len(out) >= k:
                 break
+            sim_round = round_
             node = self.select(round_, visits, value, expanded, kids)
             if node.terminal or node.depth >= p.max_depth:
                 self.backpropagate(node, visits, value, expanded, kids)

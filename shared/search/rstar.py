@@ -134,6 +134,10 @@ class Rstar(SearchAlgorithm):
                 break
         return out
 
+    def spec_distance(self, node: Node) -> int:
+        """Rollouts between the one in progress and the simulated one that predicted `node`."""
+        return self._tag.get(node.id, self.rollout) - self.rollout
+
     def _kids(self, view: SpecView, node: Node, rollout: int) -> list[Node]:
         """Children that exist when rollout `rollout` reaches `node`: the tree's, plus the
         speculative ones an earlier simulated rollout created."""

@@ -83,30 +83,33 @@ def allocate(
     if pool <= 0 or not active:
         return shares
     u = {d.query_id: utility(d, weight_bytes) for d in active}
-    top = max(u.values())
-    w = {q: math.exp((v - top) / temperature) for q, v in u.items()}
     order = sorted(active, key=lambda d: (-u[d.query_id], d.query_id))
     left = pool
     for d in order:  # the floor, best utility first when the pool is short
         give = min(floor, d.candidates, left)
         shares[d.query_id] += give
         left -= give
-    while left > 0:
-        open_ = [d for d in order if shares[d.query_id] < d.candidates]
-        if not open_:
-            break
-        total_w = sum(w[d.query_id] for d in open_)
-        given = 0
+    open_ = [d for d in order if shares[d.query_id] < d.candidates]
+    while left > 0 and open_:
+        top_open = max(u[d.query_id] for d in open_)  # re-centre: capped leaders leave no underflow
+        w = {d.query_id: math.exp((u[d.query_id] - top_open) / temperature) for d in open_}
+        total_w = sum(w.values())
+        quota = {d.query_id: left * w[d.query_id] / total_w for d in open_}
+        full = [d for d in open_ if quota[d.query_id] >= d.candidates - shares[d.query_id]]
+        if full:  # capped queries take their cap; the rest is re-divided among the others
+            for d in full:
+                left -= d.candidates - shares[d.query_id]
+                shares[d.query_id] = d.candidates
+            open_ = [d for d in open_ if d not in full]
+            continue
+        # Largest-remainder apportionment of what is left.
         for d in open_:
-            want = int(left * w[d.query_id] / total_w)
-            give = min(want, d.candidates - shares[d.query_id])
-            shares[d.query_id] += give
-            given += give
-        left -= given
-        if given == 0:  # every fair part rounds to zero: the heaviest open query takes one
-            best = max(open_, key=lambda d: (w[d.query_id], -order.index(d)))
-            shares[best.query_id] += 1
-            left -= 1
+            shares[d.query_id] += int(quota[d.query_id])
+        rest = left - sum(int(quota[d.query_id]) for d in open_)
+        by_remainder = sorted(open_, key=lambda d: (-(quota[d.query_id] % 1), order.index(d)))
+        for d in by_remainder[:rest]:
+            shares[d.query_id] += 1
+        left = 0
     return shares
 
 

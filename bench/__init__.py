@@ -1,0 +1,1 @@
+"""Benchmarks that compare SPEX with the baseline side by side (`spex bench --grid`)."""

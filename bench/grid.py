@@ -1,0 +1,201 @@
+"""The paper's main figure on the simulator, with ablations and hit-rate curves.
+
+Every cell runs the baseline and SPEX on the same workload and seeds, in one process, and
+checks what the cell promises: with T3 off the trees and answers equal the baseline's
+(lossless), primary TPOT stays within 15% of the baseline's, and compute amplification is
+reported. Results go to `grid.json`, a Markdown table to `grid.md`, plots to PNG files.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from shared.results import compare, summarize
+from shared.spec.early_stop import EarlyStop
+from shared.vtime import BenchConfig, run_bench
+
+__all__ = ["run_grid"]
+
+ALGORITHMS = [
+    ("rstar", 5),
+    ("rstar", 10),
+    ("rest", 5),
+    ("rest", 10),
+    ("rebase", 8),
+    ("rebase", 16),
+    ("ets", 8),
+    ("ets", 16),
+]
+PROFILES = ["Llemma-7B@A6000", "Llemma-34B@A100-80GB"]
+BATCHES = [1, 2, 4, 8, 16]
+ABLATION = [("rstar", 10), ("rebase", 16)]
+ABLATION_BATCHES = [1, 8]
+TPOT_BOUND = 1.15
+
+
+def _strip(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k not in ("answers", "knobs", "params")}
+
+
+def _cell(base_cfg: BenchConfig, variants: list[tuple[str, BenchConfig]]) -> dict[str, Any]:
+    """Run one baseline and several SPEX variants of it; compare each with the baseline."""
+    base = summarize(run_bench(base_cfg))
+    out: dict[str, Any] = {"baseline": _strip(base)}
+    for name, cfg in variants:
+        rec = compare(base, summarize(run_bench(cfg)))
+        rec.pop("baseline")
+        rec["spex"] = _strip(rec["spex"])
+        out[name] = rec
+    return out
+
+
+def _jobs(questions: int, seed: int) -> list[tuple[str, BenchConfig, list[tuple[str, BenchConfig]]]]:
+    jobs = []
+    for profile in PROFILES:
+        for algorithm, target in ALGORITHMS:
+            for batch in BATCHES:
+                base = BenchConfig(
+                    algorithm=algorithm,
+                    target=target,
+                    batch_size=batch,
+                    questions=questions,
+                    seed=seed,
+                    profile=profile,
+                )
+                spex = replace(base, mode="spex")
+                variants = [("t3_off", spex), ("t3_on", replace(spex, early_stop=EarlyStop(enabled=True)))]
+                if profile == PROFILES[0] and (algorithm, target) in ABLATION and batch in ABLATION_BATCHES:
+                    variants.append(("t1_only", replace(spex, t2=False)))
+                jobs.append((f"{profile}|{algorithm}-{target}|{batch}", base, variants))
+    return jobs
+
+
+def run_grid(questions: int, out_dir: str, seed: int, console: Console) -> int:
+    started = time.perf_counter()
+    jobs = _jobs(questions, seed)
+    cells: dict[str, Any] = {}
+    columns = (TextColumn("[bold]grid"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with ProcessPoolExecutor(max_workers=2) as pool, Progress(*columns, console=console) as progress:
+        task = progress.add_task("grid", total=len(jobs))
+        futures = {key: pool.submit(_cell, base, variants) for key, base, variants in jobs}
+        for key, future in futures.items():
+            cells[key] = future.result()
+            progress.advance(task)
+    report = _report(cells, questions, seed, time.perf_counter() - started)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "grid.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    (out / "grid.md").write_text(_markdown(report))
+    from bench.plots import plot_all
+
+    plot_all(report, out)
+    console.print(_markdown_summary(report))
+    console.print(
+        f"grid: {len(jobs)} cells in {report['wall_s']:.0f} s; wrote {out}/grid.json, grid.md, *.png"
+    )
+    return 0 if report["all_lossless"] else 1
+
+
+def _report(cells: dict[str, Any], questions: int, seed: int, wall_s: float) -> dict[str, Any]:
+    rows = []
+    for key, cell in cells.items():
+        profile, algo, batch = key.split("|")
+        row: dict[str, Any] = {"profile": profile, "algorithm": algo, "batch_size": int(batch)}
+        for name in ("t3_off", "t3_on", "t1_only"):
+            if name in cell:
+                rec = cell[name]
+                row[name] = {
+                    k: rec[k]
+                    for k in (
+                        "speedup",
+                        "lossless",
+                        "tpot_ratio",
+                        "compute_amplification",
+                        "hit_rate",
+                        "consumption_rate",
+                        "accuracy_baseline",
+                        "accuracy_spex",
+                        "cancel_latency_p50_s",
+                        "latency_p50_s",
+                        "latency_p99_s",
+                        "latency_p50_s_baseline",
+                        "latency_p99_s_baseline",
+                        "peak_kv_tokens",
+                        "peak_kv_tokens_baseline",
+                    )
+                }
+                row[name]["hit_rate_by_distance"] = rec["spex"]["hit_rate_by_distance"]
+        row["baseline_qpm"] = cell["baseline"]["throughput_qpm"]
+        rows.append(row)
+    t3_off = [r["t3_off"] for r in rows]
+    worst_tpot = max(rows, key=lambda r: r["t3_off"]["tpot_ratio"])
+    return {
+        "questions": questions,
+        "seed": seed,
+        "wall_s": wall_s,
+        "all_lossless": all(c["lossless"] for c in t3_off),
+        "worst_tpot_ratio": worst_tpot["t3_off"]["tpot_ratio"],
+        "worst_tpot_cell": f"{worst_tpot['profile']} {worst_tpot['algorithm']} B={worst_tpot['batch_size']}",
+        "tpot_within_bound": all(c["tpot_ratio"] <= TPOT_BOUND for c in t3_off),
+        "max_amplification": max(c["compute_amplification"] for c in t3_off),
+        "rows": rows,
+    }
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"Speedup of SPEX over the same search without speculation (query throughput), {report['questions']} "
+        f"questions per cell, seed {report['seed']}. T3 off is lossless (same trees and answers: "
+        f"{'every cell' if report['all_lossless'] else 'NOT every cell'}); "
+        f"worst primary-TPOT ratio {report['worst_tpot_ratio']:.3f} ({report['worst_tpot_cell']}); "
+        f"largest compute amplification {report['max_amplification']:.2f}.",
+        "",
+    ]
+    for profile in PROFILES:
+        lines += [f"**{profile}** — speedup T3 off / T3 on (accuracy baseline → T3 on)", ""]
+        lines.append("| search | " + " | ".join(f"B={b}" for b in BATCHES) + " |")
+        lines.append("|---|" + "---|" * len(BATCHES))
+        for algorithm, target in ALGORITHMS:
+            cells = []
+            for b in BATCHES:
+                row = next(
+                    r
+                    for r in report["rows"]
+                    if r["profile"] == profile
+                    and r["algorithm"] == f"{algorithm}-{target}"
+                    and r["batch_size"] == b
+                )
+                off, on = row["t3_off"], row["t3_on"]
+                cells.append(
+                    f"{off['speedup']:.2f} / {on['speedup']:.2f} "
+                    f"({on['accuracy_baseline']:.2f}→{on['accuracy_spex']:.2f})"
+                )
+            lines.append(f"| {algorithm}-{target} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["**Ablation** (Llemma-7B@A6000): speedup with T1 only / T1+T2 / T1+T2+T3", ""]
+    lines.append("| search | B | T1 | T1+T2 | T1+T2+T3 |")
+    lines.append("|---|---|---|---|---|")
+    for algorithm, target in ABLATION:
+        for b in ABLATION_BATCHES:
+            row = next(
+                r
+                for r in report["rows"]
+                if r["profile"] == PROFILES[0]
+                and r["algorithm"] == f"{algorithm}-{target}"
+                and r["batch_size"] == b
+            )
+            speedups = [row[name]["speedup"] for name in ("t1_only", "t3_off", "t3_on")]
+            lines.append(f"| {algorithm}-{target} | {b} | " + " | ".join(f"{x:.2f}" for x in speedups) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_summary(report: dict[str, Any]) -> str:
+    return _markdown(report)
