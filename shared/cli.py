@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--model", required=True, choices=sorted(MODELS))
     pr.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     pr.add_argument("--contexts", default="128,512,1024,2048")
+    pr.add_argument("--slack", type=float, default=0.10, help="step growth that still counts as flat")
     return p
 
 
@@ -101,13 +102,15 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
     from shared.vtime import BenchConfig
 
     if args.list_profiles:
-        table = Table("profile", "KV pool (tokens)", "bs-1 step (ms)", "knee batch")
+        from shared.spec.budget import spare_concurrency
+
+        table = Table(
+            "profile", "KV tokens", "step ms", "k_total", caption="batch-1 step and k_total (+10%) at ctx 512"
+        )
         for p in list_profiles():
+            knee = 1 + spare_concurrency(p.decode_step_s, 1, 512, 512, 0.10)
             table.add_row(
-                p.name,
-                f"{p.kv_capacity_tokens:,}",
-                f"{p.decode_step_s(1, 512) * 1e3:.1f}",
-                str(p.knee_batch()),
+                p.name, f"{p.kv_capacity_tokens:,}", f"{p.decode_step_s(1, 512) * 1e3:.1f}", str(knee)
             )
         console.print(table)
         return 0
@@ -218,9 +221,15 @@ def _profile(args: argparse.Namespace, console: Console) -> int:
     for b in batches:
         table.add_row(str(b), *(f"{profile.decode_step_s(b, b * c) * 1e3:.1f}" for c in contexts))
     console.print(table)
+    from shared.sim.sweep import measure_knee
+
+    knees = ", ".join(f"ctx {c}: {measure_knee(profile, c, args.slack)}" for c in contexts)
     console.print(
-        f"KV pool {profile.kv_capacity_tokens:,} tokens; knee batch at ctx 512: {profile.knee_batch()}; "
+        f"KV pool {profile.kv_capacity_tokens:,} tokens; "
         f"calibration {profile.gpu.family}: {profile.gpu.calibration}"
+    )
+    console.print(
+        f"k_total (concurrency within +{args.slack:.0%} of the batch-1 step, measured by sweeping): {knees}"
     )
     return 0
 

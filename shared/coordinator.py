@@ -188,6 +188,21 @@ class QueryMachine:
             return 0
         return len(self.algorithm.predict(self, limit))
 
+    def waiting_on(self) -> tuple[str, list[str]] | None:
+        """What the search is blocked on now: ("generate", node ids) or ("score", node ids)."""
+        need = self._need
+        if self.done or need is None or self._program_done or self._satisfied(need):
+            return None
+        ungenerated = [n.id for n in need.nodes if not n.generated]
+        if ungenerated:
+            return "generate", ungenerated
+        return "score", [n.id for n in need.nodes if not n.scored]
+
+    def job_of(self, node_id: str) -> tuple[str, bool] | None:
+        """(job id, adopted from speculation) of the generation of `node_id` in flight."""
+        job = self._jobs.get(node_id)
+        return (job.job_id, job.spec) if job is not None else None
+
     # ------------------------------------------------------------------ events
     def start(self, now_s: float) -> list[Command]:
         self.started_s = now_s

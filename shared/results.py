@@ -75,6 +75,7 @@ def summarize(res: BenchResult) -> dict[str, Any]:
         },
         "cancel_latency_p50_s": _pct(res.cancel_latencies_s, 50) if res.cancel_latencies_s else None,
         "spec_pool_peak": res.pool_peak,
+        "critical_path_s_per_query": {k: v / len(recs) for k, v in asdict(res.critical_path).items()},
         "early_stopped_queries": sum(r.early_stopped for r in recs),
         "trees_digest": digest(*(r.digest for r in recs)),
         "wall_s": res.wall_s,

@@ -122,6 +122,19 @@ class SpecTotals:
 
 
 @dataclass
+class CriticalPath:
+    """Query-seconds the searches spent blocked, by what they waited for."""
+
+    generation_s: float = 0.0  # a primary generation running
+    adopted_s: float = 0.0  # a speculative generation the search adopted, still running
+    admission_s: float = 0.0  # a needed generation queued for an engine slot / KV
+    reward_s: float = 0.0  # a reward (PRM score) pending
+
+    def add(self, kind: str, dt: float) -> None:
+        setattr(self, kind, getattr(self, kind) + dt)
+
+
+@dataclass
 class BenchResult:
     config: BenchConfig
     records: list[QueryRecord]
@@ -135,6 +148,7 @@ class BenchResult:
     spec_tokens: int  # tokens of speculative jobs (completed or cancelled)
     cancel_latencies_s: list[float]
     spec: SpecTotals
+    critical_path: CriticalPath
     pool_peak: int  # the largest speculative pool T2 divided
 
 
@@ -185,6 +199,8 @@ class _Run:
         self.spec_tokens = 0
         self.cancel_latencies: list[float] = []
         self.spec = SpecTotals()
+        self.critical = CriticalPath()
+        self.last_t = 0.0
 
     def run(self) -> BenchResult:
         wall0 = time.perf_counter()
@@ -198,6 +214,7 @@ class _Run:
             if not times:
                 raise RuntimeError("simulation stalled: queries are waiting but no engine has work")
             now = min(times)
+            self._account(now)
             done: list[tuple[int, Completion]] = []
             for i, engine in enumerate(engines):
                 done.extend((i, c) for c in engine.advance_to(now))
@@ -221,6 +238,7 @@ class _Run:
             spec_tokens=self.spec_tokens,
             cancel_latencies_s=self.cancel_latencies,
             spec=self.spec,
+            critical_path=self.critical,
             pool_peak=self.pool_peak,
         )
 
@@ -349,6 +367,27 @@ class _Run:
         headroom = int(KV_HEADROOM * self.gen.capacity_tokens) - held
         spec_held = sum(1 for j in self.jobs.values() if not j.primary) * self.config.max_step_tokens
         return min(pool, max(0, (headroom + spec_held) // self.config.max_step_tokens))
+
+    def _account(self, now: float) -> None:
+        """Attribute [last event, now] of every active query to what it is blocked on."""
+        dt, self.last_t = now - self.last_t, now
+        if dt <= 0:
+            return
+        for qid, machine in self.machines.items():
+            blocked = machine.waiting_on()
+            if blocked is None:
+                continue
+            kind, node_ids = blocked
+            if kind == "score":
+                self.critical.add("reward_s", dt)
+                continue
+            jobs = [j for j in (machine.job_of(n) for n in node_ids) if j is not None]
+            if any(self.gen.is_waiting(f"g:{qid}:{job_id}") for job_id, _ in jobs):
+                self.critical.add("admission_s", dt)
+            elif jobs and all(spec for _, spec in jobs):
+                self.critical.add("adopted_s", dt)
+            else:
+                self.critical.add("generation_s", dt)
 
     def _rebudget(self, now: float) -> None:
         """T2: divide the speculative pool among the queries."""

@@ -155,6 +155,11 @@ class SimEngine:
     def used_tokens(self) -> int:
         return self.cache.total_tokens + sum(r.generated - r.committed for r in self._running)
 
+    def is_waiting(self, rid: str) -> bool:
+        """The request is queued for admission (not yet holding a slot)."""
+        req = self._by_rid.get(rid)
+        return req is not None and req in self._waiting
+
     def submit(self, req: SimRequest, now_s: float) -> None:
         if req.rid in self._by_rid:
             raise ValueError(f"duplicate request id {req.rid!r}")

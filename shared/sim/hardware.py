@@ -186,16 +186,6 @@ class Profile:
             self.attention_flops(n, p + n / 2) for n, p in chunks
         )
 
-    def knee_batch(self, ctx: int = 512, slack: float = 0.5) -> int:
-        """Largest decode batch whose step costs at most (1 + slack) × the batch-1 step at
-        context `ctx`: below this knee extra sequences ride almost free (weights are read
-        once per step); above it the step grows with KV reads or compute."""
-        base = self.decode_step_s(1, ctx)
-        batch = 1
-        while batch < 4096 and self.decode_step_s(batch + 1, ctx * (batch + 1)) <= (1 + slack) * base:
-            batch += 1
-        return batch
-
 
 def parse_profile(name: str) -> Profile:
     """`MODEL@GPU`, e.g. `Llemma-7B@A6000`; raises ValueError naming what is unknown."""
