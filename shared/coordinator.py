@@ -23,6 +23,7 @@ oldest dropped first.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from shared.ids import child_id, node_seed
@@ -178,15 +179,13 @@ class QueryMachine:
     def spec_in_flight(self) -> int:
         return sum(1 for j in self._jobs.values() if j.spec and not j.adopted)
 
-    def wants_speculation(self) -> bool:
-        """True when the algorithm could use more speculative jobs now (C_q > 0)."""
-        return self.spec.enabled and not self.done and bool(self.algorithm.predict(self, 1))
-
     def spec_candidates(self, limit: int) -> int:
-        """C_q: distinct speculative branches this query could issue now (up to `limit`)."""
+        """C_q: distinct speculative branches this query can use now — those in flight plus
+        the new ones its hook predicts (up to `limit` in all)."""
         if not self.spec.enabled or self.done:
             return 0
-        return len(self.algorithm.predict(self, limit))
+        running = self.spec_in_flight
+        return running + len(self.algorithm.predict(self, max(0, limit - running)))
 
     def waiting_on(self) -> tuple[str, list[str]] | None:
         """What the search is blocked on now: ("generate", node ids) or ("score", node ids)."""
@@ -263,6 +262,7 @@ class QueryMachine:
         self.stats.spec_tokens += tokens
 
     def on_budget(self, share: int, now_s: float) -> list[Command]:
+        """A new speculative share (jobs already in flight past it run to completion)."""
         self.share = share
         return self._housekeeping(now_s)
 
@@ -388,9 +388,11 @@ class QueryMachine:
                 self.stats.spec_cancelled += 1
                 commands.append(CancelCommand(job.job_id))
             del self._handles[node_id]
+            self._distance.pop(node_id, None)
         generated = [h for h in self._handles.values() if h.generated]
         for handle in generated[: max(0, len(generated) - self.spec.cache_nodes)]:
             del self._handles[handle.id]
+            self._distance.pop(handle.id, None)
             self.stats.spec_evicted += 1
         free = self.share - self.spec_in_flight
         if free > 0:
@@ -419,6 +421,4 @@ class QueryMachine:
 
 def _logprob_reward(mean_logprob: float) -> float:
     """The logprob reward: the geometric-mean token probability, in (0, 1]."""
-    import math
-
     return math.exp(min(0.0, mean_logprob))
