@@ -102,13 +102,13 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
     from shared.vtime import BenchConfig
 
     if args.list_profiles:
-        from shared.spec.budget import spare_concurrency
+        from shared.sim.hardware import spare_concurrency
 
         table = Table(
             "profile", "KV tokens", "step ms", "k_total", caption="batch-1 step and k_total (+10%) at ctx 512"
         )
         for p in list_profiles():
-            knee = 1 + spare_concurrency(p.decode_step_s, 1, 512, 512, 0.10)
+            knee = 1 + spare_concurrency(p, 1, 512, 512, 0.10)
             table.add_row(
                 p.name, f"{p.kv_capacity_tokens:,}", f"{p.decode_step_s(1, 512) * 1e3:.1f}", str(knee)
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shared.coordinator import (
     CancelCommand,
@@ -28,9 +28,9 @@ from shared.ids import digest
 from shared.search import SearchConfig, make_algorithm
 from shared.search.base import ALGORITHMS
 from shared.sim.engine import PRIMARY, Completion, EngineConfig, SimEngine, SimRequest
-from shared.sim.hardware import parse_profile
+from shared.sim.hardware import parse_profile, spare_concurrency
 from shared.sim.workload import QuerySpec, SyntheticWorkload, WorkloadKnobs
-from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate, spare_concurrency
+from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate
 from shared.spec.early_stop import EarlyStop
 from shared.tree import Tree
 
@@ -180,7 +180,9 @@ class _Run:
         self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, style)
         profile = parse_profile(cfg.profile)
         self.profile = profile
-        self.gen = SimEngine(profile, cfg.engine)
+        # The engine holds speculative decoding to the same roofline slack, step by step.
+        engine = replace(cfg.engine, spec_step_slack=cfg.tpot_slack) if cfg.speculating else cfg.engine
+        self.gen = SimEngine(profile, engine)
         self.gen.trace = [] if cfg.batch_size == 1 else None
         self.prm = SimEngine(parse_profile(cfg.reward_profile_name)) if cfg.reward == "prm" else None
         self.specs = [self.workload.query(i) for i in range(cfg.questions)]
@@ -355,7 +357,7 @@ class _Run:
         contexts = [m.context_tokens for m in self.machines.values()]
         spec_ctx = sum(contexts) / len(contexts)
         pool = spare_concurrency(
-            self.profile.decode_step_s,
+            self.profile,
             self.primary_in_flight,
             self.primary_ctx,
             spec_ctx,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.sim.hardware import Profile
+from shared.sim.hardware import Profile, spare_concurrency
 from shared.sim.radix import RadixCache, RadixNode, Segment
 
 __all__ = ["Completion", "EngineConfig", "EngineStats", "SimEngine", "SimRequest"]
@@ -30,6 +30,10 @@ PRIMARY, SPECULATIVE = 0, 1
 class EngineConfig:
     max_running: int = 256  # --max-running-requests
     mixed_chunk: bool = True  # --enable-mixed-chunk: extend and decode share one step
+    # Speculative (priority 1) sequences decode only while the step stays within (1 + slack) of
+    # what the primary sequences alone cost; the rest wait, holding their KV (priority
+    # preemption). None: no limit.
+    spec_step_slack: float | None = None
     new_token_ratio: float = 0.3  # share of max_new_tokens reserved per running request
     chunked_prefill_tokens: int | None = None  # None: SGLang's automatic size for the GPU
 
@@ -231,7 +235,7 @@ class SimEngine:
         prefill = self._plan_prefill(start_s)
         if prefill is None:
             return self._plan_decode(start_s)
-        decoding = [r for r in self._running if self._decoding(r)] if self.config.mixed_chunk else []
+        decoding = self._decode_batch() if self.config.mixed_chunk else []
         if not decoding or self._free_tokens() < len(decoding):
             return prefill
         ctx = sum(r.prompt_tokens + r.generated for r in decoding)
@@ -303,7 +307,7 @@ class SimEngine:
         self._running.append(req)
 
     def _plan_decode(self, start_s: float) -> _Step | None:
-        batch = [r for r in self._running if self._decoding(r)]
+        batch = self._decode_batch()
         if not batch:
             return None
         # KV for one token per sequence per step; retract when even one step does not fit.
@@ -325,6 +329,25 @@ class SimEngine:
             ends.append(t)
             flops.append(p.decode_flops(b, ctx))
         return _Step("decode", start_s, ends, flops, batch)
+
+    def _decode_batch(self) -> list[SimRequest]:
+        """Sequences that decode in the next step: every primary one, and speculative ones
+        while the roofline allows (an aborted one always gets its last step)."""
+        batch = [r for r in self._running if self._decoding(r)]
+        slack = self.config.spec_step_slack
+        if slack is None:
+            return batch
+        primary = [r for r in batch if r.priority == PRIMARY]
+        spec = [r for r in batch if r.priority != PRIMARY]
+        if not spec:
+            return batch
+        ctx = sum(r.prompt_tokens + r.generated for r in primary)
+        spec_ctx = sum(r.prompt_tokens + r.generated for r in spec) / len(spec)
+        room = spare_concurrency(self.profile, len(primary), ctx, spec_ctx, slack)
+        chosen = sorted(spec, key=lambda r: (not r.abort_requested, r.seq))[: max(room, 0)]
+        chosen += [r for r in spec if r.abort_requested and r not in chosen]
+        keep = set(map(id, primary + chosen))
+        return [r for r in batch if id(r) in keep]
 
     def _decoding(self, req: SimRequest) -> bool:
         return req.output_tokens > 0 and req.prefilled >= req.prefill_target

@@ -1,10 +1,9 @@
 """T2 — the inter-query speculative budget.
 
-The pool comes from the engine's roofline (`spare_concurrency`): how many sequences can join
-the primary jobs' decode batch before a step costs more than (1 + slack) × what the primary
-jobs alone cost. Below the knee, extra sequences ride almost free (the step reads the weights
-once whatever the batch); above it every sequence's KV reads, then the FLOPs, add up. With a
-static `k_total` instead, the pool is what the primary jobs leave of it.
+The pool comes from the engine's roofline (`shared.sim.hardware.spare_concurrency`): how many
+sequences can join the primary jobs' decode batch before a step costs more than (1 + slack) ×
+what the primary jobs alone cost. With a static `k_total` instead, the pool is what the
+primary jobs leave of it.
 
 The paper's Eq. 1–2 survive only as images and its released code uses one global cap, so the
 score is ours (paper §4.3 names its inputs). For query q with C_q distinct speculative branches
@@ -22,10 +21,10 @@ shares add up to min(pool, Σ C_q).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Demand", "allocate", "even_split", "hit_rate_estimate", "spare_concurrency", "utility"]
+__all__ = ["Demand", "allocate", "even_split", "hit_rate_estimate", "utility"]
 
 
 @dataclass(frozen=True)
@@ -34,33 +33,6 @@ class Demand:
     candidates: int  # C_q
     hit_rate: float  # P_q
     prefix_kv_bytes: float  # S_KV(q)
-
-
-def spare_concurrency(
-    step_s: Callable[[int, float], float],
-    primary: int,
-    primary_ctx: float,
-    spec_ctx: float,
-    slack: float,
-    limit: int = 1024,
-) -> int:
-    """Largest n with step(primary + n) ≤ (1 + slack) · step(primary), where `step_s(batch,
-    ctx_sum)` is the engine's decode step model, `primary_ctx` the primary jobs' summed
-    context and `spec_ctx` one speculative job's context."""
-    if primary == 0:
-        base = step_s(1, spec_ctx)
-        primary_ctx, primary = 0.0, 0
-    else:
-        base = step_s(primary, primary_ctx)
-    budget = (1 + slack) * base
-    lo, hi = 0, limit  # step time grows with n: binary search the last n within budget
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if step_s(primary + mid, primary_ctx + mid * spec_ctx) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def hit_rate_estimate(adopted: int, issued: int) -> float:

@@ -2,9 +2,8 @@
 
 import pytest
 
-from shared.sim.hardware import GPUS, MODELS, Profile
+from shared.sim.hardware import GPUS, MODELS, Profile, spare_concurrency
 from shared.sim.sweep import measure_knee
-from shared.spec.budget import spare_concurrency
 from tests.sim.conftest import req, run_all
 
 
@@ -41,5 +40,5 @@ def test_step_is_flat_below_the_knee_and_grows_above_it():
     assert p.decode_step_s(4 * knee, 4 * knee * 128) > 1.5 * p.decode_step_s(1, 128)
     # The sweep over the engine agrees with the step model it runs on (the sweep's contexts
     # grow while it decodes, so it finds a slightly smaller knee).
-    model_knee = 1 + spare_concurrency(p.decode_step_s, 1, 128, 128, 0.5)
+    model_knee = 1 + spare_concurrency(p, 1, 128, 128, 0.5)
     assert 0.85 * model_knee <= knee <= model_knee

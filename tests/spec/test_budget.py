@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from shared.sim.hardware import parse_profile
-from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate, spare_concurrency, utility
+from shared.sim.hardware import parse_profile, spare_concurrency
+from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate, utility
 
 W = 13.5e9  # Llemma-7B weight bytes
 
@@ -82,12 +82,10 @@ def test_spare_concurrency_is_the_last_batch_within_the_slack():
     p = parse_profile("Llemma-7B@A6000")
     for primary in (0, 1, 4, 16):
         ctx = primary * 500.0
-        n = spare_concurrency(p.decode_step_s, primary, ctx, 500.0, 0.10)
+        n = spare_concurrency(p, primary, ctx, 500.0, 0.10)
         base = p.decode_step_s(max(primary, 1), ctx if primary else 500.0)
         assert p.decode_step_s(primary + n, ctx + n * 500) <= 1.10 * base
         assert p.decode_step_s(primary + n + 1, ctx + (n + 1) * 500) > 1.10 * base
     # Weight-bound 34B leaves far more room than KV-heavy 7B MHA at the same slack.
     big = parse_profile("Llemma-34B@A100-80GB")
-    assert spare_concurrency(big.decode_step_s, 1, 500, 500, 0.1) > spare_concurrency(
-        p.decode_step_s, 1, 500, 500, 0.1
-    )
+    assert spare_concurrency(big, 1, 500, 500, 0.1) > spare_concurrency(p.decode_step_s, 1, 500, 500, 0.1)
