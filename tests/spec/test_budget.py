@@ -88,4 +88,4 @@ def test_spare_concurrency_is_the_last_batch_within_the_slack():
         assert p.decode_step_s(primary + n + 1, ctx + (n + 1) * 500) > 1.10 * base
     # Weight-bound 34B leaves far more room than KV-heavy 7B MHA at the same slack.
     big = parse_profile("Llemma-34B@A100-80GB")
-    assert spare_concurrency(big, 1, 500, 500, 0.1) > spare_concurrency(p.decode_step_s, 1, 500, 500, 0.1)
+    assert spare_concurrency(big, 1, 500, 500, 0.1) > spare_concurrency(p, 1, 500, 500, 0.1)
