@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
-	$(BIN)/spex bench --algorithm rebase --target 16 --batch-size 4 --questions 32
+	$(BIN)/spex bench --algorithm rstar --target 10 --batch-size 4 --questions 32 --mode compare
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

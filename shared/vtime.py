@@ -365,7 +365,7 @@ class _Run:
         )
         # KV headroom: a speculative job may hold up to max_new_tokens of fresh KV; never let
         # speculation push the pool past KV_HEADROOM of capacity (primary jobs would queue).
-        held = self.gen.used_tokens - self.gen.cache.evictable_tokens
+        held = self.gen.held_tokens
         headroom = int(KV_HEADROOM * self.gen.capacity_tokens) - held
         spec_held = sum(1 for j in self.jobs.values() if not j.primary) * self.config.max_step_tokens
         return min(pool, max(0, (headroom + spec_held) // self.config.max_step_tokens))

@@ -103,7 +103,7 @@ class EngineStats:
     tokens_decoded: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
-    peak_kv_tokens: int = 0
+    peak_kv_tokens: int = 0  # most KV held by admitted requests at once
     retractions: int = 0
     evicted_tokens: int = 0
 
@@ -158,6 +158,11 @@ class SimEngine:
     @property
     def used_tokens(self) -> int:
         return self.cache.total_tokens + sum(r.generated - r.committed for r in self._running)
+
+    @property
+    def held_tokens(self) -> int:
+        """KV held by admitted requests (SGLang's `num_used`: evictable cache excluded)."""
+        return self.used_tokens - self.cache.evictable_tokens
 
     def is_waiting(self, rid: str) -> bool:
         """The request is queued for admission (not yet holding a slot)."""
@@ -412,7 +417,7 @@ class SimEngine:
             self._ensure_free(steps * len(step.batch))
             for req in step.batch:
                 out.extend(self._grow(req, steps, step))
-        self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.used_tokens)
+        self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.held_tokens)
         return out
 
     def _grow(self, req: SimRequest, tokens: int, step: _Step) -> list[Completion]:
