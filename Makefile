@@ -20,3 +20,10 @@ lint: $(BIN)/.installed
 
 test: lint
 	$(BIN)/python -m pytest
+
+.PHONY: grid test-slow
+grid: $(BIN)/.installed
+	$(BIN)/spex bench --grid --grid-questions 64
+
+test-slow: $(BIN)/.installed
+	$(BIN)/python -m pytest -m slow

@@ -37,7 +37,7 @@ from shared.tree import Tree
 __all__ = ["BenchConfig", "BenchResult", "run_bench"]
 
 MODES = ("baseline", "spex")
-KV_HEADROOM = 0.8  # share of the KV pool speculation may bring into use
+KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,74 @@ def test_workload_file_is_read(tmp_path):
     res = _bench(tmp_path, "a.json", "--workload", str(f))
     assert res["knobs"]["dfs_step_tokens_max"] == 20
     assert res["tokens_generated"] == 20 * res["nodes_generated"]
+
+
+def test_compare_mode_reports_speedup_and_costs_side_by_side(tmp_path):
+    path = tmp_path / "c.json"
+    spex(
+        "bench",
+        "--algorithm",
+        "rstar",
+        "--target",
+        "5",
+        "--questions",
+        "4",
+        "--batch-size",
+        "2",
+        "--mode",
+        "compare",
+        "--json",
+        str(path),
+        "--quiet",
+    )
+    res = json.loads(path.read_text())
+    for field in (
+        "speedup",
+        "hit_rate",
+        "consumption_rate",
+        "tokens_wasted",
+        "compute_amplification",
+        "cancel_latency_p50_s",
+        "primary_tpot_ms",
+        "peak_kv_tokens",
+        "latency_p50_s",
+        "latency_p99_s",
+        "latency_p50_s_baseline",
+        "latency_p99_s_baseline",
+    ):
+        assert field in res
+    assert res["lossless"] and res["speedup"] > 1.0
+    assert res["baseline"]["mode"] == "baseline" and res["spex"]["mode"] == "spex"
+
+
+@pytest.mark.parametrize(("flags", "expect"), [(["--no-t1"], (False, True)), (["--no-t2"], (True, False))])
+def test_ablation_switches(tmp_path, flags, expect):
+    path = tmp_path / "s.json"
+    spex(
+        "bench",
+        "--algorithm",
+        "rstar",
+        "--target",
+        "5",
+        "--questions",
+        "2",
+        "--mode",
+        "spex",
+        "--json",
+        str(path),
+        "--quiet",
+        *flags,
+    )
+    res = json.loads(path.read_text())
+    assert (res["t1"], res["t2"]) == expect
+    if not res["t1"]:
+        assert res["spec_issued"] == 0
+
+
+@pytest.mark.slow
+def test_grid_runs_end_to_end(tmp_path):
+    proc = spex("bench", "--grid", "--grid-questions", "2", "--grid-out", str(tmp_path), check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "grid.json").read_text())
+    assert report["all_lossless"]
+    assert (tmp_path / "grid_speedup.png").stat().st_size > 10_000
