@@ -54,6 +54,7 @@ class SubmitQuestionRequest(Message, frozen=True):
     target: int = 16
     seed: int = 0
     mode: str = "baseline"  # "baseline" | "spex"
+    prompt_tokens: int = 0  # the question's length in tokens (0: estimated from the text)
 
 
 class GenerateRequest(Message, frozen=True):
@@ -71,6 +72,8 @@ class GenerateRequest(Message, frozen=True):
     temperature: float = 1.0
     stop: list[str] = []
     priority: int = PRIMARY
+    sim_seed: int = 0  # sim engine only: world seed of the synthetic workload
+    sim_style: str = "bfs"  # sim engine only: "dfs" | "bfs" step-length model
 
 
 class LogprobSummary(msgspec.Struct, frozen=True):
@@ -102,8 +105,9 @@ class ScoreRequest(Message, frozen=True):
     node_id: str
     prompt_node_ids: list[str]  # the path including the node to score
     prompt_tokens: list[int]
-    reward: str = "prm"  # "prm" | "logprob" | "sim"
+    reward: str = "prm"  # "prm" | "sim"
     priority: int = PRIMARY
+    sim_seed: int = 0  # sim scorer only: world seed of the synthetic workload
 
 
 class ScoreResult(Message, frozen=True):

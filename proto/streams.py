@@ -22,6 +22,7 @@ SCORE_JOBS = "score:jobs"
 BUDGET = "budget:updates"
 QUERY_STATS = "stats:queries"
 ANSWERS = "answers"
+GEN_CONTROL = "gen:control"  # cancellations, fanned out to every generator (no group)
 
 
 def gen_jobs(pool: str = "default") -> str:
@@ -45,6 +46,7 @@ def dead_letter(stream: str) -> str:
 STREAMS: dict[str, tuple[type[Message], ...]] = {
     INGRESS: (SubmitQuestionRequest,),
     "gen:jobs:": (GenerateRequest, CancelRequest),
+    GEN_CONTROL: (CancelRequest,),
     SCORE_JOBS: (ScoreRequest,),
     "{q:}:in": (GenerateResult, ScoreResult, BudgetUpdateEvent, CancelRequest),
     BUDGET: (BudgetUpdateEvent,),

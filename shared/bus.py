@@ -135,7 +135,9 @@ class Bus:
     async def reclaim(self, stream: str, group: str, min_idle_ms: int, count: int = 100) -> list[Delivery]:
         """Take over entries idle for `min_idle_ms` (their consumer stopped heartbeating);
         entries already delivered `max_deliveries` times go to the dead-letter stream."""
-        pending: Any = await self.r.xpending_range(stream, group, min="-", max="+", count=count, idle=min_idle_ms)
+        pending: Any = await self.r.xpending_range(
+            stream, group, min="-", max="+", count=count, idle=min_idle_ms
+        )
         out: list[Delivery] = []
         for p in pending:
             entry_id, deliveries = _s(p["message_id"]), int(p["times_delivered"])

@@ -140,6 +140,7 @@ class QueryMachine:
     stats: QueryStats = field(default_factory=QueryStats)
     done: bool = False
     early_stopped: bool = False
+    cancelled: bool = False
     answer: str | None = None
     solutions: list[Node] = field(default_factory=list)
     started_s: float = 0.0
@@ -260,6 +261,13 @@ class QueryMachine:
     def on_cancelled(self, tokens: int) -> None:
         """A cancelled speculative job stopped after `tokens` tokens (all of them waste)."""
         self.stats.spec_tokens += tokens
+
+    def cancel(self, now_s: float) -> list[Command]:
+        """The client cancelled the query: abort every job in flight, finish without an answer."""
+        if self.done:
+            return []
+        self.cancelled = True
+        return self._finish(now_s, None, early=False)
 
     def on_budget(self, share: int, now_s: float) -> list[Command]:
         """A new speculative share (jobs already in flight past it run to completion)."""

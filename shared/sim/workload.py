@@ -172,7 +172,10 @@ class SyntheticWorkload:
         self._on_track: dict[tuple[str, str], bool] = {}
 
     def query(self, index: int) -> QuerySpec:
-        qid = f"q{index:05d}"
+        return self.spec_for(f"q{index:05d}")
+
+    def spec_for(self, qid: str) -> QuerySpec:
+        """The synthetic question with id `qid` (any string)."""
         k = self.knobs
         span = k.question_tokens_max - k.question_tokens_min + 1
         tokens = k.question_tokens_min + derived_int(span, self.seed, qid, "qtokens")

@@ -1,0 +1,176 @@
+"""Generator worker (one per GPU): takes generation jobs up to its free engine slots, runs them
+on its engine concurrently, publishes results to the query's inbox, aborts on cancel,
+heartbeats long jobs and reclaims the jobs of a dead peer.
+
+Engine: `sim` — the simulated GPU in scaled real time (`SPEX_TIME_SCALE`), whose output is
+the synthetic workload's, so results equal the virtual-time benchmark's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+
+from proto import CancelRequest, GenerateRequest, GenerateResult
+from proto.messages import LogprobSummary
+from proto.streams import GEN_CONTROL, gen_jobs, query_inbox
+from shared.bus import Bus, Delivery
+from shared.service import run_service
+from shared.settings import Settings
+from shared.sim.engine import Completion, SimEngine, SimRequest
+from shared.sim.hardware import parse_profile
+from shared.sim.realtime import RealtimeEngine
+from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+
+__all__ = ["Generator", "cancel_key", "main"]
+
+GROUP = "gen"
+MAX_JOBS = 128  # engine slots this worker fills from the job stream
+
+
+def cancel_key(job_id: str) -> str:
+    return f"cancel:{job_id}"
+
+
+class Generator:
+    def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = "default") -> None:
+        self.bus = Bus(client, settings.consumer, settings.max_deliveries)
+        self.settings = settings
+        self.stream = gen_jobs(pool)
+        self.engine = RealtimeEngine(SimEngine(parse_profile(settings.profile)), settings.time_scale)
+        self.running: dict[str, tuple[Delivery, GenerateRequest]] = {}
+        self.log = structlog.get_logger().bind(service="generator", consumer=settings.consumer)
+        self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
+        self.done = 0
+        self.aborted = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"jobs_done": self.done, "jobs_aborted": self.aborted, "dead_lettered": self.bus.dead_lettered}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.bus.ensure_group(self.stream, GROUP)
+        tasks = [
+            self._intake(stop),
+            self.engine.run(self._on_complete, stop),
+            self._control(stop),
+            self._heartbeats(stop),
+        ]
+        await asyncio.gather(*tasks)
+
+    # ------------------------------------------------------------------ handlers
+    async def on_generate(self, d: Delivery) -> None:
+        req = d.message
+        assert isinstance(req, GenerateRequest)
+        if await self.bus.r.exists(cancel_key(req.job_id)):
+            await self.bus.ack(d, GROUP)  # cancelled while queued: never starts
+            self.aborted += 1
+            return
+        if req.job_id in self.running:  # our own pending entry, redelivered after a reconnect
+            return
+        workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
+        spec = workload.spec_for(req.query_id)
+        gen = workload.generate(spec, [*req.prompt_node_ids[1:], req.node_id])
+        prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
+        tokens = min(gen.tokens, req.max_new_tokens)
+        self.running[req.job_id] = (d, req)
+        self.engine.submit(
+            SimRequest(req.job_id, prompt, req.node_id, tokens, req.max_new_tokens, req.priority)
+        )
+
+    async def on_cancel(self, d: Delivery) -> None:
+        msg = d.message
+        assert isinstance(msg, CancelRequest)
+        for completion in self.engine.abort(msg.job_id):
+            await self._on_complete(completion)
+        await self.bus.ack(d, GROUP)
+
+    async def _on_complete(self, c: Completion) -> None:
+        entry = self.running.pop(c.rid, None)
+        if entry is None:
+            return
+        d, req = entry
+        if c.reason == "abort":
+            self.aborted += 1
+            self.log.info("job_cancelled", job_id=req.job_id, query_id=req.query_id, tokens=c.generated)
+            await self.bus.ack(d, GROUP)
+            return
+        workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
+        gen = workload.generate(workload.spec_for(req.query_id), [*req.prompt_node_ids[1:], req.node_id])
+        result = GenerateResult(
+            msg_id=f"{req.query_id}/{req.job_id}/result",
+            query_id=req.query_id,
+            trace_id=req.trace_id,
+            attempt=req.attempt,
+            epoch=req.epoch,
+            job_id=req.job_id,
+            node_id=req.node_id,
+            text=gen.text,
+            tokens=c.generated,
+            cached_tokens=c.cached_tokens,
+            finish_reason=gen.finish_reason,
+            logprobs=LogprobSummary(mean=gen.mean_logprob, min=gen.mean_logprob, count=c.generated),
+            worker=self.settings.consumer,
+        )
+        # Result first, then the owner-checked ack: a crash in between redelivers the job and
+        # the duplicate result (same message id) is dropped by the idempotent publish.
+        await self.bus.publish(query_inbox(req.query_id), result)
+        await self.bus.ack(d, GROUP)
+        self.done += 1
+
+    # ------------------------------------------------------------------ loops
+    async def _intake(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            free = MAX_JOBS - len(self.running)
+            if free <= 0:
+                await asyncio.sleep(0.01)
+                continue
+            for d in await self.bus.read([self.stream], GROUP, count=free, block_ms=self.settings.block_ms):
+                handler = self.handlers.get(type(d.message))
+                if handler is None:
+                    await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
+                    continue
+                await handler(d)
+
+    async def _control(self, stop: asyncio.Event) -> None:
+        last = "$"
+        while not stop.is_set():
+            replies: Any = await self.bus.r.xread(
+                {GEN_CONTROL: last}, count=100, block=self.settings.block_ms
+            )
+            for _, entries in replies or []:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    try:
+                        from proto import decode
+
+                        msg = decode(GEN_CONTROL, fields[b"e"])
+                    except Exception:  # a fan-out stream has no group to dead-letter from
+                        self.log.warning("control_message_malformed", entry_id=str(entry_id))
+                        continue
+                    if isinstance(msg, CancelRequest):
+                        for completion in self.engine.abort(msg.job_id):
+                            await self._on_complete(completion)
+
+    async def _heartbeats(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(self.settings.heartbeat_s)
+            ids = [d.entry_id for d, _ in self.running.values()]
+            await self.bus.heartbeat(self.stream, GROUP, ids)
+            # Jobs of a peer that stopped heartbeating (three periods) are ours now.
+            idle_ms = int(3 * self.settings.heartbeat_s * 1000)
+            for d in await self.bus.reclaim(self.stream, GROUP, idle_ms):
+                self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
+                handler = self.handlers.get(type(d.message))
+                if handler is not None:
+                    await handler(d)
+
+
+def main() -> int:
+    return run_service("generator", Generator)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""Reward scorer: batches score jobs on its reward engine (prefill-only requests, so a
+batch shares one prefill step) and publishes rewards to the query's inbox.
+
+Backend: `sim` — the simulated PRM in scaled real time; rewards are the synthetic workload's.
+(The `logprob` reward needs no scorer: the coordinator computes it from the generation.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from proto import ScoreRequest, ScoreResult
+from proto.streams import SCORE_JOBS, query_inbox
+from shared.bus import Bus, Delivery
+from shared.service import run_service
+from shared.settings import Settings
+from shared.sim.engine import Completion, SimEngine, SimRequest
+from shared.sim.hardware import parse_profile
+from shared.sim.realtime import RealtimeEngine
+from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+
+__all__ = ["Scorer", "main"]
+
+GROUP = "score"
+MAX_BATCH = 64
+
+
+class Scorer:
+    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+        self.bus = Bus(client, settings.consumer, settings.max_deliveries)
+        self.settings = settings
+        self.engine = RealtimeEngine(SimEngine(parse_profile(settings.reward_profile)), settings.time_scale)
+        self.pending: dict[str, tuple[Delivery, ScoreRequest]] = {}
+        self.scored = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"scored": self.scored, "dead_lettered": self.bus.dead_lettered}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.bus.ensure_group(SCORE_JOBS, GROUP)
+        await asyncio.gather(
+            self._intake(stop), self.engine.run(self._on_complete, stop), self._reclaim(stop)
+        )
+
+    async def on_score(self, d: Delivery) -> None:
+        req = d.message
+        assert isinstance(req, ScoreRequest)
+        rid = f"{req.job_id}:{d.entry_id}"
+        if any(r.job_id == req.job_id for _, r in self.pending.values()):
+            return
+        prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
+        self.pending[rid] = (d, req)
+        self.engine.submit(SimRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority))
+
+    async def _on_complete(self, c: Completion) -> None:
+        d, req = self.pending.pop(c.rid)
+        workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed)
+        reward = workload.prm_reward(workload.spec_for(req.query_id), req.prompt_node_ids[1:])
+        result = ScoreResult(
+            msg_id=f"{req.query_id}/{req.job_id}/reward",
+            query_id=req.query_id,
+            trace_id=req.trace_id,
+            epoch=req.epoch,
+            job_id=req.job_id,
+            node_id=req.node_id,
+            reward=reward,
+        )
+        await self.bus.publish(query_inbox(req.query_id), result)
+        await self.bus.ack(d, GROUP)
+        self.scored += 1
+
+    async def _intake(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for d in await self.bus.read(
+                [SCORE_JOBS], GROUP, count=MAX_BATCH, block_ms=self.settings.block_ms
+            ):
+                if isinstance(d.message, ScoreRequest):
+                    await self.on_score(d)
+                else:
+                    await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
+
+    async def _reclaim(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(self.settings.heartbeat_s)
+            ids = [d.entry_id for d, _ in self.pending.values()]
+            await self.bus.heartbeat(SCORE_JOBS, GROUP, ids)
+            for d in await self.bus.reclaim(SCORE_JOBS, GROUP, int(3 * self.settings.heartbeat_s * 1000)):
+                await self.on_score(d)
+
+
+def main() -> int:
+    return run_service("scorer", Scorer)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

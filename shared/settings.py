@@ -1,0 +1,78 @@
+"""Settings: every environment variable in one registry, one frozen object per service.
+
+No module reads `os.environ` on its own; entry points call `Settings.from_env()` once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+__all__ = ["ENV", "Settings"]
+
+# name -> (Settings field, meaning)
+ENV: dict[str, tuple[str, str]] = {
+    "SPEX_REDIS_URL": ("redis_url", "Redis URL (redis://host:port/db)"),
+    "SPEX_CONSUMER": ("consumer", "stable consumer name of this process (default: host-pid)"),
+    "SPEX_TIME_SCALE": ("time_scale", "wall seconds per simulated GPU second (sim engine)"),
+    "SPEX_PROFILE": ("profile", "generator profile MODEL@GPU (sim engine)"),
+    "SPEX_REWARD_PROFILE": ("reward_profile", "reward model profile MODEL@GPU (sim scorer)"),
+    "SPEX_MAX_DELIVERIES": ("max_deliveries", "deliveries before a message is dead-lettered"),
+    "SPEX_HEARTBEAT_S": ("heartbeat_s", "heartbeat period of long jobs, seconds"),
+    "SPEX_LEASE_S": ("lease_s", "coordinator lease on a query, seconds"),
+    "SPEX_BLOCK_MS": ("block_ms", "longest blocking read, milliseconds (≤ socket timeout)"),
+    "SPEX_BACKLOG_LIMIT": ("backlog_limit", "ingress backlog above which submissions are refused"),
+    "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    consumer: str = ""
+    time_scale: float = 0.02
+    profile: str = "Llemma-7B@A6000"
+    reward_profile: str = "Llemma-7B@A6000"
+    max_deliveries: int = 3
+    heartbeat_s: float = 1.0
+    lease_s: float = 3.0
+    block_ms: int = 100
+    backlog_limit: int = 10_000
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if not self.consumer:
+            object.__setattr__(self, "consumer", f"{socket.gethostname()}-{os.getpid()}")
+        checks = {
+            "time_scale": self.time_scale > 0,
+            "max_deliveries": self.max_deliveries >= 1,
+            "heartbeat_s": self.heartbeat_s > 0,
+            "lease_s": self.lease_s > self.heartbeat_s,
+            "block_ms": 1 <= self.block_ms <= 2000,
+            "backlog_limit": self.backlog_limit >= 1,
+            "log_level": self.log_level in ("debug", "info", "warning", "error"),
+            "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
+        }
+        for name, ok in checks.items():
+            if not ok:
+                env = next(k for k, (f, _) in ENV.items() if f == name)
+                raise ValueError(f"{env} ({name}): invalid value {getattr(self, name)!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Settings from the environment, then explicit overrides; a bad value raises a
+        one-line ValueError naming the variable."""
+        env = os.environ if env is None else env
+        types = {f.name: f.type for f in fields(cls)}
+        values: dict[str, object] = {}
+        for name, (field_name, _) in ENV.items():
+            if name in env:
+                kind = {"float": float, "int": int}.get(str(types[field_name]), str)
+                try:
+                    values[field_name] = kind(env[name])
+                except ValueError:
+                    raise ValueError(f"{name}: {env[name]!r} is not a {kind.__name__}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,49 @@
+"""A simulated engine run against the wall clock, for the distributed runtime.
+
+Virtual (GPU) time advances as `(monotonic() − start) / time_scale`: with time_scale 0.02 a
+simulated second passes in 20 ms. The same step model as the virtual-time benchmark decides
+when each request finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+from shared.sim.engine import Completion, SimEngine, SimRequest
+
+__all__ = ["RealtimeEngine"]
+
+
+class RealtimeEngine:
+    def __init__(self, engine: SimEngine, time_scale: float) -> None:
+        self.engine = engine
+        self.time_scale = time_scale
+        self._start = time.monotonic()
+        self._wake = asyncio.Event()
+
+    def now(self) -> float:
+        """Virtual seconds since the engine started."""
+        return (time.monotonic() - self._start) / self.time_scale
+
+    def submit(self, request: SimRequest) -> None:
+        self.engine.submit(request, self.now())
+        self._wake.set()
+
+    def abort(self, rid: str) -> list[Completion]:
+        done = self.engine.abort(rid, self.now())
+        self._wake.set()
+        return done
+
+    async def run(self, on_complete: Callable[[Completion], Awaitable[None]], stop: asyncio.Event) -> None:
+        """Advance with the clock, reporting completions, until `stop` is set."""
+        while not stop.is_set():
+            for completion in self.engine.advance_to(self.now()):
+                await on_complete(completion)
+            nxt = self.engine.next_event_s()
+            wait_s = 0.5 if nxt is None else max(0.0, (nxt - self.now()) * self.time_scale)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(wait_s, 0.5))

@@ -1,0 +1,59 @@
+"""The services answer exactly as the virtual-time run does, in-process and as processes."""
+
+import asyncio
+
+import pytest
+
+from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+from shared.vtime import BenchConfig, run_bench
+from tests.services.cluster import Cluster
+
+
+async def submit_all(cluster, algorithm, target, questions, mode, seed=0):
+    workload = SyntheticWorkload(WorkloadKnobs(), seed)
+    qids = []
+    for i in range(questions):
+        spec = workload.query(i)
+        qids.append(
+            await cluster.client.submit(
+                spec.text,
+                query_id=spec.query_id,
+                algorithm=algorithm,
+                target=target,
+                seed=seed,
+                mode=mode,
+                prompt_tokens=spec.prompt_tokens,
+            )
+        )
+    return {q: await cluster.client.result(q, timeout_s=60) for q in qids}
+
+
+def virtual_time(algorithm, target, questions, mode, seed=0):
+    res = run_bench(
+        BenchConfig(
+            algorithm=algorithm,
+            target=target,
+            questions=questions,
+            batch_size=questions,
+            mode=mode,
+            seed=seed,
+        )
+    )
+    return {r.query_id: (r.answer, r.digest) for r in res.records}
+
+
+@pytest.mark.parametrize("process_mode", ["inprocess", "processes"])
+@pytest.mark.parametrize(("algorithm", "target", "mode"), [("rstar", 5, "baseline"), ("rebase", 8, "spex")])
+def test_distributed_answers_equal_virtual_time(redis_url, process_mode, algorithm, target, mode):
+    async def go():
+        cluster = Cluster(redis_url, process_mode)
+        await cluster.start_all(generators=2)
+        try:
+            return await submit_all(cluster, algorithm, target, 3, mode)
+        finally:
+            await cluster.stop()
+
+    answers = asyncio.run(go())
+    expected = virtual_time(algorithm, target, 3, mode)
+    assert all(a is not None for a in answers.values()), "a question was not answered"
+    assert {q: (a.answer, a.tree_digest) for q, a in answers.items()} == expected
