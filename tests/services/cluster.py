@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict
 from typing import Any
 
@@ -29,6 +30,8 @@ class Cluster:
         self.tasks: dict[str, tuple[asyncio.Task[None], asyncio.Event, Any]] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.client = IngressClient(aioredis.Redis.from_url(url))
+        self.log_dir = tempfile.TemporaryDirectory(prefix="spex-services-")
+        self.logs: list[Any] = []
 
     def _settings(self, name: str) -> Settings:
         return Settings(**{**asdict(self.settings), "consumer": name})
@@ -75,7 +78,9 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
         await self.client.r.aclose()
+        for log in self.logs:
+            log.close()
+        self.log_dir.cleanup()
 
-    def stderr(self, name: str) -> str:
-        proc = self.procs[name]
-        return proc.stderr.read().decode() if proc.stderr and proc.poll() is not None else ""
+    def service(self, name: str) -> Any:
+        return self.tasks[name][2]
