@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
-	$(BIN)/spex bench --algorithm rstar --target 10 --batch-size 4 --questions 32 --mode compare
+	$(BIN)/spex demo
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

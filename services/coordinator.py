@@ -27,6 +27,7 @@ from proto import (
     GenerateResult,
     Message,
     ProtocolError,
+    QueryStatsEvent,
     ScoreRequest,
     ScoreResult,
     SubmitQuestionRequest,
@@ -37,6 +38,7 @@ from proto.streams import (
     ANSWERS,
     GEN_CONTROL,
     INGRESS,
+    QUERY_STATS,
     SCORE_JOBS,
     dead_letter,
     gen_jobs,
@@ -57,6 +59,7 @@ from shared.ids import digest
 from shared.search import ALGORITHMS, SearchConfig
 from shared.service import run_service
 from shared.settings import Settings
+from shared.spec.budget import hit_rate_estimate
 
 __all__ = ["Coordinator", "main"]
 
@@ -343,6 +346,7 @@ class Coordinator:
                 epoch = await self.r.eval(_RENEW, 3, *keys, self.owner, lease_ms, now_ms + lease_ms, qid)
                 if not epoch or int(epoch) != self.queries[qid].epoch:
                     self._lost(qid)
+            await self._publish_stats()
             expired: Any = await self.r.zrangebyscore(ACTIVE, 0, now_ms)
             for raw in expired:
                 qid = raw.decode()
@@ -354,6 +358,22 @@ class Coordinator:
                     assert isinstance(req, SubmitQuestionRequest)
                     if await self.adopt(req):
                         self.log.info("query_taken_over", query_id=qid)
+
+    async def _publish_stats(self) -> None:
+        """What the budget allocator needs per speculating query (C_q, P_q, S_KV, load)."""
+        for qid, query in self.queries.items():
+            m = query.machine
+            if not m.spec.enabled:
+                continue
+            stats = QueryStatsEvent(
+                msg_id=f"stats/{qid}/{time.monotonic_ns()}",
+                query_id=qid,
+                candidates=m.spec_candidates(64),
+                hit_rate=hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued),
+                prefix_tokens=m.context_tokens,
+                active_jobs=m.jobs_in_flight,
+            )
+            await self.r.xadd(QUERY_STATS, {"e": encode(stats)}, maxlen=10_000, approximate=True)
 
     def _lost(self, qid: str) -> None:
         """Another coordinator holds the query now (our lease expired): stop working on it."""

@@ -86,7 +86,7 @@ class IngressClient:
         while True:
             blob = await self.r.get(reply_key(query_id))
             if blob is not None:
-                answer = decode(ANSWERS, blob)
+                answer = decode(ANSWERS, bytes(blob) if isinstance(blob, bytes) else blob.encode())
                 assert isinstance(answer, AnswerResult)
                 return answer
             if timeout_s is None or time.monotonic() >= deadline:

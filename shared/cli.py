@@ -75,6 +75,35 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--list-knobs", action="store_true", help="print the workload knobs and exit")
     b.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
+    w = sub.add_parser("worker", help="run one service in this process")
+    w.add_argument("service", choices=["coordinator", "generator", "scorer", "allocator"])
+
+    u = sub.add_parser("up", help="start Redis (embedded unless --redis) and every service")
+    u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")
+    u.add_argument("--generators", type=int, default=1)
+    u.add_argument("--time-scale", type=float, default=None, help="wall seconds per simulated second")
+
+    d = sub.add_parser("demo", help="run a small question set through the pipeline, baseline and SPEX")
+    d.add_argument("--questions", type=int, default=6)
+    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rstar")
+    d.add_argument("--target", type=int, default=10)
+    d.add_argument("--time-scale", type=float, default=0.01, help="wall seconds per simulated second")
+
+    sb = sub.add_parser("submit", help="submit a question (or a JSONL file of them) to the ingress")
+    sb.add_argument("question", nargs="?", default=None)
+    sb.add_argument("--file", default=None, help="JSONL file with a 'problem' or 'question' field per line")
+    sb.add_argument("--redis", required=True)
+    sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
+    sb.add_argument("--target", type=int, default=16)
+    sb.add_argument("--mode", choices=["baseline", "spex"], default="spex")
+    sb.add_argument("--client-key", default=None)
+    sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
+
+    rs = sub.add_parser("result", help="print a question's answer")
+    rs.add_argument("query_id")
+    rs.add_argument("--redis", required=True)
+    rs.add_argument("--wait", type=float, default=None)
+
     pr = sub.add_parser("profile", help="print the simulated step-time curve of a profile")
     pr.add_argument("--gpu", required=True, choices=sorted(GPUS))
     pr.add_argument("--model", required=True, choices=sorted(MODELS))
@@ -91,7 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "bench":
             return _bench(args, console)
-        return _profile(args, console)
+        if args.command == "profile":
+            return _profile(args, console)
+        return _runtime(args, console)
     except ValueError as exc:
         print(f"spex: error: {exc}", file=sys.stderr)
         return 2
@@ -211,6 +242,69 @@ def _summary_table(summaries: list[dict[str, Any]]) -> Table:
         table.add_row("compute amplification", "", f"{spex['tokens_all'] / base['tokens_all']:.2f}")
         table.add_row("same trees and answers", "", "yes" if lossless else "no")
     return table
+
+
+def _runtime(args: argparse.Namespace, console: Console) -> int:
+    """The distributed runtime's commands (services are imported only here)."""
+    import asyncio
+    import importlib
+
+    from shared.settings import Settings
+
+    if args.command == "worker":
+        return int(importlib.import_module(f"services.{args.service}").main())
+    if args.command in ("up", "demo"):
+        from services.launcher import demo, serve_forever
+
+        if getattr(args, "generators", 1) < 1:
+            raise ValueError("--generators: must be at least 1")
+        settings = Settings.from_env(None, time_scale=args.time_scale)
+        if args.command == "up":
+            return serve_forever(settings, args.redis, args.generators, console)
+        if args.questions < 1 or args.target < 1:
+            raise ValueError("--questions and --target: must be at least 1")
+        return demo(settings, args.questions, args.algorithm, args.target, console)
+    return asyncio.run(_client(args, console))
+
+
+async def _client(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    import redis.asyncio as aioredis
+
+    from services.ingress import IngressClient
+
+    client = IngressClient(aioredis.Redis.from_url(args.redis))
+    try:
+        if args.command == "result":
+            answer = await client.result(args.query_id, args.wait)
+            console.print(answer if answer else f"{args.query_id}: no answer yet")
+            return 0 if answer else 1
+        questions = [args.question] if args.question else []
+        if args.file:
+            with open(args.file) as f:
+                for n, line in enumerate(f, 1):
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        raise ValueError(f"--file {args.file}: line {n} is not JSON") from None
+                    questions.append(row.get("question") or row.get("problem") or "")
+        if not questions or not all(questions):
+            raise ValueError("submit: give a question, or --file with a 'question' or 'problem' per line")
+        qids = []
+        for i, q in enumerate(questions):
+            key = f"{args.client_key}/{i}" if args.client_key else None
+            qids.append(
+                await client.submit(
+                    q, client_key=key, algorithm=args.algorithm, target=args.target, mode=args.mode
+                )
+            )
+        for qid in qids:
+            answer = await client.result(qid, args.wait) if args.wait else None
+            console.print(qid if answer is None else f"{qid}: {answer.answer}")
+        return 0
+    finally:
+        await client.r.aclose()
 
 
 def _profile(args: argparse.Namespace, console: Console) -> int:

@@ -177,6 +177,10 @@ class QueryMachine:
         return node.id in self._jobs
 
     @property
+    def jobs_in_flight(self) -> int:
+        return len(self._jobs)
+
+    @property
     def spec_in_flight(self) -> int:
         return sum(1 for j in self._jobs.values() if j.spec and not j.adopted)
 

@@ -45,8 +45,9 @@ def test_malformed_and_unknown_version_are_dead_lettered_while_serving(redis_url
         r = cluster.client.r
         try:
             await r.xadd(INGRESS, {"e": b"\x93garbage"})
-            raw = msgspec.msgpack.decode(encode(ScoreResult(msg_id="x", query_id="q", job_id="j", node_id="n",
-                                                            reward=0.1)))
+            raw = msgspec.msgpack.decode(
+                encode(ScoreResult(msg_id="x", query_id="q", job_id="j", node_id="n", reward=0.1))
+            )
             raw["v"] = 2
             await r.xadd(gen_jobs(), {"e": msgspec.msgpack.encode(raw)})
             await r.xadd(INGRESS, {"e": msgspec.msgpack.encode({**raw, "type": "SubmitQuestionRequest"})})
