@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--tpot-slack", type=float, default=0.10, help="decode-step growth speculation may cause")
     b.add_argument("--temperature", type=float, default=0.5, help="T2 softmax temperature τ")
     b.add_argument("--grid", action="store_true", help="run the paper's main figure and ablations")
+    b.add_argument("--distributed", action="store_true", help="run through the real services (sim engine)")
+    b.add_argument("--time-scale", type=float, default=0.01, help="--distributed: wall s per simulated s")
     b.add_argument("--grid-questions", type=int, default=32, help="questions per grid cell")
     b.add_argument("--grid-out", default="docs", help="where the grid writes results and plots")
     b.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
@@ -178,6 +180,11 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         temperature=args.temperature,
     )
     cfg.validate()
+    if args.distributed:
+        from bench.distributed import run_distributed
+
+        write_json(run_distributed(cfg, args.time_scale, console), args.json)
+        return 0
     runs = [replace(cfg, mode="baseline"), cfg] if args.mode == "compare" else [cfg]
     summaries = [summarize(_run(c, console, args.quiet)) for c in runs]
     summary = compare(*summaries) if args.mode == "compare" else summaries[0]
