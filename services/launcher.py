@@ -56,9 +56,7 @@ def up(
             procs[name] = subprocess.Popen([sys.executable, "-m", f"services.{kind}"], env=env, stderr=log)
         _wait_healthy(procs, Path(logs.name))
         if console:
-            console.print(
-                f"[bold]spex up[/]: Redis at {settings.redis_url}; {', '.join(procs)}; logs in {logs.name}"
-            )
+            console.print(f"[bold]spex up[/]: Redis at {settings.redis_url}; services: {', '.join(procs)}")
         yield settings
     finally:
         for proc in procs.values():
