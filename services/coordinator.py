@@ -18,6 +18,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from proto import (
     AnswerResult,
@@ -45,7 +47,7 @@ from proto.streams import (
     query_inbox,
     reply_key,
 )
-from shared.bus import Bus
+from shared.bus import Bus, Delivery
 from shared.coordinator import (
     CancelCommand,
     Command,
@@ -57,7 +59,7 @@ from shared.coordinator import (
 )
 from shared.ids import digest
 from shared.search import ALGORITHMS, SearchConfig
-from shared.service import run_service
+from shared.service import loop_forever, run_service
 from shared.settings import Settings
 from shared.spec.budget import hit_rate_estimate
 
@@ -152,18 +154,32 @@ class Coordinator:
 
     # ------------------------------------------------------------------ adoption
     async def _intake(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        async def once() -> None:
             for d in await self.bus.read([INGRESS], GROUP, count=8, block_ms=self.settings.block_ms):
-                if not isinstance(d.message, SubmitQuestionRequest):
-                    await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
-                    continue
-                err = _validate(d.message)
-                if err:
-                    await self.bus.dead_letter(d, GROUP, err)
-                    continue
-                await self.r.set(_keys(d.message.query_id)["req"], encode(d.message), nx=True)
-                await self.adopt(d.message)
-                await self.bus.ack(d, GROUP)
+                await self._on_submitted(d)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
+
+    async def _on_submitted(self, d: Delivery) -> None:
+        req = d.message
+        if not isinstance(req, SubmitQuestionRequest):
+            await self.bus.dead_letter(d, GROUP, f"no handler for {type(req).__name__}")
+            return
+        err = _validate(req)
+        if err:
+            await self.bus.dead_letter(d, GROUP, err)
+            return
+        with structlog.contextvars.bound_contextvars(query_id=req.query_id, trace_id=req.trace_id):
+            try:
+                await self.r.set(_keys(req.query_id)["req"], encode(req), nx=True)
+                await self.adopt(req)
+            except (RedisConnectionError, RedisTimeoutError):
+                raise  # not the message's fault: retried after the reconnect
+            except Exception as exc:  # the question itself cannot be searched: park it
+                self.log.error("question_rejected", error=repr(exc))
+                await self.bus.dead_letter(d, GROUP, repr(exc))
+                return
+        await self.bus.ack(d, GROUP)
 
     async def adopt(self, req: SubmitQuestionRequest) -> bool:
         """Take the lease on a query and run it from its inbox (new or interrupted)."""
@@ -197,10 +213,10 @@ class Coordinator:
 
     # ------------------------------------------------------------------ inbox events
     async def _inboxes(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        async def once() -> None:
             if not self.queries:
                 await asyncio.sleep(self.settings.block_ms / 1000)
-                continue
+                return
             streams = {query_inbox(q): s.last_id for q, s in self.queries.items()}
             replies: Any = await self.r.xread(streams, count=256, block=self.settings.block_ms)
             for stream, entries in replies or []:
@@ -208,6 +224,8 @@ class Coordinator:
                 query = self.queries.get(qid)
                 if query is not None:
                     await self._apply(query, entries)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
 
     async def _apply(self, query: _Query, entries: Any) -> None:
         stream = query_inbox(query.request.query_id)
@@ -227,7 +245,12 @@ class Coordinator:
             if handler is None:
                 continue
             self.events += 1
-            await self._execute(query, handler(query.machine, message))
+            try:
+                commands = handler(query.machine, message)
+            except Exception as exc:  # a bad event must not take the query (or the service) down
+                self.log.error("event_failed", query_id=query.request.query_id, error=repr(exc))
+                continue
+            await self._execute(query, commands)
             if query.machine.done:
                 break
         if not query.machine.done:
@@ -335,29 +358,31 @@ class Coordinator:
 
     # ------------------------------------------------------------------ leases
     async def _leases(self, stop: asyncio.Event) -> None:
+        await loop_forever(stop, self._lease_round, self.log, self.bus.reconnected)
+
+    async def _lease_round(self) -> None:
         """Renew our leases; adopt queries whose owner stopped renewing (the reaper)."""
         lease_ms = int(self.settings.lease_s * 1000)
-        while not stop.is_set():
-            await asyncio.sleep(self.settings.lease_s / 3)
-            now_ms = int(time.time() * 1000)
-            for qid in list(self.queries):
-                k = _keys(qid)
-                keys = [k["lease"], k["epoch"], ACTIVE]
-                epoch = await self.r.eval(_RENEW, 3, *keys, self.owner, lease_ms, now_ms + lease_ms, qid)
-                if not epoch or int(epoch) != self.queries[qid].epoch:
-                    self._lost(qid)
-            await self._publish_stats()
-            expired: Any = await self.r.zrangebyscore(ACTIVE, 0, now_ms)
-            for raw in expired:
-                qid = raw.decode()
-                if qid in self.queries or await self.r.exists(_keys(qid)["lease"]):
-                    continue
-                blob = await self.r.get(_keys(qid)["req"])
-                if blob is not None:
-                    req = decode(INGRESS, blob)
-                    assert isinstance(req, SubmitQuestionRequest)
-                    if await self.adopt(req):
-                        self.log.info("query_taken_over", query_id=qid)
+        await asyncio.sleep(self.settings.lease_s / 3)
+        now_ms = int(time.time() * 1000)
+        for qid in list(self.queries):
+            k = _keys(qid)
+            keys = [k["lease"], k["epoch"], ACTIVE]
+            epoch = await self.r.eval(_RENEW, 3, *keys, self.owner, lease_ms, now_ms + lease_ms, qid)
+            if not epoch or int(epoch) != self.queries[qid].epoch:
+                self._lost(qid)
+        await self._publish_stats()
+        expired: Any = await self.r.zrangebyscore(ACTIVE, 0, now_ms)
+        for raw in expired:
+            qid = raw.decode()
+            if qid in self.queries or await self.r.exists(_keys(qid)["lease"]):
+                continue
+            blob = await self.r.get(_keys(qid)["req"])
+            if blob is not None:
+                req = decode(INGRESS, blob)
+                assert isinstance(req, SubmitQuestionRequest)
+                if await self.adopt(req):
+                    self.log.info("query_taken_over", query_id=qid)
 
     async def _publish_stats(self) -> None:
         """What the budget allocator needs per speculating query (C_q, P_q, S_KV, load)."""

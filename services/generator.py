@@ -9,6 +9,7 @@ the synthetic workload's, so results equal the virtual-time benchmark's.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -18,7 +19,7 @@ from proto import CancelRequest, GenerateRequest, GenerateResult
 from proto.messages import LogprobSummary
 from proto.streams import GEN_CONTROL, gen_jobs, query_inbox
 from shared.bus import Bus, Delivery
-from shared.service import run_service
+from shared.service import loop_forever, run_service
 from shared.settings import Settings
 from shared.sim.engine import Completion, SimEngine, SimRequest
 from shared.sim.hardware import parse_profile
@@ -121,18 +122,27 @@ class Generator:
         self.done += 1
 
     # ------------------------------------------------------------------ loops
+    async def _dispatch(self, d: Delivery) -> None:
+        handler = self.handlers.get(type(d.message))
+        if handler is None:
+            await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
+            return
+        with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
+            try:
+                await handler(d)
+            except Exception as exc:  # left unacknowledged: reclaimed, retried, then dead-lettered
+                self.log.error("handler_failed", error=repr(exc), deliveries=d.deliveries)
+
     async def _intake(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        async def once() -> None:
             free = MAX_JOBS - len(self.running)
             if free <= 0:
                 await asyncio.sleep(0.01)
-                continue
+                return
             for d in await self.bus.read([self.stream], GROUP, count=free, block_ms=self.settings.block_ms):
-                handler = self.handlers.get(type(d.message))
-                if handler is None:
-                    await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
-                    continue
-                await handler(d)
+                await self._dispatch(d)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
 
     async def _control(self, stop: asyncio.Event) -> None:
         last = "$"
@@ -155,17 +165,32 @@ class Generator:
                             await self._on_complete(completion)
 
     async def _heartbeats(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        async def once() -> None:
             await asyncio.sleep(self.settings.heartbeat_s)
             ids = [d.entry_id for d, _ in self.running.values()]
             await self.bus.heartbeat(self.stream, GROUP, ids)
+            await self._report_load()
             # Jobs of a peer that stopped heartbeating (three periods) are ours now.
             idle_ms = int(3 * self.settings.heartbeat_s * 1000)
             for d in await self.bus.reclaim(self.stream, GROUP, idle_ms):
                 self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
-                handler = self.handlers.get(type(d.message))
-                if handler is not None:
-                    await handler(d)
+                await self._dispatch(d)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
+
+    async def _report_load(self) -> None:
+        """Liveness and load, readable by schedulers and autoscalers (expires if we die)."""
+        eng = self.engine.engine
+        load = {
+            "running": eng.running,
+            "waiting": eng.waiting,
+            "kv_used": eng.held_tokens,
+            "kv_capacity": eng.capacity_tokens,
+            "prefix_cache_hit_rate": round(eng.stats.cache_hit_rate, 4),
+            "jobs_done": self.done,
+        }
+        ttl_ms = int(3 * self.settings.heartbeat_s * 1000)
+        await self.bus.r.set(f"worker:{self.settings.consumer}:load", json.dumps(load), px=ttl_ms)
 
 
 def main() -> int:

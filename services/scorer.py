@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 import redis.asyncio as aioredis
+import structlog
 
 from proto import ScoreRequest, ScoreResult
 from proto.streams import SCORE_JOBS, query_inbox
@@ -35,6 +36,7 @@ class Scorer:
         self.engine = RealtimeEngine(SimEngine(parse_profile(settings.reward_profile)), settings.time_scale)
         self.pending: dict[str, tuple[Delivery, ScoreRequest]] = {}
         self.scored = 0
+        self.log = structlog.get_logger().bind(service="scorer", consumer=settings.consumer)
 
     def summary(self) -> dict[str, Any]:
         return {"scored": self.scored, "dead_lettered": self.bus.dead_lettered}

@@ -11,15 +11,17 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 import structlog
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.settings import Settings
 
-__all__ = ["Service", "configure_logging", "redis_client", "run_service"]
+__all__ = ["Service", "configure_logging", "loop_forever", "redis_client", "run_service"]
 
 
 class Service(Protocol):
@@ -38,6 +40,27 @@ def configure_logging(level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
     )
+
+
+async def loop_forever(
+    stop: asyncio.Event, body: Callable[[], Awaitable[None]], log: Any, on_reconnect: Callable[[], None]
+) -> None:
+    """Run `body` until `stop`. A lost Redis connection is waited out (with backoff) and the
+    consumer re-reads its own pending entries afterwards; any other error is logged and the
+    loop goes on — a service never dies of input it did not expect."""
+    backoff = 0.05
+    while not stop.is_set():
+        try:
+            await body()
+            backoff = 0.05
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.warning("redis_unavailable", error=str(exc), retry_in_s=backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(2.0, backoff * 2)
+            on_reconnect()
+        except Exception as exc:  # noqa: BLE001 - the one place failures are handled
+            log.error("loop_failed", error=repr(exc))
+            await asyncio.sleep(backoff)
 
 
 def redis_client(settings: Settings) -> aioredis.Redis:
