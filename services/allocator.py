@@ -5,6 +5,7 @@ query's inbox. Coordinators fall back to a static local share while none is publ
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -16,11 +17,12 @@ from shared.bus import Bus
 from shared.service import run_service
 from shared.settings import Settings
 from shared.sim.hardware import parse_profile, spare_concurrency
-from shared.spec.budget import Demand, allocate
+from shared.spec.budget import Demand, allocate, speculative_pool
 
 __all__ = ["Allocator", "main"]
 
 LEASE = "allocator:lease"
+MAX_STEP_TOKENS = 256  # the longest step a speculative job may generate
 STALE_S = 2.0  # stats older than this belong to a finished query
 
 
@@ -30,6 +32,7 @@ class Allocator:
         self.r = client
         self.settings = settings
         profile = parse_profile(settings.profile)
+        self.profile = profile
         self.weight_bytes = profile.model.resident_bytes
         self.kv_bytes = profile.model.kv_bytes_per_token
         # k_total: the engine's roofline knee at a typical node context (+10% step time).
@@ -65,12 +68,30 @@ class Allocator:
             self.published = {q: v for q, v in self.published.items() if q in self.latest}
             await self._publish()
 
+    async def _pool(self, stats: list[QueryStatsEvent]) -> int:
+        """Σ over live generators of what their roofline and KV leave for speculation (the
+        same rule as the virtual-time bench); a static k_total while none reports its load."""
+        spec_ctx = sum(m.prefix_tokens for m in stats) / len(stats)
+        pool, workers = 0, 0
+        async for key in self.r.scan_iter(match="worker:*:load"):
+            raw: Any = await self.r.get(key)
+            if raw is None:
+                continue
+            load = json.loads(raw)
+            workers += 1
+            pool += speculative_pool(
+                self.profile, load["primary"], load["primary_ctx"], spec_ctx, self.settings.tpot_slack,
+                load["kv_held"], load["spec"], MAX_STEP_TOKENS,
+            )  # fmt: skip
+        if not workers:
+            return max(0, self.k_total - sum(m.active_jobs for m in stats))
+        return pool
+
     async def _publish(self) -> None:
         if not self.latest:
             return
         stats = [m for _, m in self.latest.values()]
-        in_flight = sum(m.active_jobs for m in stats)
-        pool = max(0, self.k_total - in_flight)
+        pool = await self._pool(stats)
         demands = [
             Demand(m.query_id, m.candidates, m.hit_rate, m.prefix_tokens * self.kv_bytes) for m in stats
         ]

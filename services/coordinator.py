@@ -58,6 +58,7 @@ from shared.coordinator import (
     SpecPolicy,
 )
 from shared.ids import digest
+from shared.metrics import EVENTS, QUERIES_OWNED
 from shared.search import ALGORITHMS, SearchConfig
 from shared.service import loop_forever, run_service
 from shared.settings import Settings
@@ -204,6 +205,7 @@ class Coordinator:
         )
         query = _Query(req, machine, int(epoch), started_wall=self._now())
         self.queries[qid] = query
+        QUERIES_OWNED.labels(self.owner).set(len(self.queries))
         self.log.info("query_adopted", query_id=qid, epoch=int(epoch))
         await self._execute(query, machine.start(0.0))
         # Replay whatever the inbox already holds (a previous owner's results).
@@ -217,7 +219,7 @@ class Coordinator:
             if not self.queries:
                 await asyncio.sleep(self.settings.block_ms / 1000)
                 return
-            streams = {query_inbox(q): s.last_id for q, s in self.queries.items()}
+            streams: dict[Any, Any] = {query_inbox(q): s.last_id for q, s in self.queries.items()}
             replies: Any = await self.r.xread(streams, count=256, block=self.settings.block_ms)
             for stream, entries in replies or []:
                 qid = stream.decode()[3:-4]
@@ -245,6 +247,7 @@ class Coordinator:
             if handler is None:
                 continue
             self.events += 1
+            EVENTS.labels("coordinator", self.owner, type(message).__name__).inc()
             try:
                 commands = handler(query.machine, message)
             except Exception as exc:  # a bad event must not take the query (or the service) down
@@ -341,6 +344,7 @@ class Coordinator:
         keys = [k["lease"], k["epoch"], reply_key(qid), ANSWERS, INFLIGHT, ACTIVE]
         await self.r.eval(_ANSWER, len(keys), *keys, self.owner, query.epoch, encode(answer), qid)
         self.queries.pop(qid, None)
+        QUERIES_OWNED.labels(self.owner).set(len(self.queries))
         self.answered += 1
         self.log.info(
             "query_answered", query_id=qid, answer=cmd.answer, nodes=answer.nodes, cancelled=m.cancelled
@@ -377,7 +381,7 @@ class Coordinator:
             qid = raw.decode()
             if qid in self.queries or await self.r.exists(_keys(qid)["lease"]):
                 continue
-            blob = await self.r.get(_keys(qid)["req"])
+            blob: Any = await self.r.get(_keys(qid)["req"])
             if blob is not None:
                 req = decode(INGRESS, blob)
                 assert isinstance(req, SubmitQuestionRequest)

@@ -19,9 +19,10 @@ from proto import CancelRequest, GenerateRequest, GenerateResult
 from proto.messages import LogprobSummary
 from proto.streams import GEN_CONTROL, gen_jobs, query_inbox
 from shared.bus import Bus, Delivery
+from shared.metrics import EVENTS, JOBS, JOBS_IN_FLIGHT
 from shared.service import loop_forever, run_service
 from shared.settings import Settings
-from shared.sim.engine import Completion, SimEngine, SimRequest
+from shared.sim.engine import Completion, EngineConfig, SimEngine, SimRequest
 from shared.sim.hardware import parse_profile
 from shared.sim.realtime import RealtimeEngine
 from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
@@ -30,6 +31,7 @@ __all__ = ["Generator", "cancel_key", "main"]
 
 GROUP = "gen"
 MAX_JOBS = 128  # engine slots this worker fills from the job stream
+LOAD_REPORT_S = 0.05  # how often load is published for the budget allocator
 
 
 def cancel_key(job_id: str) -> str:
@@ -41,7 +43,8 @@ class Generator:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.settings = settings
         self.stream = gen_jobs(pool)
-        self.engine = RealtimeEngine(SimEngine(parse_profile(settings.profile)), settings.time_scale)
+        config = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
+        self.engine = RealtimeEngine(SimEngine(parse_profile(settings.profile), config), settings.time_scale)
         self.running: dict[str, tuple[Delivery, GenerateRequest]] = {}
         self.log = structlog.get_logger().bind(service="generator", consumer=settings.consumer)
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
@@ -58,6 +61,7 @@ class Generator:
             self.engine.run(self._on_complete, stop),
             self._control(stop),
             self._heartbeats(stop),
+            self._load_reports(stop),
         ]
         await asyncio.gather(*tasks)
 
@@ -93,6 +97,7 @@ class Generator:
         if entry is None:
             return
         d, req = entry
+        JOBS.labels("generator", self.settings.consumer, c.reason).inc()
         if c.reason == "abort":
             self.aborted += 1
             self.log.info("job_cancelled", job_id=req.job_id, query_id=req.query_id, tokens=c.generated)
@@ -127,6 +132,7 @@ class Generator:
         if handler is None:
             await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
             return
+        EVENTS.labels("generator", self.settings.consumer, type(d.message).__name__).inc()
         with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
             try:
                 await handler(d)
@@ -169,7 +175,6 @@ class Generator:
             await asyncio.sleep(self.settings.heartbeat_s)
             ids = [d.entry_id for d, _ in self.running.values()]
             await self.bus.heartbeat(self.stream, GROUP, ids)
-            await self._report_load()
             # Jobs of a peer that stopped heartbeating (three periods) are ours now.
             idle_ms = int(3 * self.settings.heartbeat_s * 1000)
             for d in await self.bus.reclaim(self.stream, GROUP, idle_ms):
@@ -178,18 +183,23 @@ class Generator:
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 
+    async def _load_reports(self, stop: asyncio.Event) -> None:
+        async def once() -> None:
+            await self._report_load()
+            await asyncio.sleep(LOAD_REPORT_S)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
+
     async def _report_load(self) -> None:
         """Liveness and load, readable by schedulers and autoscalers (expires if we die)."""
         eng = self.engine.engine
+        JOBS_IN_FLIGHT.labels("generator", self.settings.consumer).set(len(self.running))
         load = {
-            "running": eng.running,
-            "waiting": eng.waiting,
-            "kv_used": eng.held_tokens,
-            "kv_capacity": eng.capacity_tokens,
+            **eng.load(),
             "prefix_cache_hit_rate": round(eng.stats.cache_hit_rate, 4),
             "jobs_done": self.done,
         }
-        ttl_ms = int(3 * self.settings.heartbeat_s * 1000)
+        ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
         await self.bus.r.set(f"worker:{self.settings.consumer}:load", json.dumps(load), px=ttl_ms)
 
 

@@ -16,6 +16,7 @@ import structlog
 from proto import ScoreRequest, ScoreResult
 from proto.streams import SCORE_JOBS, query_inbox
 from shared.bus import Bus, Delivery
+from shared.metrics import JOBS
 from shared.service import run_service
 from shared.settings import Settings
 from shared.sim.engine import Completion, SimEngine, SimRequest
@@ -73,6 +74,7 @@ class Scorer:
         await self.bus.publish(query_inbox(req.query_id), result)
         await self.bus.ack(d, GROUP)
         self.scored += 1
+        JOBS.labels("scorer", self.settings.consumer, "finished").inc()
 
     async def _intake(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -27,6 +27,7 @@ from redis.exceptions import ResponseError
 
 from proto import Message, ProtocolError, decode, encode
 from proto.streams import dead_letter
+from shared.metrics import DEAD_LETTERS
 
 __all__ = ["Bus", "Delivery"]
 
@@ -183,6 +184,7 @@ class Bus:
         self, stream: str, group: str, entry_id: str, reason: str, deliveries: int, payload: bytes
     ) -> None:
         self.dead_lettered += 1
+        DEAD_LETTERS.labels(self.consumer, stream).inc()
         await self._dead_letter(
             keys=[stream, dead_letter(stream)], args=[group, entry_id, reason, deliveries, payload]
         )

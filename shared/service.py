@@ -19,6 +19,7 @@ import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from shared.metrics import serve_metrics
 from shared.settings import Settings
 
 __all__ = ["Service", "configure_logging", "loop_forever", "redis_client", "run_service"]
@@ -76,6 +77,7 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
         print(f"spex {name}: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
+    serve_metrics(settings.metrics_port)
     log = structlog.get_logger().bind(service=name, consumer=settings.consumer)
 
     async def main() -> None:

@@ -24,6 +24,8 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_LEASE_S": ("lease_s", "coordinator lease on a query, seconds"),
     "SPEX_BLOCK_MS": ("block_ms", "longest blocking read, milliseconds (≤ socket timeout)"),
     "SPEX_BACKLOG_LIMIT": ("backlog_limit", "ingress backlog above which submissions are refused"),
+    "SPEX_TPOT_SLACK": ("tpot_slack", "decode-step growth speculation may cause (0.10 = 10%)"),
+    "SPEX_METRICS_PORT": ("metrics_port", "Prometheus /metrics port of this process (0: off)"),
     "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
 }
 
@@ -40,6 +42,8 @@ class Settings:
     lease_s: float = 3.0
     block_ms: int = 100
     backlog_limit: int = 10_000
+    tpot_slack: float = 0.10
+    metrics_port: int = 0
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -52,6 +56,8 @@ class Settings:
             "lease_s": self.lease_s > self.heartbeat_s,
             "block_ms": 1 <= self.block_ms <= 2000,
             "backlog_limit": self.backlog_limit >= 1,
+            "tpot_slack": self.tpot_slack >= 0,
+            "metrics_port": 0 <= self.metrics_port < 65536,
             "log_level": self.log_level in ("debug", "info", "warning", "error"),
             "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
         }

@@ -28,16 +28,15 @@ from shared.ids import digest
 from shared.search import SearchConfig, make_algorithm
 from shared.search.base import ALGORITHMS
 from shared.sim.engine import PRIMARY, Completion, EngineConfig, SimEngine, SimRequest
-from shared.sim.hardware import parse_profile, spare_concurrency
+from shared.sim.hardware import parse_profile
 from shared.sim.workload import QuerySpec, SyntheticWorkload, WorkloadKnobs
-from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate
+from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate, speculative_pool
 from shared.spec.early_stop import EarlyStop
 from shared.tree import Tree
 
 __all__ = ["BenchConfig", "BenchResult", "run_bench"]
 
 MODES = ("baseline", "spex")
-KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
 
 
 @dataclass(frozen=True)
@@ -355,20 +354,17 @@ class _Run:
         if self.cfg.k_total is not None:
             return max(0, self.cfg.k_total - self.primary_in_flight)
         contexts = [m.context_tokens for m in self.machines.values()]
-        spec_ctx = sum(contexts) / len(contexts)
-        pool = spare_concurrency(
+        spec_jobs = sum(1 for j in self.jobs.values() if not j.primary)
+        return speculative_pool(
             self.profile,
             self.primary_in_flight,
             self.primary_ctx,
-            spec_ctx,
+            sum(contexts) / len(contexts),
             self.cfg.tpot_slack,
+            self.gen.held_tokens,
+            spec_jobs,
+            self.config.max_step_tokens,
         )
-        # KV headroom: a speculative job may hold up to max_new_tokens of fresh KV; never let
-        # speculation push the pool past KV_HEADROOM of capacity (primary jobs would queue).
-        held = self.gen.held_tokens
-        headroom = int(KV_HEADROOM * self.gen.capacity_tokens) - held
-        spec_held = sum(1 for j in self.jobs.values() if not j.primary) * self.config.max_step_tokens
-        return min(pool, max(0, (headroom + spec_held) // self.config.max_step_tokens))
 
     def _account(self, now: float) -> None:
         """Attribute [last event, now] of every active query to what it is blocked on."""

@@ -164,6 +164,21 @@ class SimEngine:
         """KV held by admitted requests (SGLang's `num_used`: evictable cache excluded)."""
         return self.used_tokens - self.cache.evictable_tokens
 
+    def load(self) -> dict[str, int]:
+        """What a budget allocator needs: primary jobs and their context, speculative jobs,
+        KV held (admitted and queued requests alike)."""
+        reqs = [*self._running, *self._waiting]
+        primary = [r for r in reqs if r.priority == PRIMARY]
+        return {
+            "primary": len(primary),
+            "primary_ctx": sum(r.prompt_tokens + r.generated for r in primary),
+            "spec": len(reqs) - len(primary),
+            "running": len(self._running),
+            "waiting": len(self._waiting),
+            "kv_held": self.held_tokens,
+            "kv_capacity": self.capacity_tokens,
+        }
+
     def is_waiting(self, rid: str) -> bool:
         """The request is queued for admission (not yet holding a slot)."""
         req = self._by_rid.get(rid)

@@ -24,7 +24,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Demand", "allocate", "even_split", "hit_rate_estimate", "utility"]
+from shared.sim.hardware import Profile, spare_concurrency
+
+__all__ = ["Demand", "allocate", "even_split", "hit_rate_estimate", "speculative_pool", "utility"]
+
+KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,24 @@ class Demand:
     candidates: int  # C_q
     hit_rate: float  # P_q
     prefix_kv_bytes: float  # S_KV(q)
+
+
+def speculative_pool(
+    profile: Profile,
+    primary: int,
+    primary_ctx: float,
+    spec_ctx: float,
+    slack: float,
+    kv_held: int,
+    spec_jobs: int,
+    max_step_tokens: int,
+) -> int:
+    """Speculative jobs one generator can take now: what the roofline leaves beside its primary
+    jobs (`spare_concurrency`), and never so many that speculation would bring more than
+    KV_HEADROOM of its KV pool into use (each job may hold up to `max_step_tokens`)."""
+    pool = spare_concurrency(profile, primary, primary_ctx, spec_ctx, slack)
+    headroom = int(KV_HEADROOM * profile.kv_capacity_tokens) - kv_held
+    return min(pool, max(0, (headroom + spec_jobs * max_step_tokens) // max_step_tokens))
 
 
 def hit_rate_estimate(adopted: int, issued: int) -> float:

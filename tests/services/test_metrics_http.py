@@ -1,0 +1,43 @@
+"""Each service process serves Prometheus metrics over real HTTP."""
+
+import asyncio
+import time
+import urllib.request
+from dataclasses import replace
+
+from shared.redis_server import free_port
+from tests.services.cluster import Cluster
+
+
+def scrape(port, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as resp:
+                return resp.status, resp.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_generator_process_serves_metrics_that_count_its_jobs(redis_url):
+    port = free_port()
+
+    async def go():
+        cluster = Cluster(redis_url, "processes", metrics_port=port)
+        await cluster.start("generator", "gen-0")  # the only process given the port
+        cluster.settings = replace(cluster.settings, metrics_port=0)
+        await cluster.start("coordinator", "coord-0")
+        await cluster.start("scorer", "scorer-0")
+        try:
+            qid = await cluster.client.submit("2+3?", algorithm="rstar", target=3)
+            await cluster.client.result(qid, timeout_s=30)
+            return await asyncio.to_thread(scrape, port)
+        finally:
+            await cluster.stop()
+
+    status, body = asyncio.run(go())
+    assert status == 200
+    assert 'spex_jobs_total{consumer="gen-0",outcome="finished",service="generator"}' in body
+    assert "spex_messages_total" in body
