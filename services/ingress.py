@@ -1,4 +1,5 @@
-"""Ingress: the Python client that submits questions and waits for answers.
+"""Ingress: the Python client that submits questions and waits for answers, and the same
+over HTTP (`spex worker ingress`: POST /v1/questions, GET /v1/questions/{id}).
 
 `submit` is one script — remember the client key, count the question in flight, append to
 the ingress stream — so a retried submission with the same client key is answered once, and a
@@ -13,11 +14,15 @@ import time
 import uuid
 
 import redis.asyncio as aioredis
+from aiohttp import web
 
 from proto import AnswerResult, SubmitQuestionRequest, decode, encode
 from proto.streams import ANSWERS, INGRESS, reply_key
+from shared.search import ALGORITHMS
+from shared.service import run_service
+from shared.settings import Settings
 
-__all__ = ["Backpressure", "IngressClient"]
+__all__ = ["Backpressure", "IngressClient", "IngressService", "main"]
 
 INFLIGHT = "ingress:inflight"
 
@@ -99,3 +104,84 @@ class IngressClient:
 
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
         await self.r.xadd(query_inbox(query_id), {"e": encode(msg)})
+
+
+class IngressService:
+    """HTTP front door. POST /v1/questions {"question", "algorithm", "target", "mode",
+    "client_key"} → 202 {"query_id"} (429 when the backlog is full, 400 naming a bad field);
+    GET /v1/questions/{id} → 200 with the answer, or 202 while it is being searched."""
+
+    FIELDS = {"question": str, "algorithm": str, "target": int, "mode": str, "client_key": str, "seed": int}
+
+    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+        self.client = IngressClient(client, settings.backlog_limit)
+        self.port = settings.http_port
+        self.submitted = 0
+
+    def summary(self) -> dict[str, int]:
+        return {"submitted": self.submitted}
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes([web.post("/v1/questions", self.post), web.get("/v1/questions/{qid}", self.get)])
+        return app
+
+    async def post(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "body: not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "body: expected a JSON object")
+        unknown = sorted(set(body) - set(self.FIELDS))
+        if unknown:
+            return _error(400, f"{unknown[0]}: unknown field")
+        for name, kind in self.FIELDS.items():
+            if name in body and not isinstance(body[name], kind):
+                return _error(400, f"{name}: expected {kind.__name__}")
+        if not body.get("question"):
+            return _error(400, "question: required")
+        if body.get("algorithm", "rebase") not in ALGORITHMS:
+            return _error(400, f"algorithm: unknown {body['algorithm']!r}")
+        if body.get("mode", "spex") not in ("baseline", "spex") or body.get("target", 16) < 1:
+            return _error(400, "mode/target: mode is baseline or spex, target at least 1")
+        try:
+            qid = await self.client.submit(
+                body["question"],
+                client_key=body.get("client_key"),
+                algorithm=body.get("algorithm", "rebase"),
+                target=body.get("target", 16),
+                mode=body.get("mode", "spex"),
+                seed=body.get("seed", 0),
+            )
+        except Backpressure as exc:
+            return _error(429, str(exc))
+        self.submitted += 1
+        return web.json_response({"query_id": qid}, status=202)
+
+    async def get(self, request: web.Request) -> web.Response:
+        answer = await self.client.result(request.match_info["qid"])
+        if answer is None:
+            return web.json_response({"status": "searching"}, status=202)
+        return web.json_response({"status": "answered", "answer": answer.answer, "nodes": answer.nodes})
+
+    async def run(self, stop: asyncio.Event) -> None:
+        runner = web.AppRunner(self.app())
+        await runner.setup()
+        await web.TCPSite(runner, "0.0.0.0", self.port).start()
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def main() -> int:
+    return run_service("ingress", IngressService)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

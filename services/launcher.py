@@ -21,13 +21,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from services.ingress import IngressClient
-from shared.redis_server import RedisServer
+from shared.redis_server import RedisServer, free_port
 from shared.settings import ENV, Settings
 from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 __all__ = ["demo", "up"]
 
-KINDS = ("coordinator", "generator", "scorer", "allocator")
+KINDS = ("coordinator", "generator", "scorer", "allocator", "ingress")
 
 
 @contextlib.contextmanager
@@ -46,7 +46,7 @@ def up(
     try:
         names = [("coordinator", f"coord-{i}") for i in range(coordinators)]
         names += [("generator", f"gen-{i}") for i in range(generators)]
-        names += [("scorer", "scorer-0"), ("allocator", "allocator-0")]
+        names += [("scorer", "scorer-0"), ("allocator", "allocator-0"), ("ingress", "ingress-0")]
         for kind, name in names:
             env = dict(os.environ)
             for var, (field, _) in ENV.items():
@@ -57,6 +57,7 @@ def up(
         _wait_healthy(procs, Path(logs.name))
         if console:
             console.print(f"[bold]spex up[/]: Redis at {settings.redis_url}; services: {', '.join(procs)}")
+            console.print(f"HTTP ingress: http://127.0.0.1:{settings.http_port}/v1/questions")
         yield settings
     finally:
         for proc in procs.values():
@@ -111,6 +112,7 @@ def demo(settings: Settings, questions: int, algorithm: str, target: int, consol
     workload = SyntheticWorkload(WorkloadKnobs(), 0)
     specs = [workload.query(i) for i in range(questions)]
     results = {}
+    settings = replace(settings, http_port=free_port())
     for mode in ("baseline", "spex"):  # a fresh Redis and fresh services for each
         with up(settings, console=console) as live:
             results[mode] = asyncio.run(_run_mode(live, specs, algorithm, target, mode, console))

@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
     w = sub.add_parser("worker", help="run one service in this process")
-    w.add_argument("service", choices=["coordinator", "generator", "scorer", "allocator"])
+    w.add_argument("service", choices=["ingress", "coordinator", "generator", "scorer", "allocator"])
 
     u = sub.add_parser("up", help="start Redis (embedded unless --redis) and every service")
     u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")

@@ -26,6 +26,7 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_BACKLOG_LIMIT": ("backlog_limit", "ingress backlog above which submissions are refused"),
     "SPEX_TPOT_SLACK": ("tpot_slack", "decode-step growth speculation may cause (0.10 = 10%)"),
     "SPEX_METRICS_PORT": ("metrics_port", "Prometheus /metrics port of this process (0: off)"),
+    "SPEX_HTTP_PORT": ("http_port", "port of the HTTP ingress (spex worker ingress)"),
     "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
 }
 
@@ -44,6 +45,7 @@ class Settings:
     backlog_limit: int = 10_000
     tpot_slack: float = 0.10
     metrics_port: int = 0
+    http_port: int = 8080
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -58,6 +60,7 @@ class Settings:
             "backlog_limit": self.backlog_limit >= 1,
             "tpot_slack": self.tpot_slack >= 0,
             "metrics_port": 0 <= self.metrics_port < 65536,
+            "http_port": 0 < self.http_port < 65536,
             "log_level": self.log_level in ("debug", "info", "warning", "error"),
             "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
         }

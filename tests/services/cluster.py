@@ -16,11 +16,11 @@ import redis.asyncio as aioredis
 
 from services.coordinator import Coordinator
 from services.generator import Generator
-from services.ingress import IngressClient
+from services.ingress import IngressClient, IngressService
 from services.scorer import Scorer
 from shared.settings import ENV, Settings
 
-SERVICES = {"coordinator": Coordinator, "generator": Generator, "scorer": Scorer}
+SERVICES = {"coordinator": Coordinator, "generator": Generator, "scorer": Scorer, "ingress": IngressService}
 
 
 class Cluster:
