@@ -1,0 +1,10 @@
+# One image for every SPEX service: `spex worker <service>` picks the role.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY proto ./proto
+COPY shared ./shared
+COPY services ./services
+COPY bench ./bench
+RUN pip install --no-cache-dir .
+ENTRYPOINT ["spex"]

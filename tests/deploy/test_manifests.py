@@ -1,0 +1,64 @@
+"""Static checks of the compose and Kubernetes files (no Docker engine or cluster here): they
+parse, run every service with the command the code has, use only registered settings, and
+scale generators on the stream and group the code uses."""
+
+from pathlib import Path
+
+import pytest
+
+from proto.streams import gen_jobs
+from services.generator import GROUP as GEN_GROUP
+from shared.settings import ENV
+
+yaml = pytest.importorskip("yaml")
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = {"ingress", "coordinator", "generator", "scorer", "allocator"}
+
+
+def test_compose_runs_every_service_with_registered_settings():
+    doc = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
+    services = doc["services"]
+    assert SERVICES <= set(services)
+    for name in SERVICES:
+        svc = services[name]
+        assert svc["command"] == ["worker", name]
+        assert set(svc["environment"]) <= set(ENV)
+        assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert services["redis"]["healthcheck"]["test"][-1] == "ping"
+    assert "--appendonly" in services["redis"]["command"]  # streams survive a Redis restart
+
+
+def test_kubernetes_deployments_match_the_services():
+    docs = list(yaml.safe_load_all((ROOT / "k8s" / "spex.yaml").read_text()))
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert set(config["data"]) <= set(ENV)
+    roles = set()
+    for dep in deployments.values():
+        spec = dep["spec"]
+        assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
+        (container,) = spec["template"]["spec"]["containers"]
+        role = container["args"][1]
+        roles.add(role)
+        assert container["args"] == ["worker", role]
+        assert {e["name"] for e in container.get("env", [])} <= set(ENV)
+        assert "livenessProbe" in container and "readinessProbe" in container
+        assert container["resources"]["requests"]
+    assert roles == SERVICES
+
+
+def test_generators_scale_on_their_job_stream():
+    docs = list(yaml.safe_load_all((ROOT / "k8s" / "spex.yaml").read_text()))
+    (scaled,) = [d for d in docs if d["kind"] == "ScaledObject"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "redis-streams"
+    assert trigger["metadata"]["stream"] == gen_jobs()
+    assert trigger["metadata"]["consumerGroup"] == GEN_GROUP
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "spex-generator"
+
+
+def test_dockerfile_installs_the_packages_the_entry_point_needs():
+    text = (ROOT / "Dockerfile").read_text()
+    for package in ("proto", "shared", "services", "bench"):
+        assert f"COPY {package} ./{package}" in text
+    assert 'ENTRYPOINT ["spex"]' in text
