@@ -25,7 +25,7 @@ from shared.settings import Settings
 from shared.sim.engine import Completion, EngineConfig, SimEngine, SimRequest
 from shared.sim.hardware import parse_profile
 from shared.sim.realtime import RealtimeEngine
-from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+from shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnobs
 
 __all__ = ["Generator", "cancel_key", "main"]
 
@@ -45,7 +45,7 @@ class Generator:
         self.stream = gen_jobs(pool)
         config = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
         self.engine = RealtimeEngine(SimEngine(parse_profile(settings.profile), config), settings.time_scale)
-        self.running: dict[str, tuple[Delivery, GenerateRequest]] = {}
+        self.running: dict[str, tuple[Delivery, GenerateRequest, Generation]] = {}
         self.log = structlog.get_logger().bind(service="generator", consumer=settings.consumer)
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
         self.done = 0
@@ -80,7 +80,7 @@ class Generator:
         gen = workload.generate(spec, [*req.prompt_node_ids[1:], req.node_id])
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
         tokens = min(gen.tokens, req.max_new_tokens)
-        self.running[req.job_id] = (d, req)
+        self.running[req.job_id] = (d, req, gen)
         self.engine.submit(
             SimRequest(req.job_id, prompt, req.node_id, tokens, req.max_new_tokens, req.priority)
         )
@@ -96,15 +96,13 @@ class Generator:
         entry = self.running.pop(c.rid, None)
         if entry is None:
             return
-        d, req = entry
+        d, req, gen = entry
         JOBS.labels("generator", self.settings.consumer, c.reason).inc()
         if c.reason == "abort":
             self.aborted += 1
             self.log.info("job_cancelled", job_id=req.job_id, query_id=req.query_id, tokens=c.generated)
             await self.bus.ack(d, GROUP)
             return
-        workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
-        gen = workload.generate(workload.spec_for(req.query_id), [*req.prompt_node_ids[1:], req.node_id])
         result = GenerateResult(
             msg_id=f"{req.query_id}/{req.job_id}/result",
             query_id=req.query_id,
@@ -173,7 +171,7 @@ class Generator:
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         async def once() -> None:
             await asyncio.sleep(self.settings.heartbeat_s)
-            ids = [d.entry_id for d, _ in self.running.values()]
+            ids = [d.entry_id for d, _, _ in self.running.values()]
             await self.bus.heartbeat(self.stream, GROUP, ids)
             # Jobs of a peer that stopped heartbeating (three periods) are ours now.
             idle_ms = int(3 * self.settings.heartbeat_s * 1000)

@@ -17,7 +17,7 @@ from proto import ScoreRequest, ScoreResult
 from proto.streams import SCORE_JOBS, query_inbox
 from shared.bus import Bus, Delivery
 from shared.metrics import JOBS
-from shared.service import run_service
+from shared.service import loop_forever, run_service
 from shared.settings import Settings
 from shared.sim.engine import Completion, SimEngine, SimRequest
 from shared.sim.hardware import parse_profile
@@ -76,23 +76,31 @@ class Scorer:
         self.scored += 1
         JOBS.labels("scorer", self.settings.consumer, "finished").inc()
 
+    async def _dispatch(self, d: Delivery) -> None:
+        if not isinstance(d.message, ScoreRequest):
+            await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
+            return
+        try:
+            await self.on_score(d)
+        except Exception as exc:  # left unacknowledged: reclaimed, retried, then dead-lettered
+            self.log.error("handler_failed", error=repr(exc), entry_id=d.entry_id, deliveries=d.deliveries)
+
     async def _intake(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            for d in await self.bus.read(
-                [SCORE_JOBS], GROUP, count=MAX_BATCH, block_ms=self.settings.block_ms
-            ):
-                if isinstance(d.message, ScoreRequest):
-                    await self.on_score(d)
-                else:
-                    await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
+        async def once() -> None:
+            block = self.settings.block_ms
+            for d in await self.bus.read([SCORE_JOBS], GROUP, count=MAX_BATCH, block_ms=block):
+                await self._dispatch(d)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
 
     async def _reclaim(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        async def once() -> None:
             await asyncio.sleep(self.settings.heartbeat_s)
-            ids = [d.entry_id for d, _ in self.pending.values()]
-            await self.bus.heartbeat(SCORE_JOBS, GROUP, ids)
+            await self.bus.heartbeat(SCORE_JOBS, GROUP, [d.entry_id for d, _ in self.pending.values()])
             for d in await self.bus.reclaim(SCORE_JOBS, GROUP, int(3 * self.settings.heartbeat_s * 1000)):
-                await self.on_score(d)
+                await self._dispatch(d)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
 
 
 def main() -> int:
