@@ -70,6 +70,7 @@ GROUP = "coord"
 ACTIVE = "coord:active"  # zset: query id -> lease expiry (ms), for the reaper
 INFLIGHT = "ingress:inflight"  # questions submitted and not yet answered (backpressure)
 LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
+STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
 
 _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -142,6 +143,7 @@ class Coordinator:
         }
         self.events = 0
         self.answered = 0
+        self._stats_sent = 0.0
 
     def summary(self) -> dict[str, Any]:
         return {"events": self.events, "answered": self.answered, "dead_lettered": self.bus.dead_lettered}
@@ -226,6 +228,9 @@ class Coordinator:
                 query = self.queries.get(qid)
                 if query is not None:
                     await self._apply(query, entries)
+            if time.monotonic() - self._stats_sent >= STATS_EVERY_S:
+                self._stats_sent = time.monotonic()
+                await self._publish_stats()
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 
@@ -375,7 +380,6 @@ class Coordinator:
             epoch = await self.r.eval(_RENEW, 3, *keys, self.owner, lease_ms, now_ms + lease_ms, qid)
             if not epoch or int(epoch) != self.queries[qid].epoch:
                 self._lost(qid)
-        await self._publish_stats()
         expired: Any = await self.r.zrangebyscore(ACTIVE, 0, now_ms)
         for raw in expired:
             qid = raw.decode()

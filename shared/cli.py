@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--questions", type=int, default=6)
     d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rstar")
     d.add_argument("--target", type=int, default=10)
-    d.add_argument("--time-scale", type=float, default=0.01, help="wall seconds per simulated second")
+    d.add_argument("--time-scale", type=float, default=0.05, help="wall seconds per simulated second")
 
     sb = sub.add_parser("submit", help="submit a question (or a JSONL file of them) to the ingress")
     sb.add_argument("question", nargs="?", default=None)
