@@ -1,12 +1,15 @@
 """A continuous-batching GPU engine in virtual time (DESIGN §3), modelled on SGLang.
 
-Each step either prefills (extends) admitted requests, uncached prompt tokens only and at most
-`chunked_prefill_tokens` per step, or decodes one token for every running request; prefill
-takes priority over decode. Admission is limited by KV capacity (the uncached prompt plus a
+Each step prefills (extends) admitted requests — uncached prompt tokens only, at most
+`chunked_prefill_tokens` per step — and, with `mixed_chunk` (SGLang's --enable-mixed-chunk),
+decodes one token for every running request in the same step; without it prefill takes
+priority over decode. Admission is limited by KV capacity (the uncached prompt plus a
 reservation for output, as SGLang's `new_token_ratio`), by `max_running` and by priority
-(0 = primary before 1 = speculative, then arrival order). When decode runs out of KV, the
-lowest-priority, latest request is retracted to the waiting queue. An aborted running
-request does one more step, then frees its slot; the KV it computed stays as evictable cache.
+(0 = primary before 1 = speculative, then arrival order). Speculative sequences decode only
+while the step stays within `spec_step_slack` of what the primary ones alone cost (priority
+preemption). When decode runs out of KV, the lowest-priority, latest request is retracted to
+the waiting queue and later resumes from the prefix cache. An aborted running request does
+one more step, then frees its slot; the KV it computed stays as evictable cache.
 
 The engine is event-driven: between two external events the batch cannot change, so a run
 of decode steps up to the next completion is planned at once (a "macro step") and cut short

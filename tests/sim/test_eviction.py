@@ -47,3 +47,17 @@ def test_kv_limits_admission(engine_factory):
     a, b = sorted(done, key=lambda c: c.rid)
     assert b.first_token_s >= a.time_s  # b waited for a's KV to become evictable
     assert engine.stats.peak_kv_tokens <= engine.capacity_tokens
+
+
+def test_decode_out_of_kv_retracts_and_everything_still_finishes(engine_factory):
+    # Llemma-34B on an A100-80GB holds only ~14.7k KV tokens: four 3k-token prompts that each
+    # grow by 1.5k tokens cannot all stay resident, so the engine retracts (SGLang's retraction)
+    # and resumes them later from the prefix cache.
+    engine = engine_factory("Llemma-34B@A100-80GB", new_token_ratio=0.0)
+    for i in range(4):
+        engine.submit(req(f"r{i}", [(f"q{i}", 3000)], 1500), 0.0)
+    done = run_all(engine)
+    assert sorted(c.rid for c in done) == ["r0", "r1", "r2", "r3"]
+    assert all(c.generated == 1500 and c.reason == "finished" for c in done)
+    assert engine.stats.retractions > 0
+    assert engine.stats.peak_kv_tokens <= engine.capacity_tokens
