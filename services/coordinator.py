@@ -380,6 +380,10 @@ class Coordinator:
             epoch = await self.r.eval(_RENEW, 3, *keys, self.owner, lease_ms, now_ms + lease_ms, qid)
             if not epoch or int(epoch) != self.queries[qid].epoch:
                 self._lost(qid)
+        # A coordinator that died between reading a question and taking its lease left the
+        # question pending in the ingress group: take it over.
+        for d in await self.bus.reclaim(INGRESS, GROUP, 2 * lease_ms):
+            await self._on_submitted(d)
         expired: Any = await self.r.zrangebyscore(ACTIVE, 0, now_ms)
         for raw in expired:
             qid = raw.decode()
