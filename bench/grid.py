@@ -97,7 +97,7 @@ def run_grid(questions: int, out_dir: str, seed: int, console: Console) -> int:
     from bench.plots import plot_all
 
     plot_all(report, out)
-    console.print(_markdown_summary(report))
+    console.print(_markdown(report))
     console.print(
         f"grid: {len(jobs)} cells in {report['wall_s']:.0f} s; wrote {out}/grid.json, grid.md, *.png"
     )
@@ -195,7 +195,3 @@ def _markdown(report: dict[str, Any]) -> str:
             speedups = [row[name]["speedup"] for name in ("t1_only", "t3_off", "t3_on")]
             lines.append(f"| {algorithm}-{target} | {b} | " + " | ".join(f"{x:.2f}" for x in speedups) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _markdown_summary(report: dict[str, Any]) -> str:
-    return _markdown(report)

@@ -3,18 +3,7 @@
 import pytest
 
 from shared.search.answers import extract_answer, normalize_answer, select_answer
-from shared.tree import Tree
-
-
-def solutions(pairs):
-    tree = Tree("q", seed=0, question_tokens=1)
-    out = []
-    for i, (answer, reward) in enumerate(pairs):
-        node = tree.child(tree.root, i)
-        node.answer, node.reward = answer, reward
-        out.append(node)
-    return out
-
+from tests.factories import answer_nodes as solutions
 
 SOLS = [("4", 0.3), ("4", 0.3), ("4", 0.2), ("5", 0.9), ("5", 0.8), ("6", 0.95)]
 

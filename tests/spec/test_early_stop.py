@@ -3,17 +3,11 @@
 import pytest
 
 from shared.spec.early_stop import EarlyStop, should_stop
-from shared.tree import Tree
+from tests.factories import answer_nodes
 
 
 def answers(*pairs):
-    tree = Tree("q", seed=0, question_tokens=1)
-    out = []
-    for i, (answer, weight) in enumerate(pairs):
-        node = tree.child(tree.root, i)
-        node.answer, node.reward = answer, weight
-        out.append(node)
-    return out
+    return answer_nodes(pairs)
 
 
 ON = EarlyStop(enabled=True, alpha=0.5, min_answers=2)
