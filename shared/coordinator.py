@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from proto.messages import PRIMARY, SPECULATIVE
 from shared.ids import child_id, node_seed
 from shared.search import Need, SearchConfig, make_algorithm
 from shared.search.answers import extract_answer, select_answer
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 REWARDS = ("prm", "logprob")
-PRIMARY, SPECULATIVE = 0, 1
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from proto.messages import PRIMARY
 from shared.sim.hardware import Profile, spare_concurrency
 from shared.sim.radix import RadixCache, RadixNode, Segment
 
 __all__ = ["Completion", "EngineConfig", "EngineStats", "SimEngine", "SimRequest"]
-
-PRIMARY, SPECULATIVE = 0, 1
 
 
 @dataclass(frozen=True)
