@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from proto.messages import PRIMARY
 from shared.coordinator import (
     CancelCommand,
     Command,
@@ -27,7 +28,7 @@ from shared.coordinator import (
 from shared.ids import digest
 from shared.search import SearchConfig, make_algorithm
 from shared.search.base import ALGORITHMS
-from shared.sim.engine import PRIMARY, Completion, EngineConfig, SimEngine, SimRequest
+from shared.sim.engine import Completion, EngineConfig, SimEngine, SimRequest
 from shared.sim.hardware import parse_profile
 from shared.sim.workload import QuerySpec, SyntheticWorkload, WorkloadKnobs
 from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate, speculative_pool
