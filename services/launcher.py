@@ -27,8 +27,6 @@ from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 __all__ = ["demo", "up"]
 
-KINDS = ("coordinator", "generator", "scorer", "allocator", "ingress")
-
 
 @contextlib.contextmanager
 def up(

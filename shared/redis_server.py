@@ -13,7 +13,6 @@ import socket
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 __all__ = ["RedisServer", "free_port", "redis_binaries"]
 
@@ -101,7 +100,3 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    @property
-    def data_dir(self) -> Path:
-        return Path(self._dir.name)
