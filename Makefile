@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The folders that install as subpackages of `spex` (pyproject.toml's package-dir).
+PACKAGES := proto shared services bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +16,13 @@ install: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/spex demo
 
+# mypy cannot see through the editable install's package-dir mapping: give it a tree of links.
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
+	rm -rf build/typecheck && mkdir -p build/typecheck/spex
+	for p in $(PACKAGES); do ln -s ../../../$$p build/typecheck/spex/$$p; done
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest

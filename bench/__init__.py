@@ -1,1 +1,2 @@
-"""Benchmarks that compare SPEX with the baseline side by side (`spex bench --grid`)."""
+"""Drivers on top of the services and the core: the virtual-time driver, benchmark results,
+the grid, the distributed benchmark, the oracle bound, and the `spex` command."""

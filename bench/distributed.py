@@ -14,16 +14,16 @@ import redis.asyncio as aioredis
 from rich.console import Console
 from rich.table import Table
 
-from proto import ScoreResult
-from proto.streams import query_inbox
-from services.ingress import IngressClient
-from services.launcher import up
-from shared.bus import Bus
-from shared.redis_server import RedisServer
-from shared.results import summarize
-from shared.settings import Settings
-from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
-from shared.vtime import BenchConfig, run_bench
+from spex.bench.results import summarize
+from spex.bench.vtime import BenchConfig, run_bench
+from spex.proto import ScoreResult
+from spex.proto.names import query_inbox
+from spex.services.launcher import up
+from spex.shared.runtime.bus import Bus
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.redis_server import RedisServer
+from spex.shared.runtime.settings import Settings
+from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 __all__ = ["run_distributed"]
 
@@ -79,20 +79,19 @@ async def coordinator_events_per_s(url: str, cfg: BenchConfig) -> tuple[float, i
     """Events one coordinator process handles per second: replay every finished query's inbox
     (the takeover path) into a fresh coordinator, which re-runs each search and re-dispatches
     its jobs (dropped as duplicates), Redis round trips included."""
-    from proto import SubmitQuestionRequest, decode
-    from proto.streams import INGRESS, reply_key
-    from services.coordinator import Coordinator
+    from spex.proto import SubmitQuestionRequest, decode
+    from spex.proto.names import query_lease, query_request, reply_key
+    from spex.services.coordinator import Coordinator
 
     client = aioredis.Redis.from_url(url)
     coord = Coordinator(client, Settings(redis_url=url, consumer="replayer"))
     requests = []
-    async for key in client.scan_iter(match="{q:*}:req"):
+    async for key in client.scan_iter(match=query_request.glob):
         blob: Any = await client.get(key)
-        req = decode(INGRESS, blob)
+        req = decode(key.decode(), blob)
         assert isinstance(req, SubmitQuestionRequest)
         requests.append(req)
-        tag = f"{{q:{req.query_id}}}"
-        await client.delete(reply_key(req.query_id), f"{tag}:lease")
+        await client.delete(reply_key(req.query_id), query_lease(req.query_id))
     start = time.perf_counter()
     for req in requests:
         await coord.adopt(req)
@@ -114,13 +113,13 @@ def run_distributed(cfg: BenchConfig, time_scale: float, console: Console) -> di
                 )
         simulated_s = run["wall_s"] / time_scale
         answers = run["answers"]
-        expected = predicted["answers"]
+        expected = predicted.answers
         same = all(a is not None and a.answer == expected[q] for q, a in answers.items())
         out[mode] = {
             "throughput_qpm": cfg.questions / simulated_s * 60,
-            "throughput_qpm_predicted": predicted["throughput_qpm"],
+            "throughput_qpm_predicted": predicted.throughput_qpm,
             "latency_p50_s": float(np.percentile(run["latencies_s"], 50)) / time_scale,
-            "latency_p50_s_predicted": predicted["latency_p50_s"],
+            "latency_p50_s_predicted": predicted.latency_p50_s,
             "same_answers": same,
             "trees_digest_equal": _digests(answers) == _vt_digests(cfg, mode),
         }

@@ -18,9 +18,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shared.results import compare, summarize
-from shared.spec.early_stop import EarlyStop
-from shared.vtime import BenchConfig, run_bench
+from spex.bench.results import RunSummary, compare, summarize
+from spex.bench.vtime import BenchConfig, run_bench
+from spex.shared.core.spec.early_stop import EarlyStop
 
 __all__ = ["run_grid"]
 
@@ -41,8 +41,8 @@ ABLATION_BATCHES = [1, 8]
 TPOT_BOUND = 1.15
 
 
-def _strip(summary: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in summary.items() if k not in ("answers", "knobs", "params")}
+def _strip(summary: RunSummary) -> dict[str, Any]:
+    return {k: v for k, v in summary.to_json().items() if k not in ("answers", "knobs", "params")}
 
 
 def _cell(base_cfg: BenchConfig, variants: list[tuple[str, BenchConfig]]) -> dict[str, Any]:
@@ -50,9 +50,10 @@ def _cell(base_cfg: BenchConfig, variants: list[tuple[str, BenchConfig]]) -> dic
     base = summarize(run_bench(base_cfg))
     out: dict[str, Any] = {"baseline": _strip(base)}
     for name, cfg in variants:
-        rec = compare(base, summarize(run_bench(cfg)))
+        spex = summarize(run_bench(cfg))
+        rec = compare(base, spex).to_json()
         rec.pop("baseline")
-        rec["spex"] = _strip(rec["spex"])
+        rec["spex"] = _strip(spex)
         out[name] = rec
     return out
 
@@ -94,7 +95,7 @@ def run_grid(questions: int, out_dir: str, seed: int, console: Console) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "grid.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     (out / "grid.md").write_text(_markdown(report))
-    from bench.plots import plot_all
+    from spex.bench.plots import plot_all
 
     plot_all(report, out)
     console.print(_markdown(report))

@@ -1,40 +1,46 @@
 """Upper bound of lossless speculation: a predictor that knows the final tree.
 
-Runs the baseline, records every query's final tree, then runs SPEX with every algorithm's
-`predict` hook replaced by one that returns the true future nodes whose parents exist (shallow
-first) and never cancels. Same engine, budget and TPOT slack as SPEX, so the gap between this
-and SPEX is what better prediction could still win; the gap between this and the target is
-what no lossless predictor can.
+Runs the baseline, records every query's final tree, then runs SPEX with a predictor
+(`OraclePredictor`, injected into every query's machine) that returns the true future nodes
+whose parents exist (shallow first) and never cancels. Same engine, budget and TPOT slack as
+SPEX, so the gap between this and SPEX is what better prediction could still win; the gap
+between this and the target is what no lossless predictor can.
 
-    python -m bench.oracle rebase 16 --batch-size 1 --questions 32 [--tpot-slack 0.1]
+    python -m spex.bench.oracle rebase 16 --batch-size 1 --questions 32 [--tpot-slack 0.1]
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from shared.results import summarize
-from shared.search.base import ALGORITHMS, SearchAlgorithm, SpecView
-from shared.tree import Node
-from shared.vtime import BenchConfig, run_bench
+from spex.bench.results import summarize
+from spex.bench.vtime import BenchConfig, run_bench
+from spex.shared.core.machine import QueryMachine
+from spex.shared.core.search.base import ALGORITHMS, SearchAlgorithm, SpecView
+from spex.shared.core.speculation import Predictor
+from spex.shared.core.tree import Node
 
-__all__ = ["oracle_speedup"]
+__all__ = ["OraclePredictor", "oracle_speedup"]
+
+FinalTree = dict[str, list[tuple[int, str]]]  # parent id -> [(child index, action)]
 
 
-def oracle_speedup(cfg: BenchConfig) -> tuple[float, float, dict[str, float]]:
-    """(oracle speedup, SPEX speedup, oracle critical path per query)."""
-    base = run_bench(cfg)
-    trees = _final_trees(cfg)
+@dataclass
+class OraclePredictor:
+    """Predicts the true future nodes whose parents exist (shallow first) and never cancels;
+    the distance of a prediction is the algorithm's own, for comparable reports."""
 
-    def predict(self: SearchAlgorithm, view: SpecView, k: int) -> list[Node]:
-        true = trees[self.tree.query_id]
+    algorithm: SearchAlgorithm
+    final: FinalTree
+
+    def predict(self, view: SpecView, k: int) -> list[Node]:
         out: list[Node] = []
-        frontier = [self.tree.root]
+        frontier = [self.algorithm.tree.root]
         while frontier and len(out) < k:
             nxt = []
             for parent in frontier:
-                for index, action in true.get(parent.id, []):
+                for index, action in self.final.get(parent.id, []):
                     node = view.child(parent, index, action)
                     if node.generated:
                         nxt.append(node)
@@ -43,48 +49,40 @@ def oracle_speedup(cfg: BenchConfig) -> tuple[float, float, dict[str, float]]:
             frontier = nxt
         return out[:k]
 
-    saved = {cls: (cls.predict, cls.spec_alive) for cls in ALGORITHMS.values()}
-    try:
-        for cls in ALGORITHMS.values():
-            cls.predict = predict  # type: ignore[method-assign]
-            cls.spec_alive = lambda self, node: True  # type: ignore[method-assign]
-        oracle = summarize(run_bench(replace(cfg, mode="spex")))
-    finally:
-        for cls, (p, a) in saved.items():
-            cls.predict, cls.spec_alive = p, a  # type: ignore[method-assign]
+    def spec_alive(self, node: Node) -> bool:
+        return True
+
+    def spec_distance(self, node: Node) -> int:
+        return self.algorithm.spec_distance(node)
+
+
+def oracle_speedup(cfg: BenchConfig) -> tuple[float, float, dict[str, float]]:
+    """(oracle speedup, SPEX speedup, oracle critical path per query)."""
+    trees: dict[str, FinalTree] = {}
+
+    def record(machine: QueryMachine) -> None:
+        kids: FinalTree = {}
+        for node in machine.tree:
+            if node.parent is not None:
+                kids.setdefault(node.parent.id, []).append((node.index, node.action))
+        trees[machine.query_id] = kids
+
+    def oracle(algorithm: SearchAlgorithm) -> Predictor:
+        return OraclePredictor(algorithm, trees[algorithm.tree.query_id])
+
+    base = summarize(run_bench(cfg, on_finish=record))
+    best = summarize(run_bench(replace(cfg, mode="spex"), predictor=oracle))
     spex = summarize(run_bench(replace(cfg, mode="spex")))
-    b = summarize(base)
-    assert oracle["trees_digest"] == b["trees_digest"], "the oracle changed the search"
+    assert best.trees_digest == base.trees_digest, "the oracle changed the search"
     return (
-        oracle["throughput_qpm"] / b["throughput_qpm"],
-        spex["throughput_qpm"] / b["throughput_qpm"],
-        oracle["critical_path_s_per_query"],
+        best.throughput_qpm / base.throughput_qpm,
+        spex.throughput_qpm / base.throughput_qpm,
+        best.critical_path_s_per_query,
     )
 
 
-def _final_trees(cfg: BenchConfig) -> dict[str, dict[str, list[tuple[int, str]]]]:
-    """query -> parent id -> [(child index, action)] of the baseline's final trees."""
-    from shared.vtime import _Run
-
-    trees: dict[str, dict[str, list[tuple[int, str]]]] = {}
-    run = _Run(cfg, None)
-    finish = run._finish
-
-    def record(query_id: str, now: float) -> None:
-        kids: dict[str, list[tuple[int, str]]] = {}
-        for node in run.machines[query_id].tree:
-            if node.parent is not None:
-                kids.setdefault(node.parent.id, []).append((node.index, node.action))
-        trees[query_id] = kids
-        finish(query_id, now)
-
-    run._finish = record  # type: ignore[method-assign]
-    run.run()
-    return trees
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.oracle")
+    p = argparse.ArgumentParser(prog="python -m spex.bench.oracle")
     p.add_argument("algorithm", choices=sorted(ALGORITHMS))
     p.add_argument("target", type=int)
     p.add_argument("--batch-size", type=int, default=1)

@@ -1,39 +1,48 @@
-"""The SPEX wire contract: message structs, stream and key names, and the codec.
+"""The SPEX wire contract: message structs, Redis names, the codec, and the submission rules.
 
-Read `messages.py` for every message, `streams.py` for where each travels, and `codec.py`
-for how bytes become messages (and how malformed bytes fail).
+Read `messages.py` for every message, `names.py` for every stream and key and what each
+carries, `codec.py` for how bytes become messages (and how malformed bytes fail), and
+`submission.py` for what a valid question is.
 """
 
-from proto.codec import ProtocolError, decode, encode
-from proto.messages import (
+from spex.proto.codec import ProtocolError, decode, encode
+from spex.proto.messages import (
+    PRIMARY,
     PROTOCOL_VERSION,
+    SPECULATIVE,
     AnswerResult,
     BudgetUpdateEvent,
     CancelRequest,
     GenerateRequest,
     GenerateResult,
+    LogprobSummary,
     Message,
     QueryStatsEvent,
     ScoreRequest,
     ScoreResult,
     SubmitQuestionRequest,
+    WorkerLoadEvent,
 )
-from proto.streams import STREAMS
+from spex.proto.submission import SubmissionError
 
 __all__ = [
+    "PRIMARY",
     "PROTOCOL_VERSION",
-    "STREAMS",
+    "SPECULATIVE",
     "AnswerResult",
     "BudgetUpdateEvent",
     "CancelRequest",
     "GenerateRequest",
     "GenerateResult",
+    "LogprobSummary",
     "Message",
     "ProtocolError",
     "QueryStatsEvent",
     "ScoreRequest",
     "ScoreResult",
+    "SubmissionError",
     "SubmitQuestionRequest",
+    "WorkerLoadEvent",
     "decode",
     "encode",
 ]

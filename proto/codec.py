@@ -1,14 +1,14 @@
-"""MessagePack codec with one typed decoder per stream."""
+"""MessagePack codec with one typed decoder per stream or key."""
 
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
-from proto.messages import PROTOCOL_VERSION, Message
-from proto.streams import STREAMS
+from spex.proto.messages import PROTOCOL_VERSION, Message
+from spex.proto.names import message_types
 
 __all__ = ["ProtocolError", "decode", "encode"]
 
@@ -25,33 +25,18 @@ def encode(message: Message) -> bytes:
     return _encoder.encode(message)
 
 
-def _stream_types(stream: str) -> tuple[type[Message], ...]:
-    if stream in STREAMS:
-        return STREAMS[stream]
-    if stream.startswith("{q:") and stream.endswith("}:in"):
-        return STREAMS["{q:}:in"]
-    for prefix, types in STREAMS.items():
-        if prefix.endswith(":") and stream.startswith(prefix):
-            return types
-    raise ProtocolError(f"no message types are registered for stream {stream!r}")
-
-
 @cache
 def _decoder(types: tuple[type[Message], ...]) -> msgspec.msgpack.Decoder[Any]:
-    target: Any = types[0] if len(types) == 1 else Any
-    if len(types) > 1:
-        from typing import Union
-
-        target = Union[types]  # noqa: UP007 - a runtime union of a tuple of types
+    target: Any = types[0] if len(types) == 1 else Union[types]  # noqa: UP007 - a runtime union
     return msgspec.msgpack.Decoder(target)
 
 
 _peek = msgspec.msgpack.Decoder(dict[str, Any])
 
 
-def decode(stream: str, payload: bytes) -> Message:
-    """Decode `payload` read from `stream`; raises ProtocolError if it is not one of the
-    stream's message types at this protocol version."""
+def decode(name: str, payload: bytes) -> Message:
+    """Decode `payload` read from the stream or key `name`; raises ProtocolError if it is not
+    one of the message types `name` carries at this protocol version."""
     try:
         head = _peek.decode(payload)
     except msgspec.DecodeError as exc:
@@ -60,6 +45,10 @@ def decode(stream: str, payload: bytes) -> Message:
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"unknown protocol version {version!r} (this service speaks {PROTOCOL_VERSION})")
     try:
-        return _decoder(_stream_types(stream)).decode(payload)
+        types = message_types(name)
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+    try:
+        return _decoder(types).decode(payload)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {stream}: {exc}") from None
+        raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {name}: {exc}") from None

@@ -12,7 +12,9 @@ from __future__ import annotations
 import msgspec
 
 __all__ = [
+    "PRIMARY",
     "PROTOCOL_VERSION",
+    "SPECULATIVE",
     "AnswerResult",
     "BudgetUpdateEvent",
     "CancelRequest",
@@ -24,6 +26,7 @@ __all__ = [
     "ScoreRequest",
     "ScoreResult",
     "SubmitQuestionRequest",
+    "WorkerLoadEvent",
 ]
 
 PROTOCOL_VERSION = 1  # a decoder rejects any other version (dead-lettered, never guessed)
@@ -46,14 +49,15 @@ class Message(msgspec.Struct, tag_field="type", tag=lambda name: name, kw_only=T
 
 
 class SubmitQuestionRequest(Message, frozen=True):
-    """A client asks for one question to be searched."""
+    """A client asks for one question to be searched. The defaults here are the only ones:
+    `spex.proto.submission` validates every field, for every way in."""
 
     question: str
     client_key: str = ""  # idempotency key: the same key is answered once
     algorithm: str = "rebase"
-    target: int = 16
+    target: int = 16  # REBASE/ETS width, or MCTS rollouts
     seed: int = 0
-    mode: str = "baseline"  # "baseline" | "spex"
+    mode: str = "spex"  # "baseline" | "spex"
     prompt_tokens: int = 0  # the question's length in tokens (0: estimated from the text)
 
 
@@ -130,6 +134,23 @@ class QueryStatsEvent(Message, frozen=True):
     hit_rate: float  # P_q: recent fraction of speculative results used
     prefix_tokens: int  # S_KV(q): KV a speculative branch would reuse
     active_jobs: int
+
+
+class WorkerLoadEvent(Message, frozen=True):
+    """A generator's engine load, for the budget allocator and autoscalers. It is stored
+    under the worker's load key with a TTL, so its presence is the worker's liveness.
+    `query_id` is empty: the event is about a worker, not a query."""
+
+    worker: str
+    primary: int  # primary jobs admitted or queued
+    primary_ctx: int  # their summed context tokens
+    spec: int  # speculative jobs admitted or queued
+    running: int
+    waiting: int
+    kv_held: int  # KV tokens held by admitted requests
+    kv_capacity: int
+    prefix_cache_hit_rate: float = 0.0
+    jobs_done: int = 0
 
 
 class AnswerResult(Message, frozen=True):

@@ -1,5 +1,8 @@
-"""SPEX services: ingress client, tree coordinator, generator, reward scorer, budget allocator.
+"""SPEX services: HTTP ingress, tree coordinator, generator, reward scorer, budget allocator,
+each run as its own process by `spex worker <name>` (or `python -m spex.services.<name>`);
+plus the launcher that starts them all (`spex up`, `spex demo`) and an optional Celery adapter.
 
-Each module is one service: a receive loop and a type→handler table around the pure core in
-`shared/`. Services never import each other; they share `proto/` and `shared/`.
+Each service is a receive loop and a type→handler table around the pure core in
+`spex.shared.core`. Services never import each other (an import-linter contract holds it);
+they share `spex.proto` and `spex.shared`.
 """

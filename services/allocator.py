@@ -1,27 +1,27 @@
 """Budget allocator (T2): one active instance under a lease turns the coordinators' per-query
-stats into speculative shares (`shared.spec.budget.allocate`) and publishes them to each
-query's inbox. Coordinators fall back to a static local share while none is published."""
+stats into speculative shares (`spex.shared.core.spec.budget.allocate`) and publishes them to
+each query's inbox. Coordinators fall back to a static local share while none is published."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
 import redis.asyncio as aioredis
+import structlog
 
-from proto import BudgetUpdateEvent, QueryStatsEvent, decode
-from proto.streams import QUERY_STATS, query_inbox
-from shared.bus import Bus
-from shared.service import run_service
-from shared.settings import Settings
-from shared.sim.hardware import parse_profile, spare_concurrency
-from shared.spec.budget import Demand, allocate, speculative_pool
+from spex.proto import BudgetUpdateEvent, ProtocolError, QueryStatsEvent, WorkerLoadEvent, decode
+from spex.proto.names import ALLOCATOR_LEASE, QUERY_STATS, query_inbox, worker_load
+from spex.shared.core.spec.budget import Demand, allocate
+from spex.shared.roofline.capacity import spare_concurrency, speculative_pool
+from spex.shared.roofline.hardware import parse_profile
+from spex.shared.runtime.bus import Bus
+from spex.shared.runtime.service import run_service
+from spex.shared.runtime.settings import Settings
 
 __all__ = ["Allocator", "main"]
 
-LEASE = "allocator:lease"
 MAX_STEP_TOKENS = 256  # the longest step a speculative job may generate
 STALE_S = 2.0  # stats older than this belong to a finished query
 
@@ -40,6 +40,7 @@ class Allocator:
         self.latest: dict[str, tuple[float, QueryStatsEvent]] = {}
         self.published: dict[str, int] = {}  # last share sent per query
         self.rounds = 0
+        self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
     def summary(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "k_total": self.k_total}
@@ -48,11 +49,12 @@ class Allocator:
         last = "$"
         while not stop.is_set():
             lease_ms = int(self.settings.lease_s * 1000)
-            mine = await self.r.set(LEASE, self.settings.consumer, nx=True, px=lease_ms)
-            if not mine and (await self.r.get(LEASE) or b"").decode() != self.settings.consumer:
+            mine = await self.r.set(ALLOCATOR_LEASE, self.settings.consumer, nx=True, px=lease_ms)
+            holder: Any = await self.r.get(ALLOCATOR_LEASE)
+            if not mine and (holder or b"").decode() != self.settings.consumer:
                 await asyncio.sleep(self.settings.lease_s / 3)  # another allocator is active
                 continue
-            await self.r.pexpire(LEASE, lease_ms)
+            await self.r.pexpire(ALLOCATOR_LEASE, lease_ms)
             replies: Any = await self.r.xread({QUERY_STATS: last}, count=1000, block=self.settings.block_ms)
             now = time.monotonic()
             for _, entries in replies or []:
@@ -60,7 +62,7 @@ class Allocator:
                     last = entry_id
                     try:
                         msg = decode(QUERY_STATS, fields[b"e"])
-                    except ValueError:
+                    except ProtocolError:
                         continue  # telemetry: a bad sample is dropped, not dead-lettered
                     if isinstance(msg, QueryStatsEvent):
                         self.latest[msg.query_id] = (now, msg)
@@ -68,24 +70,42 @@ class Allocator:
             self.published = {q: v for q, v in self.published.items() if q in self.latest}
             await self._publish()
 
+    async def _worker_loads(self) -> list[WorkerLoadEvent]:
+        """The load of every live generator (a worker's key expires when it dies)."""
+        out = []
+        async for key in self.r.scan_iter(match=worker_load.glob):
+            raw: Any = await self.r.get(key)
+            if raw is None:
+                continue
+            try:
+                load = decode(key.decode(), raw)
+            except ProtocolError as exc:
+                self.log.warning("worker_load_malformed", key=key.decode(), error=str(exc))
+                continue
+            if isinstance(load, WorkerLoadEvent):
+                out.append(load)
+        return out
+
     async def _pool(self, stats: list[QueryStatsEvent]) -> int:
         """Σ over live generators of what their roofline and KV leave for speculation (the
         same rule as the virtual-time bench); a static k_total while none reports its load."""
         spec_ctx = sum(m.prefix_tokens for m in stats) / len(stats)
-        pool, workers = 0, 0
-        async for key in self.r.scan_iter(match="worker:*:load"):
-            raw: Any = await self.r.get(key)
-            if raw is None:
-                continue
-            load = json.loads(raw)
-            workers += 1
-            pool += speculative_pool(
-                self.profile, load["primary"], load["primary_ctx"], spec_ctx, self.settings.tpot_slack,
-                load["kv_held"], load["spec"], MAX_STEP_TOKENS,
-            )  # fmt: skip
-        if not workers:
+        loads = await self._worker_loads()
+        if not loads:
             return max(0, self.k_total - sum(m.active_jobs for m in stats))
-        return pool
+        return sum(
+            speculative_pool(
+                self.profile,
+                w.primary,
+                w.primary_ctx,
+                spec_ctx,
+                self.settings.tpot_slack,
+                w.kv_held,
+                w.spec,
+                MAX_STEP_TOKENS,
+            )  # fmt: skip
+            for w in loads
+        )
 
     async def _publish(self) -> None:
         if not self.latest:

@@ -4,7 +4,7 @@
 the hot path: the search itself runs on the services over Redis Streams (Celery's redelivery
 by visibility timeout and its list-based queues are wrong for long GPU jobs; see
 `../shared/reference/redis_streams.md` §2). Run a worker with
-`celery -A services.celery_adapter worker --pool=solo`, with `SPEX_REDIS_URL` set.
+`celery -A spex.services.celery_adapter worker --pool=solo`, with `SPEX_REDIS_URL` set.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from celery import Celery
 
-from services.ingress import IngressClient
-from shared.settings import Settings
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.settings import Settings
 
 __all__ = ["app", "make_app"]
 

@@ -9,37 +9,48 @@ the synthetic workload's, so results equal the virtual-time benchmark's.
 from __future__ import annotations
 
 import asyncio
-import json
+import time
+from dataclasses import asdict
 from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 
-from proto import CancelRequest, GenerateRequest, GenerateResult
-from proto.messages import LogprobSummary
-from proto.streams import GEN_CONTROL, gen_jobs, query_inbox
-from shared.bus import Bus, Delivery
-from shared.metrics import EVENTS, JOBS, JOBS_IN_FLIGHT
-from shared.service import loop_forever, run_service
-from shared.settings import Settings
-from shared.sim.engine import Completion, EngineConfig, SimEngine, SimRequest
-from shared.sim.hardware import parse_profile
-from shared.sim.realtime import RealtimeEngine
-from shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnobs
+from spex.proto import (
+    CancelRequest,
+    GenerateRequest,
+    GenerateResult,
+    LogprobSummary,
+    WorkerLoadEvent,
+    decode,
+    encode,
+)
+from spex.proto.names import (
+    DEFAULT_POOL,
+    GEN_CONTROL,
+    GENERATOR_GROUP,
+    cancel_key,
+    gen_jobs,
+    query_inbox,
+    worker_load,
+)
+from spex.shared.roofline.hardware import parse_profile
+from spex.shared.runtime.bus import Bus, Delivery
+from spex.shared.runtime.metrics import EVENTS, JOBS, JOBS_IN_FLIGHT
+from spex.shared.runtime.service import loop_forever, run_service
+from spex.shared.runtime.settings import Settings
+from spex.shared.sim.engine import Completion, EngineConfig, SimEngine, SimRequest
+from spex.shared.sim.realtime import RealtimeEngine
+from spex.shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnobs
 
-__all__ = ["Generator", "cancel_key", "main"]
+__all__ = ["Generator", "main"]
 
-GROUP = "gen"
 MAX_JOBS = 128  # engine slots this worker fills from the job stream
 LOAD_REPORT_S = 0.05  # how often load is published for the budget allocator
 
 
-def cancel_key(job_id: str) -> str:
-    return f"cancel:{job_id}"
-
-
 class Generator:
-    def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = "default") -> None:
+    def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = DEFAULT_POOL) -> None:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.settings = settings
         self.stream = gen_jobs(pool)
@@ -55,7 +66,7 @@ class Generator:
         return {"jobs_done": self.done, "jobs_aborted": self.aborted, "dead_lettered": self.bus.dead_lettered}
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.bus.ensure_group(self.stream, GROUP)
+        await self.bus.ensure_group(self.stream, GENERATOR_GROUP)
         tasks = [
             self._intake(stop),
             self.engine.run(self._on_complete, stop),
@@ -70,14 +81,14 @@ class Generator:
         req = d.message
         assert isinstance(req, GenerateRequest)
         if await self.bus.r.exists(cancel_key(req.job_id)):
-            await self.bus.ack(d, GROUP)  # cancelled while queued: never starts
+            await self.bus.ack(d, GENERATOR_GROUP)  # cancelled while queued: never starts
             self.aborted += 1
             return
         if req.job_id in self.running:  # our own pending entry, redelivered after a reconnect
             return
         workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
-        spec = workload.spec_for(req.query_id)
-        gen = workload.generate(spec, [*req.prompt_node_ids[1:], req.node_id])
+        question = workload.question(req.query_id)
+        gen = workload.generate(question, [*req.prompt_node_ids[1:], req.node_id])
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
         tokens = min(gen.tokens, req.max_new_tokens)
         self.running[req.job_id] = (d, req, gen)
@@ -90,7 +101,7 @@ class Generator:
         assert isinstance(msg, CancelRequest)
         for completion in self.engine.abort(msg.job_id):
             await self._on_complete(completion)
-        await self.bus.ack(d, GROUP)
+        await self.bus.ack(d, GENERATOR_GROUP)
 
     async def _on_complete(self, c: Completion) -> None:
         entry = self.running.pop(c.rid, None)
@@ -101,7 +112,7 @@ class Generator:
         if c.reason == "abort":
             self.aborted += 1
             self.log.info("job_cancelled", job_id=req.job_id, query_id=req.query_id, tokens=c.generated)
-            await self.bus.ack(d, GROUP)
+            await self.bus.ack(d, GENERATOR_GROUP)
             return
         result = GenerateResult(
             msg_id=f"{req.query_id}/{req.job_id}/result",
@@ -121,14 +132,14 @@ class Generator:
         # Result first, then the owner-checked ack: a crash in between redelivers the job and
         # the duplicate result (same message id) is dropped by the idempotent publish.
         await self.bus.publish(query_inbox(req.query_id), result)
-        await self.bus.ack(d, GROUP)
+        await self.bus.ack(d, GENERATOR_GROUP)
         self.done += 1
 
     # ------------------------------------------------------------------ loops
     async def _dispatch(self, d: Delivery) -> None:
         handler = self.handlers.get(type(d.message))
         if handler is None:
-            await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
+            await self.bus.dead_letter(d, GENERATOR_GROUP, f"no handler for {type(d.message).__name__}")
             return
         EVENTS.labels("generator", self.settings.consumer, type(d.message).__name__).inc()
         with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
@@ -143,7 +154,9 @@ class Generator:
             if free <= 0:
                 await asyncio.sleep(0.01)
                 return
-            for d in await self.bus.read([self.stream], GROUP, count=free, block_ms=self.settings.block_ms):
+            for d in await self.bus.read(
+                [self.stream], GENERATOR_GROUP, count=free, block_ms=self.settings.block_ms
+            ):
                 await self._dispatch(d)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
@@ -158,8 +171,6 @@ class Generator:
                 for entry_id, fields in entries:
                     last = entry_id
                     try:
-                        from proto import decode
-
                         msg = decode(GEN_CONTROL, fields[b"e"])
                     except Exception:  # a fan-out stream has no group to dead-letter from
                         self.log.warning("control_message_malformed", entry_id=str(entry_id))
@@ -172,10 +183,10 @@ class Generator:
         async def once() -> None:
             await asyncio.sleep(self.settings.heartbeat_s)
             ids = [d.entry_id for d, _, _ in self.running.values()]
-            await self.bus.heartbeat(self.stream, GROUP, ids)
+            await self.bus.heartbeat(self.stream, GENERATOR_GROUP, ids)
             # Jobs of a peer that stopped heartbeating (three periods) are ours now.
             idle_ms = int(3 * self.settings.heartbeat_s * 1000)
-            for d in await self.bus.reclaim(self.stream, GROUP, idle_ms):
+            for d in await self.bus.reclaim(self.stream, GENERATOR_GROUP, idle_ms):
                 self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
                 await self._dispatch(d)
 
@@ -191,14 +202,17 @@ class Generator:
     async def _report_load(self) -> None:
         """Liveness and load, readable by schedulers and autoscalers (expires if we die)."""
         eng = self.engine.engine
-        JOBS_IN_FLIGHT.labels("generator", self.settings.consumer).set(len(self.running))
-        load = {
-            **eng.load(),
-            "prefix_cache_hit_rate": round(eng.stats.cache_hit_rate, 4),
-            "jobs_done": self.done,
-        }
+        consumer = self.settings.consumer
+        JOBS_IN_FLIGHT.labels("generator", consumer).set(len(self.running))
+        load = WorkerLoadEvent(
+            msg_id=f"load/{consumer}/{time.monotonic_ns()}",
+            query_id="",
+            worker=consumer,
+            **asdict(eng.load()),
+            jobs_done=self.done,
+        )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
-        await self.bus.r.set(f"worker:{self.settings.consumer}:load", json.dumps(load), px=ttl_ms)
+        await self.bus.r.set(worker_load(consumer), encode(load), px=ttl_ms)
 
 
 def main() -> int:

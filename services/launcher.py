@@ -20,10 +20,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from services.ingress import IngressClient
-from shared.redis_server import RedisServer, free_port
-from shared.settings import ENV, Settings
-from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.redis_server import RedisServer, free_port
+from spex.shared.runtime.settings import ENV, Settings
+from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 __all__ = ["demo", "up"]
 
@@ -51,7 +51,9 @@ def up(
                 env[var] = str(asdict(settings)[field])
             env["SPEX_CONSUMER"] = name
             log = Path(logs.name, f"{name}.log").open("wb")  # noqa: SIM115 - closed with the directory
-            procs[name] = subprocess.Popen([sys.executable, "-m", f"services.{kind}"], env=env, stderr=log)
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", f"spex.services.{kind}"], env=env, stderr=log
+            )
         _wait_healthy(procs, Path(logs.name))
         if console:
             console.print(f"[bold]spex up[/]: Redis at {settings.redis_url}; services: {', '.join(procs)}")

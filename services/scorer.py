@@ -13,20 +13,19 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 
-from proto import ScoreRequest, ScoreResult
-from proto.streams import SCORE_JOBS, query_inbox
-from shared.bus import Bus, Delivery
-from shared.metrics import JOBS
-from shared.service import loop_forever, run_service
-from shared.settings import Settings
-from shared.sim.engine import Completion, SimEngine, SimRequest
-from shared.sim.hardware import parse_profile
-from shared.sim.realtime import RealtimeEngine
-from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+from spex.proto import ScoreRequest, ScoreResult
+from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox
+from spex.shared.roofline.hardware import parse_profile
+from spex.shared.runtime.bus import Bus, Delivery
+from spex.shared.runtime.metrics import JOBS
+from spex.shared.runtime.service import loop_forever, run_service
+from spex.shared.runtime.settings import Settings
+from spex.shared.sim.engine import Completion, SimEngine, SimRequest
+from spex.shared.sim.realtime import RealtimeEngine
+from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 __all__ = ["Scorer", "main"]
 
-GROUP = "score"
 MAX_BATCH = 64
 
 
@@ -43,7 +42,7 @@ class Scorer:
         return {"scored": self.scored, "dead_lettered": self.bus.dead_lettered}
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.bus.ensure_group(SCORE_JOBS, GROUP)
+        await self.bus.ensure_group(SCORE_JOBS, SCORER_GROUP)
         await asyncio.gather(
             self._intake(stop), self.engine.run(self._on_complete, stop), self._reclaim(stop)
         )
@@ -61,7 +60,7 @@ class Scorer:
     async def _on_complete(self, c: Completion) -> None:
         d, req = self.pending.pop(c.rid)
         workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed)
-        reward = workload.prm_reward(workload.spec_for(req.query_id), req.prompt_node_ids[1:])
+        reward = workload.prm_reward(workload.question(req.query_id), req.prompt_node_ids[1:])
         result = ScoreResult(
             msg_id=f"{req.query_id}/{req.job_id}/reward",
             query_id=req.query_id,
@@ -72,13 +71,13 @@ class Scorer:
             reward=reward,
         )
         await self.bus.publish(query_inbox(req.query_id), result)
-        await self.bus.ack(d, GROUP)
+        await self.bus.ack(d, SCORER_GROUP)
         self.scored += 1
         JOBS.labels("scorer", self.settings.consumer, "finished").inc()
 
     async def _dispatch(self, d: Delivery) -> None:
         if not isinstance(d.message, ScoreRequest):
-            await self.bus.dead_letter(d, GROUP, f"no handler for {type(d.message).__name__}")
+            await self.bus.dead_letter(d, SCORER_GROUP, f"no handler for {type(d.message).__name__}")
             return
         try:
             await self.on_score(d)
@@ -88,7 +87,7 @@ class Scorer:
     async def _intake(self, stop: asyncio.Event) -> None:
         async def once() -> None:
             block = self.settings.block_ms
-            for d in await self.bus.read([SCORE_JOBS], GROUP, count=MAX_BATCH, block_ms=block):
+            for d in await self.bus.read([SCORE_JOBS], SCORER_GROUP, count=MAX_BATCH, block_ms=block):
                 await self._dispatch(d)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
@@ -96,8 +95,10 @@ class Scorer:
     async def _reclaim(self, stop: asyncio.Event) -> None:
         async def once() -> None:
             await asyncio.sleep(self.settings.heartbeat_s)
-            await self.bus.heartbeat(SCORE_JOBS, GROUP, [d.entry_id for d, _ in self.pending.values()])
-            for d in await self.bus.reclaim(SCORE_JOBS, GROUP, int(3 * self.settings.heartbeat_s * 1000)):
+            await self.bus.heartbeat(SCORE_JOBS, SCORER_GROUP, [d.entry_id for d, _ in self.pending.values()])
+            for d in await self.bus.reclaim(
+                SCORE_JOBS, SCORER_GROUP, int(3 * self.settings.heartbeat_s * 1000)
+            ):
                 await self._dispatch(d)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)

@@ -1,11 +1,25 @@
-"""Shared fixtures: real Redis server processes (never a mock)."""
+"""Shared fixtures: real Redis server processes (never a mock); service logs on failure."""
 
 import shutil
 import subprocess
 
 import pytest
 
-from shared.redis_server import RedisServer, redis_binaries
+from spex.shared.runtime.redis_server import RedisServer, redis_binaries
+from tests.services.cluster import CLUSTERS
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report shows the logs of every service process it started."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "setup":
+        CLUSTERS.clear()
+    elif report.when == "call" and report.failed:
+        for i, cluster in enumerate(CLUSTERS):
+            if cluster.procs:
+                report.sections.append((f"service logs, cluster {i}", cluster.logs()))
 
 
 def _docker() -> bool:

@@ -1,6 +1,6 @@
 """Small object factories shared by tests."""
 
-from shared.tree import Node, Tree
+from spex.shared.core.tree import Node, Tree
 
 
 def answer_nodes(pairs) -> list[Node]:

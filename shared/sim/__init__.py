@@ -1,1 +1,1 @@
-"""The simulated GPU engine, its hardware catalog, and the synthetic reasoning workload."""
+"""The simulated GPU engine, its radix prefix cache, and the synthetic reasoning workload."""

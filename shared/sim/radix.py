@@ -16,9 +16,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["RadixCache", "RadixNode", "Segment"]
+from spex.shared.core.commands import Segment
 
-Segment = tuple[str, int]  # (segment id, tokens)
+__all__ = ["RadixCache", "RadixNode", "Segment"]
 
 
 @dataclass(eq=False)

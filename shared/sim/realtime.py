@@ -12,7 +12,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
-from shared.sim.engine import Completion, SimEngine, SimRequest
+from spex.shared.sim.engine import Completion, SimEngine, SimRequest
 
 __all__ = ["RealtimeEngine"]
 

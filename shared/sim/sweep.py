@@ -3,13 +3,13 @@
 Runs `n` requests of `ctx` prompt tokens each through a fresh engine and measures the mean
 decode step (time per output token). The knee is the largest `n` whose step stays within
 (1 + slack) of the single-request step. For the simulated engine this is a measurement of the
-model in `shared.sim.hardware`; the same procedure applies to a real engine.
+model in `spex.shared.roofline.hardware`; the same procedure applies to a real engine.
 """
 
 from __future__ import annotations
 
-from shared.sim.engine import EngineConfig, SimEngine, SimRequest
-from shared.sim.hardware import Profile
+from spex.shared.roofline.hardware import Profile
+from spex.shared.sim.engine import EngineConfig, SimEngine, SimRequest
 
 __all__ = ["measure_knee", "measure_tpot_s"]
 

@@ -24,9 +24,9 @@ import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from shared.ids import derived_int, derived_uniform
+from spex.shared.core.ids import derived_int, derived_uniform
 
-__all__ = ["Generation", "KNOB_DOCS", "QuerySpec", "SyntheticWorkload", "WorkloadKnobs"]
+__all__ = ["Generation", "KNOB_DOCS", "SyntheticQuestion", "SyntheticWorkload", "WorkloadKnobs"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def knob_table() -> list[tuple[str, object, str]]:
 
 
 @dataclass(frozen=True)
-class QuerySpec:
+class SyntheticQuestion:
     query_id: str
     text: str
     prompt_tokens: int
@@ -171,15 +171,15 @@ class SyntheticWorkload:
         self.knobs, self.seed, self.style = knobs, seed, style
         self._on_track: dict[tuple[str, str], bool] = {}
 
-    def query(self, index: int) -> QuerySpec:
-        return self.spec_for(f"q{index:05d}")
+    def query(self, index: int) -> SyntheticQuestion:
+        return self.question(f"q{index:05d}")
 
-    def spec_for(self, qid: str) -> QuerySpec:
+    def question(self, qid: str) -> SyntheticQuestion:
         """The synthetic question with id `qid` (any string)."""
         k = self.knobs
         span = k.question_tokens_max - k.question_tokens_min + 1
         tokens = k.question_tokens_min + derived_int(span, self.seed, qid, "qtokens")
-        return QuerySpec(
+        return SyntheticQuestion(
             query_id=qid,
             text=f"Synthetic problem {qid} (world seed {self.seed})",
             prompt_tokens=tokens,
@@ -187,7 +187,7 @@ class SyntheticWorkload:
             difficulty=self._kumaraswamy(k.difficulty_alpha, k.difficulty_beta, self.seed, qid, "difficulty"),
         )
 
-    def generate(self, query: QuerySpec, path: list[str]) -> Generation:
+    def generate(self, query: SyntheticQuestion, path: list[str]) -> Generation:
         """The step written at the end of `path` (node ids from the root's first child)."""
         k, qid = self.knobs, query.query_id
         node, depth = path[-1], len(path)
@@ -209,13 +209,13 @@ class SyntheticWorkload:
         conf = _sigmoid(k.logprob_gain * (1 if on_track else -1) + k.logprob_noise * z)
         return Generation(text, tokens, answer, finish, math.log(conf), on_track)
 
-    def prm_reward(self, query: QuerySpec, path: list[str]) -> float:
+    def prm_reward(self, query: SyntheticQuestion, path: list[str]) -> float:
         k = self.knobs
         s = 1.0 if self.on_track(query, path) else -1.0
         z = _normal(self.seed, query.query_id, path[-1], "prm")
         return _sigmoid(k.prm_gain * s + k.prm_noise * z)
 
-    def on_track(self, query: QuerySpec, path: list[str]) -> bool:
+    def on_track(self, query: SyntheticQuestion, path: list[str]) -> bool:
         k, qid = self.knobs, query.query_id
         p_derail = min(1.0, k.derail_base + k.derail_scale * query.difficulty)
         ok = True

@@ -6,9 +6,9 @@ import asyncio
 import msgspec
 import redis.asyncio as aioredis
 
-from proto import ScoreResult, encode
-from proto.streams import dead_letter, query_inbox
-from shared.bus import Bus
+from spex.proto import ScoreResult, encode
+from spex.proto.names import dead_letter, query_inbox
+from spex.shared.runtime.bus import Bus
 
 STREAM, GROUP = query_inbox("q1"), "coord"
 

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proto.streams import gen_jobs
-from services.generator import GROUP as GEN_GROUP
-from shared.settings import ENV
+from spex.proto.names import DEFAULT_POOL, GENERATOR_GROUP, gen_jobs
+from spex.shared.runtime.settings import ENV
 
 yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,8 +51,8 @@ def test_generators_scale_on_their_job_stream():
     (scaled,) = [d for d in docs if d["kind"] == "ScaledObject"]
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "redis-streams"
-    assert trigger["metadata"]["stream"] == gen_jobs()
-    assert trigger["metadata"]["consumerGroup"] == GEN_GROUP
+    assert trigger["metadata"]["stream"] == gen_jobs(DEFAULT_POOL)
+    assert trigger["metadata"]["consumerGroup"] == GENERATOR_GROUP
     assert scaled["spec"]["scaleTargetRef"]["name"] == "spex-generator"
 
 

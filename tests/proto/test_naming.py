@@ -1,10 +1,10 @@
-"""Every wire struct follows the naming rule and is decodable on at least one stream."""
+"""Every wire struct follows the naming rule and is decodable on at least one stream or key."""
 
 import inspect
 
-from proto import messages
-from proto.messages import Message
-from proto.streams import STREAMS
+from spex.proto import messages
+from spex.proto.messages import Message
+from spex.proto.names import KEYS, STREAMS
 
 ROLES = ("Request", "Result", "Event")
 
@@ -22,10 +22,10 @@ def test_every_message_name_ends_in_its_role():
     assert not bad, f"message types must end in {ROLES}: {bad}"
 
 
-def test_every_message_is_carried_by_some_stream():
-    carried = {t for types in STREAMS.values() for t in types}
+def test_every_message_is_carried_by_some_stream_or_key():
+    carried = {t for table in (STREAMS, KEYS) for types in table.values() for t in types}
     missing = [t.__name__ for t in _message_types() if t not in carried]
-    assert not missing, f"not in any stream's decoder: {missing}"
+    assert not missing, f"not in any stream's or key's decoder: {missing}"
 
 
 def test_every_message_is_exported():

@@ -3,7 +3,7 @@
 import msgspec
 import pytest
 
-from proto import (
+from spex.proto import (
     AnswerResult,
     BudgetUpdateEvent,
     CancelRequest,
@@ -14,11 +14,22 @@ from proto import (
     ScoreRequest,
     ScoreResult,
     SubmitQuestionRequest,
+    WorkerLoadEvent,
     decode,
     encode,
 )
-from proto.messages import LogprobSummary
-from proto.streams import ANSWERS, BUDGET, INGRESS, QUERY_STATS, SCORE_JOBS, gen_jobs, query_inbox
+from spex.proto.messages import LogprobSummary
+from spex.proto.names import (
+    ANSWERS,
+    INGRESS,
+    QUERY_STATS,
+    SCORE_JOBS,
+    gen_jobs,
+    query_inbox,
+    query_request,
+    reply_key,
+    worker_load,
+)
 
 ENV = {"msg_id": "m-1", "query_id": "q00001", "trace_id": "t", "attempt": 2, "epoch": 3, "deadline_ms": 99}
 
@@ -60,9 +71,27 @@ SAMPLES = [
     ),
     (query_inbox("q00001"), ScoreResult(**ENV, job_id="j", node_id="n", reward=0.75)),
     (query_inbox("q00001"), BudgetUpdateEvent(**ENV, share=3, k_total=25)),
-    (BUDGET, BudgetUpdateEvent(**ENV, share=3, k_total=25)),
     (QUERY_STATS, QueryStatsEvent(**ENV, candidates=4, hit_rate=0.5, prefix_tokens=900, active_jobs=2)),
     (ANSWERS, AnswerResult(**ENV, answer="4", correct=True, nodes=40, tokens_generated=3000, latency_s=12.5)),
+    # Keys that hold one message.
+    (reply_key("q00001"), AnswerResult(**ENV, answer=None, nodes=3)),
+    (query_request("q00001"), SubmitQuestionRequest(**ENV, question="2+2?")),
+    (
+        worker_load("gen-0"),
+        WorkerLoadEvent(
+            **{**ENV, "query_id": ""},
+            worker="gen-0",
+            primary=2,
+            primary_ctx=900,
+            spec=5,
+            running=7,
+            waiting=0,
+            kv_held=4000,
+            kv_capacity=90000,
+            prefix_cache_hit_rate=0.8,
+            jobs_done=11,
+        ),
+    ),
 ]
 
 

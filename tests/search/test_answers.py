@@ -2,7 +2,7 @@
 
 import pytest
 
-from shared.search.answers import extract_answer, normalize_answer, select_answer
+from spex.shared.core.search.answers import extract_answer, normalize_answer, select_answer
 from tests.factories import answer_nodes as solutions
 
 SOLS = [("4", 0.3), ("4", 0.3), ("4", 0.2), ("5", 0.9), ("5", 0.8), ("6", 0.95)]

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from shared.search.embed import trigram_embedder
-from shared.search.ets import cluster_labels, solve_ets_ilp
+from spex.shared.core.search.embed import trigram_embedder
+from spex.shared.core.search.ets import cluster_labels, solve_ets_ilp
 
 
 def random_tree(rng, n_leaves):

@@ -8,9 +8,10 @@ import random
 
 import pytest
 
-from shared.coordinator import GenerateCommand, QueryMachine, ScoreCommand
-from shared.search import ALGORITHMS, SearchConfig
-from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+from spex.shared.core.commands import GenerateCommand, ScoreCommand
+from spex.shared.core.machine import QueryMachine
+from spex.shared.core.search import ALGORITHMS, SearchConfig
+from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 CASES = [("rebase", 8), ("ets", 8), ("rstar", 5), ("rest", 5)]
 

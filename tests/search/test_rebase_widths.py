@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from shared.search.rebase import ceil_softmax_widths
+from spex.shared.core.search.rebase import ceil_softmax_widths
 
 
 def brute_force_widths(rewards, width, temperature):

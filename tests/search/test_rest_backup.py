@@ -2,9 +2,9 @@
 
 import pytest
 
-from shared.search.base import SearchConfig
-from shared.search.rest import Rest
-from shared.tree import Tree
+from spex.shared.core.search.base import SearchConfig
+from spex.shared.core.search.rest import Rest
+from spex.shared.core.tree import Tree
 
 
 def test_value_backup_matches_hand_computation():

@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from shared.search.base import SearchConfig
-from shared.search.mcts import uct_rest, uct_rstar
-from shared.search.rest import Rest
-from shared.search.rstar import Rstar
-from shared.tree import Tree
+from spex.shared.core.search.base import SearchConfig
+from spex.shared.core.search.mcts import uct_rest, uct_rstar
+from spex.shared.core.search.rest import Rest
+from spex.shared.core.search.rstar import Rstar
+from spex.shared.core.tree import Tree
 
 
 def test_rstar_uct_formula_by_hand():

@@ -1,5 +1,10 @@
 """Start SPEX services against a real Redis: as asyncio tasks in this process, or as
-separate OS processes (`python -m services.<name>`), with the same interface."""
+separate OS processes (`python -m spex.services.<name>`), with the same interface.
+
+Each process writes its log to a file of its own (never an unread pipe, which a chatty
+service could fill and block on); `tests/conftest.py` shows every cluster's logs under a
+failed test's report.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,29 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from services.coordinator import Coordinator
-from services.generator import Generator
-from services.ingress import IngressClient, IngressService
-from services.scorer import Scorer
-from shared.settings import ENV, Settings
+from spex.services.allocator import Allocator
+from spex.services.coordinator import Coordinator
+from spex.services.generator import Generator
+from spex.services.ingress import IngressService
+from spex.services.scorer import Scorer
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.settings import ENV, Settings
 
-SERVICES = {"coordinator": Coordinator, "generator": Generator, "scorer": Scorer, "ingress": IngressService}
+SERVICES = {
+    "coordinator": Coordinator,
+    "generator": Generator,
+    "scorer": Scorer,
+    "allocator": Allocator,
+    "ingress": IngressService,
+}
+LOG_TAIL_LINES = 200  # of each service, in a failed test's report
+
+CLUSTERS: list[Cluster] = []  # the clusters of the running test (cleared by tests/conftest.py)
 
 
 class Cluster:
@@ -30,11 +47,15 @@ class Cluster:
         self.tasks: dict[str, tuple[asyncio.Task[None], asyncio.Event, Any]] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.client = IngressClient(aioredis.Redis.from_url(url))
-        self.log_dir = tempfile.TemporaryDirectory(prefix="spex-services-")
-        self.logs: list[Any] = []
+        self._log_dir = tempfile.TemporaryDirectory(prefix="spex-services-")
+        self._logs: dict[str, str] = {}  # kept after stop(), for the failure report
+        CLUSTERS.append(self)
 
     def _settings(self, name: str) -> Settings:
         return Settings(**{**asdict(self.settings), "consumer": name})
+
+    def _log_path(self, name: str) -> Path:
+        return Path(self._log_dir.name, f"{name}.log")
 
     async def start(self, kind: str, name: str) -> None:
         if self.mode == "inprocess":
@@ -45,12 +66,10 @@ class Cluster:
         env = dict(os.environ)
         for var, (field, _) in ENV.items():
             env[var] = str(getattr(self._settings(name), field))
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", f"services.{kind}"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        with self._log_path(name).open("ab") as log:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", f"spex.services.{kind}"], env=env, stdout=log, stderr=log
+            )
 
     async def start_all(self, generators: int = 1, coordinators: int = 1) -> None:
         for i in range(coordinators):
@@ -58,6 +77,7 @@ class Cluster:
         for i in range(generators):
             await self.start("generator", f"gen-{i}")
         await self.start("scorer", "scorer-0")
+        await self.start("allocator", "allocator-0")
 
     def kill(self, name: str) -> None:
         """SIGKILL a process (no cleanup, no acks): what a crash looks like."""
@@ -77,10 +97,23 @@ class Cluster:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        await self.client.r.aclose()
-        for log in self.logs:
-            log.close()
-        self.log_dir.cleanup()
+        await self.client.aclose()
+        self._logs = {name: self._read_log(name) for name in self.procs}
+        self._log_dir.cleanup()
+
+    def logs(self) -> str:
+        """The last lines each service process logged."""
+        names = self.procs if not self._logs else self._logs
+        parts = []
+        for name in names:
+            text = self._logs.get(name) or self._read_log(name)
+            tail = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+            parts.append(f"----- {name} -----\n{tail}")
+        return "\n".join(parts)
+
+    def _read_log(self, name: str) -> str:
+        path = self._log_path(name)
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def service(self, name: str) -> Any:
         return self.tasks[name][2]

@@ -7,20 +7,20 @@ import sys
 
 import pytest
 
-from shared.settings import Settings
+from spex.shared.runtime.settings import Settings
 from tests.services.cluster import Cluster
 
 celery = pytest.importorskip("celery")
 
 
 def test_celery_task_forwards_to_the_ingress_and_returns_the_answer(redis_url, tmp_path):
-    from services.celery_adapter import make_app
+    from spex.services.celery_adapter import make_app
 
     env = {**os.environ, "SPEX_REDIS_URL": redis_url}
     log = (tmp_path / "worker.log").open("wb")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "services.celery_adapter", "worker", "--pool=solo", "-c", "1",
-         "--without-gossip", "--without-mingle", "--loglevel=warning"],
+        [sys.executable, "-m", "celery", "-A", "spex.services.celery_adapter", "worker", "--pool=solo",
+         "-c", "1", "--without-gossip", "--without-mingle", "--loglevel=warning"],
         env=env, stdout=log, stderr=log,
     )  # fmt: skip
 

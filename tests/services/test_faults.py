@@ -1,14 +1,23 @@
 """Failure injection on real processes and a real Redis: every question is answered once."""
 
 import asyncio
-import json
 
 import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from proto import ScoreResult, encode
-from proto.streams import ANSWERS, INGRESS, dead_letter, gen_jobs, query_inbox
+from spex.proto import ScoreResult, decode, encode
+from spex.proto.names import (
+    ANSWERS,
+    DEFAULT_POOL,
+    GENERATOR_GROUP,
+    INGRESS,
+    dead_letter,
+    gen_jobs,
+    query_inbox,
+    query_lease,
+    worker_load,
+)
 from tests.services.cluster import Cluster
 from tests.services.test_pipeline import submit_all, virtual_time
 
@@ -55,12 +64,12 @@ def test_malformed_and_unknown_version_are_dead_lettered_while_serving(redis_url
                 encode(ScoreResult(msg_id="x", query_id="q", job_id="j", node_id="n", reward=0.1))
             )
             raw["v"] = 2
-            await r.xadd(gen_jobs(), {"e": msgspec.msgpack.encode(raw)})
+            await r.xadd(gen_jobs(DEFAULT_POOL), {"e": msgspec.msgpack.encode(raw)})
             await r.xadd(INGRESS, {"e": msgspec.msgpack.encode({**raw, "type": "SubmitQuestionRequest"})})
             qid = await cluster.client.submit("still serving?", algorithm="rebase", target=4)
             answer = await cluster.client.result(qid, timeout_s=30)
             reasons = [f[b"reason"].decode() for _, f in await r.xrange(dead_letter(INGRESS))]
-            reasons += [f[b"reason"].decode() for _, f in await r.xrange(dead_letter(gen_jobs()))]
+            reasons += [f[b"reason"].decode() for _, f in await r.xrange(dead_letter(gen_jobs(DEFAULT_POOL)))]
             return answer, reasons
         finally:
             await cluster.stop()
@@ -80,11 +89,11 @@ def test_cancelled_query_aborts_its_jobs_and_frees_their_slots(redis_url, proces
         r = cluster.client.r
         try:
             qid = await cluster.client.submit("a long search", algorithm="rebase", target=16)
-            assert await wait_for(lambda: _load(r, lambda load: load["running"] >= 8))
+            assert await wait_for(lambda: _load(r, lambda load: load.running >= 8))
             await cluster.client.cancel(qid)
             answer = await cluster.client.result(qid, timeout_s=10)
-            freed = await wait_for(lambda: _load(r, lambda load: load["running"] == 0), timeout_s=5)
-            pending = await r.xpending(gen_jobs(), "gen")
+            freed = await wait_for(lambda: _load(r, lambda load: load.running == 0), timeout_s=5)
+            pending = await r.xpending(gen_jobs(DEFAULT_POOL), GENERATOR_GROUP)
             return answer, freed, pending["pending"]
         finally:
             await cluster.stop()
@@ -96,8 +105,9 @@ def test_cancelled_query_aborts_its_jobs_and_frees_their_slots(redis_url, proces
 
 
 async def _load(r, check):
-    raw = await r.get("worker:gen-0:load")
-    return raw is not None and check(json.loads(raw))
+    key = worker_load("gen-0")
+    raw = await r.get(key)
+    return raw is not None and check(decode(key, raw))
 
 
 @pytest.mark.parametrize("victim", ["generator", "coordinator"])
@@ -115,7 +125,7 @@ def test_a_killed_process_loses_no_question(redis_url, victim):
             if victim == "generator":
                 cluster.kill("gen-0")
             else:
-                owner = (await r.get("{q:q00000}:lease")).decode()
+                owner = (await r.get(query_lease("q00000"))).decode()
                 cluster.kill(owner)
             answers = await asyncio.wait_for(task, timeout=60)
             await asyncio.sleep(0.5)

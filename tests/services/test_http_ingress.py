@@ -6,7 +6,7 @@ import time
 import urllib.error
 import urllib.request
 
-from shared.redis_server import free_port
+from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 
 

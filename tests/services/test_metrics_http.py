@@ -5,7 +5,7 @@ import time
 import urllib.request
 from dataclasses import replace
 
-from shared.redis_server import free_port
+from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 
 

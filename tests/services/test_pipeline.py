@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
-from shared.vtime import BenchConfig, run_bench
+from spex.bench.vtime import BenchConfig, run_bench
+from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.cluster import Cluster
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from shared.sim.engine import EngineConfig, SimEngine, SimRequest
-from shared.sim.hardware import parse_profile
+from spex.shared.roofline.hardware import parse_profile
+from spex.shared.sim.engine import EngineConfig, SimEngine, SimRequest
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 
 import pytest
 
-from shared.sim.hardware import parse_profile
+from spex.shared.roofline.hardware import parse_profile
 
 # (profile, batch, mean context per sequence, measured ms, source)
 ANCHORS = [

@@ -1,6 +1,6 @@
 """Under KV pressure, unreferenced cache entries are evicted least recently used first."""
 
-from shared.sim.radix import RadixCache
+from spex.shared.sim.radix import RadixCache
 from tests.sim.conftest import req, run_all
 
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from shared.sim.hardware import GPUS, MODELS, Profile, spare_concurrency
-from shared.sim.sweep import measure_knee
+from spex.shared.roofline.capacity import spare_concurrency
+from spex.shared.roofline.hardware import GPUS, MODELS, Profile
+from spex.shared.sim.sweep import measure_knee
 from tests.sim.conftest import req, run_all
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from shared.sim.workload import SyntheticWorkload, WorkloadKnobs, load_knobs
+from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs, load_knobs
 
 
 def test_same_seed_same_content_different_seed_different_content():

@@ -2,8 +2,8 @@
 
 from dataclasses import replace
 
-from shared.results import summarize
-from shared.vtime import BenchConfig, run_bench
+from spex.bench.results import summarize
+from spex.bench.vtime import BenchConfig, run_bench
 
 
 def test_cap_bounds_compute_amplification():
@@ -11,10 +11,10 @@ def test_cap_bounds_compute_amplification():
     free = summarize(run_bench(replace(base, mode="spex")))
     capped = summarize(run_bench(replace(base, mode="spex", max_amplification=1.05)))
     plain = summarize(run_bench(base))
-    assert free["compute_amplification"] > 1.08
+    assert free.compute_amplification > 1.08
     # Checked before each new speculative job; jobs already in flight may finish past it.
-    assert capped["compute_amplification"] <= 1.08
-    assert capped["trees_digest"] == free["trees_digest"] == plain["trees_digest"]
+    assert capped.compute_amplification <= 1.08
+    assert capped.trees_digest == free.trees_digest == plain.trees_digest
 
 
 def test_amplification_cap_must_be_at_least_one():

@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from shared.sim.hardware import parse_profile, spare_concurrency
-from shared.spec.budget import Demand, allocate, even_split, hit_rate_estimate, utility
+from spex.shared.core.spec.budget import Demand, allocate, even_split, hit_rate_estimate, utility
+from spex.shared.roofline.capacity import spare_concurrency
+from spex.shared.roofline.hardware import parse_profile
 
 W = 13.5e9  # Llemma-7B weight bytes
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from shared.spec.early_stop import EarlyStop, should_stop
+from spex.shared.core.spec.early_stop import EarlyStop, should_stop
 from tests.factories import answer_nodes
 
 

@@ -6,8 +6,8 @@ predictions miss, get cancelled or stay cached."""
 
 import pytest
 
-from shared.results import summarize
-from shared.vtime import BenchConfig, run_bench
+from spex.bench.results import summarize
+from spex.bench.vtime import BenchConfig, run_bench
 
 CASES = [("rebase", 6), ("ets", 6), ("rstar", 5), ("rest", 4)]
 
@@ -23,8 +23,8 @@ def test_spex_equals_baseline_for_50_seeds(algorithm, target):
         )
         spex = BenchConfig(**{**base.__dict__, "mode": "spex", "tpot_slack": 0.5 if seed % 3 else 0.1})
         b, s = summarize(run_bench(base)), summarize(run_bench(spex))
-        speculated += s["spec_issued"]
-        if (b["trees_digest"], b["answers"]) != (s["trees_digest"], s["answers"]):
+        speculated += s.spec_issued
+        if (b.trees_digest, b.answers) != (s.trees_digest, s.answers):
             mismatches.append(seed)
     assert not mismatches, f"SPEX changed the search for seeds {mismatches}"
     assert speculated > 50 * 2  # the check is only meaningful if speculation ran
@@ -34,10 +34,10 @@ def test_early_stop_is_the_one_switch_that_changes_the_search():
     base = BenchConfig(algorithm="rebase", target=8, batch_size=1, questions=8, seed=3)
     from dataclasses import replace
 
-    from shared.spec.early_stop import EarlyStop
+    from spex.shared.core.spec.early_stop import EarlyStop
 
     t3 = replace(base, mode="spex", early_stop=EarlyStop(enabled=True, alpha=0.5))
     b, s = summarize(run_bench(base)), summarize(run_bench(t3))
-    assert s["early_stopped_queries"] > 0
-    assert s["trees_digest"] != b["trees_digest"]
-    assert s["tokens_generated"] < b["tokens_generated"]
+    assert s.early_stopped_queries > 0
+    assert s.trees_digest != b.trees_digest
+    assert s.tokens_generated < b.tokens_generated

@@ -5,16 +5,11 @@ import random
 
 import pytest
 
-from shared.coordinator import (
-    CancelCommand,
-    GenerateCommand,
-    PromoteCommand,
-    QueryMachine,
-    ScoreCommand,
-    SpecPolicy,
-)
-from shared.search import ALGORITHMS, SearchConfig
-from shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+from spex.shared.core.commands import CancelCommand, GenerateCommand, PromoteCommand, ScoreCommand
+from spex.shared.core.machine import QueryMachine
+from spex.shared.core.search import ALGORITHMS, SearchConfig
+from spex.shared.core.speculation import SpecPolicy
+from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 
 def drive(algorithm, target, seed, speculate, share=6, order_seed=0):
@@ -25,7 +20,7 @@ def drive(algorithm, target, seed, speculate, share=6, order_seed=0):
         spec.prompt_tokens,
         SearchConfig(algorithm, target),
         seed,
-        spec=SpecPolicy(enabled=speculate),
+        speculation=SpecPolicy(enabled=speculate),
         share=share if speculate else 0,
     )
     rng = random.Random(order_seed)

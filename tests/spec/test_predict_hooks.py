@@ -1,11 +1,11 @@
 """The prediction hooks on hand-built trees."""
 
-from shared.ids import child_id, derived_int, node_seed
-from shared.search.base import SearchConfig
-from shared.search.rebase import Rebase, ceil_softmax_widths
-from shared.search.rest import Rest
-from shared.search.rstar import Rstar
-from shared.tree import EXPAND, ROLLOUT, Node, Tree
+from spex.shared.core.ids import child_id, derived_int, node_seed
+from spex.shared.core.search.base import SearchConfig
+from spex.shared.core.search.rebase import Rebase, ceil_softmax_widths
+from spex.shared.core.search.rest import Rest
+from spex.shared.core.search.rstar import Rstar
+from spex.shared.core.tree import EXPAND, ROLLOUT, Node, Tree
 
 
 class View:

@@ -1,24 +1,23 @@
 """The sans-IO brain of the tree coordinator: one state machine per query.
 
 It takes events (node generated, node scored, job cancelled, budget changed) and returns
-commands (generate, score, cancel, promote, finish); it never touches Redis, asyncio or a
-clock — time arrives as an argument. The virtual-time simulator (`shared.vtime`) and the Redis
+commands (`spex.shared.core.commands`); it never touches Redis, asyncio or a clock — time
+arrives as an argument. The virtual-time driver (`spex.bench.vtime`) and the coordinator
 service are thin drivers around it.
 
-The search algorithm is a program (`shared.search.base`) that yields `Need` requests; the
-machine turns each needed node into a generate command, scores every generated node, and
-resumes the program once its request is satisfied.
+The search algorithm is a program (`spex.shared.core.search.base`) that yields `Need`
+requests; the machine turns each needed node into a generate command, scores every generated
+node, and resumes the program once its request is satisfied.
 
 Speculation (T1) lives here and only here, apart from the algorithms: after every event the
-machine asks the algorithm's `predict` hook for nodes it will likely need, and generates them
-at low priority as *speculative handles* — nodes with the same identity as the tree's future
-nodes, kept outside the tree. When the search asks for a node whose handle is generated, the
-result is served from that cache; if it is in flight, the job is adopted and promoted. The
-search never sees a speculative result it did not ask for, and every result is a pure
-function of node identity, so with early termination off the tree and answer are exactly the
-baseline's (the lossless promise). BFS misses are cancelled as soon as the search decides
-their parent's width (`spec_alive`); DFS misses stay cached, at most `cache_nodes` per query,
-oldest dropped first.
+machine asks its predictor (`spex.shared.core.speculation`) for nodes the search will likely
+need, and generates them at low priority as speculative handles in its `SpecCache`. When the
+search asks for a node whose handle is generated, the result is served from that cache; if
+it is in flight, the job is adopted and promoted. The search never sees a speculative result
+it did not ask for, and every result is a pure function of node identity, so with early
+termination off the tree and answer are exactly the baseline's (the lossless promise). BFS
+misses are cancelled as soon as the search decides their parent's width (`spec_alive`); DFS
+misses stay cached, at most `cache_nodes` per query, oldest dropped first.
 """
 
 from __future__ import annotations
@@ -26,83 +25,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from proto.messages import PRIMARY, SPECULATIVE
-from shared.ids import child_id, node_seed
-from shared.search import Need, SearchConfig, make_algorithm
-from shared.search.answers import extract_answer, select_answer
-from shared.sim.radix import Segment
-from shared.spec.early_stop import EarlyStop, should_stop
-from shared.tree import EXPAND, Node, Tree
+from spex.proto.messages import PRIMARY, SPECULATIVE
+from spex.shared.core.commands import (
+    CancelCommand,
+    Command,
+    FinishCommand,
+    GenerateCommand,
+    PromoteCommand,
+    ScoreCommand,
+    prompt_segments,
+)
+from spex.shared.core.ids import child_id
+from spex.shared.core.search import Need, SearchConfig, make_algorithm
+from spex.shared.core.search.answers import extract_answer, select_answer
+from spex.shared.core.spec.early_stop import EarlyStop, should_stop
+from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy, algorithm_predictor
+from spex.shared.core.tree import EXPAND, Node, Tree
 
-__all__ = [
-    "CancelCommand",
-    "Command",
-    "FinishCommand",
-    "GenerateCommand",
-    "PromoteCommand",
-    "QueryMachine",
-    "ScoreCommand",
-    "SpecPolicy",
-    "prompt_segments",
-]
+__all__ = ["REWARDS", "QueryMachine", "QueryStats"]
 
 REWARDS = ("prm", "logprob")
-
-
-@dataclass(frozen=True)
-class GenerateCommand:
-    job_id: str
-    node: Node
-    prompt: tuple[Segment, ...]  # (node id, tokens) from the root: what the step continues
-    max_new_tokens: int
-    priority: int = PRIMARY
-
-
-@dataclass(frozen=True)
-class ScoreCommand:
-    node: Node
-    prompt: tuple[Segment, ...]  # the path including the node
-    priority: int = PRIMARY
-
-
-@dataclass(frozen=True)
-class CancelCommand:
-    job_id: str
-
-
-@dataclass(frozen=True)
-class PromoteCommand:
-    """A speculative job the search now waits on: raise it to primary priority."""
-
-    job_id: str
-
-
-@dataclass(frozen=True)
-class FinishCommand:
-    query_id: str
-    answer: str | None
-    early_stopped: bool = False
-
-
-Command = GenerateCommand | ScoreCommand | CancelCommand | PromoteCommand | FinishCommand
-
-
-@dataclass(frozen=True)
-class SpecPolicy:
-    enabled: bool = False  # T1: generate predicted nodes ahead
-    cache_nodes: int = 256  # unconsumed speculative results kept per query (DFS misses)
-    max_amplification: float | None = None  # stop speculating past generated/consumed tokens
-
-
-def prompt_segments(node: Node) -> tuple[Segment, ...]:
-    """The node's context as cache segments: question, then every step down to `node`."""
-    out: list[Segment] = []
-    n: Node | None = node
-    while n is not None:
-        out.append((n.id, n.tokens))
-        n = n.parent
-    out.reverse()
-    return tuple(out)
 
 
 @dataclass
@@ -121,7 +63,7 @@ class QueryStats:
 @dataclass
 class _Job:
     job_id: str
-    spec: bool
+    speculative: bool
     adopted: bool = False
     distance: int = 0  # how far ahead the prediction reached (algorithm-defined)
 
@@ -133,9 +75,10 @@ class QueryMachine:
     config: SearchConfig
     seed: int
     reward: str = "prm"
-    spec: SpecPolicy = field(default_factory=SpecPolicy)
+    speculation: SpecPolicy = field(default_factory=SpecPolicy)
     early_stop: EarlyStop = field(default_factory=EarlyStop)
     share: int = 0  # speculative jobs this query may have in flight (set by the T2 allocator)
+    predictor: PredictorFactory = algorithm_predictor
     tree: Tree = field(init=False)
     stats: QueryStats = field(default_factory=QueryStats)
     done: bool = False
@@ -151,6 +94,8 @@ class QueryMachine:
             raise ValueError(f"reward must be one of {REWARDS}, not {self.reward!r}")
         self.tree = Tree(self.query_id, self.seed, self.question_tokens)
         self.algorithm = make_algorithm(self.tree, self.config)
+        self._predictor = self.predictor(self.algorithm)
+        self._cache = SpecCache(self.seed, self.speculation.cache_nodes)
         self._program = self.algorithm.run()
         self._need: Need | None = None
         self._requested: set[str] = set()  # tree nodes the search asked for
@@ -159,19 +104,13 @@ class QueryMachine:
         self._jobs: dict[str, _Job] = {}  # node id -> its generation in flight
         self._attempts: dict[str, int] = {}
         self._scoring: set[str] = set()
-        self._handles: dict[str, Node] = {}  # speculative nodes, insertion-ordered
         self._answers_seen = 0
-        self._distance: dict[str, int] = {}  # generated speculative node -> its distance
         self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
 
     # ------------------------------------------------------------------ the SpecView
     def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
-        cid = child_id(parent.id, index, action)
-        node = self.tree.nodes.get(cid) or self._handles.get(cid)
-        if node is None:
-            node = Node(cid, parent, index, action, parent.depth + 1, node_seed(self.seed, cid))
-            self._handles[cid] = node
-        return node
+        node = self.tree.nodes.get(child_id(parent.id, index, action))
+        return node if node is not None else self._cache.handle(parent, index, action)
 
     def busy(self, node: Node) -> bool:
         return node.id in self._jobs
@@ -182,15 +121,15 @@ class QueryMachine:
 
     @property
     def spec_in_flight(self) -> int:
-        return sum(1 for j in self._jobs.values() if j.spec and not j.adopted)
+        return sum(1 for j in self._jobs.values() if j.speculative and not j.adopted)
 
     def spec_candidates(self, limit: int) -> int:
         """C_q: distinct speculative branches this query can use now — those in flight plus
-        the new ones its hook predicts (up to `limit` in all)."""
-        if not self.spec.enabled or self.done:
+        the new ones its predictor offers (up to `limit` in all)."""
+        if not self.speculation.enabled or self.done:
             return 0
         running = self.spec_in_flight
-        return running + len(self.algorithm.predict(self, max(0, limit - running)))
+        return running + len(self._predictor.predict(self, max(0, limit - running)))
 
     def waiting_on(self) -> tuple[str, list[str]] | None:
         """What the search is blocked on now: ("generate", node ids) or ("score", node ids)."""
@@ -205,7 +144,7 @@ class QueryMachine:
     def job_of(self, node_id: str) -> tuple[str, bool] | None:
         """(job id, adopted from speculation) of the generation of `node_id` in flight."""
         job = self._jobs.get(node_id)
-        return (job.job_id, job.spec) if job is not None else None
+        return (job.job_id, job.speculative) if job is not None else None
 
     # ------------------------------------------------------------------ events
     def start(self, now_s: float) -> list[Command]:
@@ -227,14 +166,14 @@ class QueryMachine:
         if job is None or job.job_id != job_id or self.done:
             return []  # stale (cancelled or superseded) or duplicate: the first result wins
         del self._jobs[node_id]
-        if job.spec and not job.adopted:
-            self._distance[node_id] = job.distance
+        if job.speculative and not job.adopted:
+            self._cache.finished(node_id, job.distance)
         real = node_id in self._requested
-        node = self.tree.nodes[node_id] if real else self._handles.get(node_id)
+        node = self.tree.nodes[node_id] if real else self._cache.get(node_id)
         if node is None:
             return []
         self._fill(node, text, tokens, finish_reason, mean_logprob)
-        if job.spec:
+        if job.speculative:
             self.stats.spec_tokens += tokens
             if job.adopted:
                 self.stats.spec_tokens_consumed += tokens
@@ -256,7 +195,7 @@ class QueryMachine:
         if node_id not in self._scoring or self.done:
             return []
         self._scoring.discard(node_id)
-        node = self.tree.nodes[node_id] if node_id in self._requested else self._handles.get(node_id)
+        node = self.tree.nodes[node_id] if node_id in self._requested else self._cache.get(node_id)
         if node is None or not node.generated:
             return []
         self._scored(node, reward)
@@ -300,10 +239,10 @@ class QueryMachine:
         """The search asks for `node`: serve it from speculation, adopt a speculative job,
         or generate it."""
         self._requested.add(node.id)
-        handle = self._handles.pop(node.id, None)
+        handle, distance = self._cache.take(node.id)
         job = self._jobs.get(node.id)
         if handle is not None and handle.generated:
-            self._count_hit(self._distance.pop(node.id, 0))
+            self._count_hit(distance)
             self.stats.spec_tokens_consumed += handle.tokens
             self._fill(node, handle.text, handle.tokens, handle.finish_reason, handle.mean_logprob)
             self.stats.nodes_generated += 1
@@ -328,9 +267,9 @@ class QueryMachine:
     def _generate(self, node: Node, priority: int) -> GenerateCommand:
         attempt = self._attempts.get(node.id, 0)
         self._attempts[node.id] = attempt + 1
-        job = _Job(f"{node.id}.{attempt}", spec=priority == SPECULATIVE)
-        if job.spec:
-            job.distance = self.algorithm.spec_distance(node)
+        job = _Job(f"{node.id}.{attempt}", speculative=priority == SPECULATIVE)
+        if job.speculative:
+            job.distance = self._predictor.spec_distance(node)
             self.stats.spec_by_distance.setdefault(job.distance, [0, 0])[0] += 1
         self._jobs[node.id] = job
         assert node.parent is not None and node.parent.generated
@@ -377,38 +316,27 @@ class QueryMachine:
         if early:
             self.solutions = [n for n in self.tree if n.terminal and n.scored]
         cancels: list[Command] = [CancelCommand(j.job_id) for j in self._jobs.values()]
-        self.stats.spec_cancelled += sum(1 for j in self._jobs.values() if j.spec and not j.adopted)
+        self.stats.spec_cancelled += sum(1 for j in self._jobs.values() if j.speculative and not j.adopted)
         self._jobs.clear()
-        self._handles.clear()
+        self._cache.clear()
         return [*cancels, FinishCommand(self.query_id, answer, early)]
 
     def _housekeeping(self, now_s: float) -> list[Command]:
         """Cancel speculation the search can no longer use, bound the cache, and issue new
         speculative jobs up to this query's share."""
-        if self.done or not self.spec.enabled:
+        if self.done or not self.speculation.enabled:
             return []
         commands: list[Command] = []
-        for node_id, handle in list(self._handles.items()):
-            if not handle.generated and node_id not in self._jobs:
-                del self._handles[node_id]  # a prediction that was never issued
-                continue
-            if self.algorithm.spec_alive(handle):
-                continue
+        for node_id in self._cache.prune(lambda n: n in self._jobs, self._predictor.spec_alive):
             job = self._jobs.get(node_id)
             if job is not None and not job.adopted:
                 del self._jobs[node_id]
                 self.stats.spec_cancelled += 1
                 commands.append(CancelCommand(job.job_id))
-            del self._handles[node_id]
-            self._distance.pop(node_id, None)
-        generated = [h for h in self._handles.values() if h.generated]
-        for handle in generated[: max(0, len(generated) - self.spec.cache_nodes)]:
-            del self._handles[handle.id]
-            self._distance.pop(handle.id, None)
-            self.stats.spec_evicted += 1
+        self.stats.spec_evicted += self._cache.evict()
         free = self.share - self.spec_in_flight
         if free > 0:
-            for node in self.algorithm.predict(self, free):
+            for node in self._predictor.predict(self, free):
                 if node.id in self._jobs or node.generated:
                     continue
                 if self._over_amplification():
@@ -420,7 +348,7 @@ class QueryMachine:
     def _over_amplification(self) -> bool:
         """Would one more speculative job push generated/consumed tokens past the cap, if every
         speculative job in flight (and the new one) turned out to be waste?"""
-        cap = self.spec.max_amplification
+        cap = self.speculation.max_amplification
         if cap is None:
             return False
         nodes = self.stats.nodes_generated

@@ -20,10 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.ids import derived_int
-from shared.search.base import Need, Program, SearchAlgorithm, SearchConfig, SpecView, apply_params, register
-from shared.search.mcts import argmax_tiebreak, uct_rstar
-from shared.tree import Node, Tree
+from spex.shared.core.ids import derived_int
+from spex.shared.core.search.base import (
+    Need,
+    Program,
+    SearchAlgorithm,
+    SearchConfig,
+    SpecView,
+    apply_params,
+    register,
+)
+from spex.shared.core.search.mcts import argmax_tiebreak, uct_rstar
+from spex.shared.core.tree import Node, Tree
 
 __all__ = ["Rstar", "RstarParams"]
 

@@ -2,9 +2,9 @@
 
 An algorithm is a *program*: a Python generator that yields `Need` requests (these nodes must
 be generated, and scored if asked) and is resumed once they are. It reads like the paper's
-pseudo-code, holds no I/O and never reads a clock; the coordinator (`shared.coordinator`)
+pseudo-code, holds no I/O and never reads a clock; the coordinator (`spex.shared.core.machine`)
 drives it. Nodes are created through `Tree.child`, so identities are deterministic, and every
-random choice is drawn with `shared.ids.derived_*` from (seed, query, node, rollout).
+random choice is drawn with `spex.shared.core.ids.derived_*` from (seed, query, node, rollout).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, fields, replace
 from typing import Protocol
 
-from shared.tree import EXPAND, Node, Tree
+from spex.shared.core.tree import EXPAND, Node, Tree
 
 __all__ = ["ALGORITHMS", "Need", "Program", "SearchAlgorithm", "SearchConfig", "SpecView", "make_algorithm"]
 

@@ -1,4 +1,6 @@
-"""The `spex` command line: `spex bench` and `spex profile`."""
+"""The `spex` command: benchmarks (`bench`, `profile`) and the distributed runtime (`up`,
+`demo`, `worker`, `submit`, `result`). Nothing imports this module; the runtime's modules are
+imported only by the commands that need them."""
 
 from __future__ import annotations
 
@@ -6,16 +8,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shared.search.base import ALGORITHMS
-from shared.sim.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
-from shared.sim.workload import knob_table, load_knobs
-from shared.spec.early_stop import EarlyStop
+from spex.bench.results import RunSummary, compare, summarize, write_json
+from spex.bench.vtime import BenchConfig, BenchResult, run_bench
+from spex.shared.core.search.base import ALGORITHMS
+from spex.shared.core.spec.early_stop import EarlyStop
+from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
+from spex.shared.sim.workload import knob_table, load_knobs
 
 __all__ = ["main"]
 
@@ -131,11 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace, console: Console) -> int:
-    from shared.results import compare, summarize, write_json
-    from shared.vtime import BenchConfig
-
     if args.list_profiles:
-        from shared.sim.hardware import spare_concurrency
+        from spex.shared.roofline.capacity import spare_concurrency
 
         table = Table(
             "profile", "KV tokens", "step ms", "k_total", caption="batch-1 step and k_total (+10%) at ctx 512"
@@ -154,7 +155,7 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         console.print(table)
         return 0
     if args.grid:
-        from bench.grid import run_grid
+        from spex.bench.grid import run_grid
 
         return run_grid(args.grid_questions, args.grid_out, args.seed, console)
     mode = "spex" if args.mode == "compare" else args.mode
@@ -181,30 +182,27 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
     )
     cfg.validate()
     if args.distributed:
-        from bench.distributed import run_distributed
+        from spex.bench.distributed import run_distributed
 
         write_json(run_distributed(cfg, args.time_scale, console), args.json)
         return 0
     runs = [replace(cfg, mode="baseline"), cfg] if args.mode == "compare" else [cfg]
     summaries = [summarize(_run(c, console, args.quiet)) for c in runs]
-    summary = compare(*summaries) if args.mode == "compare" else summaries[0]
-    write_json(summary, args.json)
+    write_json(compare(*summaries) if args.mode == "compare" else summaries[0], args.json)
     if not args.quiet:
         console.print(_summary_table(summaries))
         console.print(f"results: {args.json}")
     return 0
 
 
-def _run(cfg: Any, console: Console, quiet: bool) -> Any:
-    from shared.vtime import run_bench
-
+def _run(cfg: BenchConfig, console: Console, quiet: bool) -> BenchResult:
     if quiet:
         return run_bench(cfg)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         label = f"{cfg.mode} {cfg.algorithm}-{cfg.target} B={cfg.batch_size}"
         task = progress.add_task(label, total=cfg.questions)
-        return run_bench(cfg, on_finish=lambda n: progress.update(task, completed=n))
+        return run_bench(cfg, on_finish=lambda _: progress.advance(task))
 
 
 ROWS: list[tuple[str, str, str]] = [
@@ -228,26 +226,24 @@ ROWS: list[tuple[str, str, str]] = [
 ]
 
 
-def _summary_table(summaries: list[dict[str, Any]]) -> Table:
+def _summary_table(summaries: list[RunSummary]) -> Table:
     s = summaries[-1]
-    title = f"{s['algorithm']}-{s['target']}, B={s['batch_size']}, {s['questions']} questions, {s['profile']}"
-    table = Table("metric", *(x["mode"] for x in summaries), title=title)
+    title = f"{s.algorithm}-{s.target}, B={s.batch_size}, {s.questions} questions, {s.profile}"
+    table = Table("metric", *(x.mode for x in summaries), title=title)
     for label, key, fmt in ROWS:
-        cells = [fmt.format(x[key]) if x.get(key) is not None else "—" for x in summaries]
+        values = [getattr(x, key) for x in summaries]
+        cells = [fmt.format(v) if v is not None else "—" for v in values]
         if any(c != "—" for c in cells):
             table.add_row(label, *cells)
-    if s.get("level_batch_first_quarter") is not None:
-        cells = [
-            f"{x['level_batch_first_quarter']:.1f} / {x['level_batch_last_quarter']:.1f}" for x in summaries
-        ]
+    if s.level_batch_first_quarter is not None:
+        cells = [f"{x.level_batch_first_quarter:.1f} / {x.level_batch_last_quarter:.1f}" for x in summaries]
         table.add_row("BFS level batch, first / last quarter", *cells)
     if len(summaries) == 2:
-        base, spex = summaries
-        lossless = base["trees_digest"] == spex["trees_digest"] and base["answers"] == spex["answers"]
+        both = compare(*summaries)
         table.add_section()
-        table.add_row("speedup", "", f"{spex['throughput_qpm'] / base['throughput_qpm']:.2f}×")
-        table.add_row("compute amplification", "", f"{spex['tokens_all'] / base['tokens_all']:.2f}")
-        table.add_row("same trees and answers", "", "yes" if lossless else "no")
+        table.add_row("speedup", "", f"{both.speedup:.2f}×")
+        table.add_row("compute amplification", "", f"{both.compute_amplification:.2f}")
+        table.add_row("same trees and answers", "", "yes" if both.lossless else "no")
     return table
 
 
@@ -256,12 +252,12 @@ def _runtime(args: argparse.Namespace, console: Console) -> int:
     import asyncio
     import importlib
 
-    from shared.settings import Settings
+    from spex.shared.runtime.settings import Settings
 
     if args.command == "worker":
-        return int(importlib.import_module(f"services.{args.service}").main())
+        return int(importlib.import_module(f"spex.services.{args.service}").main())
     if args.command in ("up", "demo"):
-        from services.launcher import demo, serve_forever
+        from spex.services.launcher import demo, serve_forever
 
         if getattr(args, "generators", 1) < 1:
             raise ValueError("--generators: must be at least 1")
@@ -279,7 +275,7 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
 
     import redis.asyncio as aioredis
 
-    from services.ingress import IngressClient
+    from spex.shared.runtime.client import IngressClient
 
     client = IngressClient(aioredis.Redis.from_url(args.redis))
     try:
@@ -322,7 +318,7 @@ def _profile(args: argparse.Namespace, console: Console) -> int:
     for b in batches:
         table.add_row(str(b), *(f"{profile.decode_step_s(b, b * c) * 1e3:.1f}" for c in contexts))
     console.print(table)
-    from shared.sim.sweep import measure_knee
+    from spex.shared.sim.sweep import measure_knee
 
     knees = ", ".join(f"ctx {c}: {measure_knee(profile, c, args.slack)}" for c in contexts)
     console.print(

@@ -37,7 +37,6 @@ __all__ = [
     "Profile",
     "list_profiles",
     "parse_profile",
-    "spare_concurrency",
 ]
 
 
@@ -186,30 +185,6 @@ class Profile:
         return 2.0 * self.model.matmul_params * new + sum(
             self.attention_flops(n, p + n / 2) for n, p in chunks
         )
-
-
-def spare_concurrency(
-    profile: Profile, primary: int, primary_ctx: float, spec_ctx: float, slack: float, limit: int = 1024
-) -> int:
-    """How many sequences of `spec_ctx` context can join a decode batch of `primary` sequences
-    (contexts summing to `primary_ctx`) before a step costs more than (1 + slack) × what the
-    primary sequences alone cost: the roofline knee T2 budgets speculation by. Below the knee
-    extra sequences ride almost free (the weights are read once per step); above it their KV
-    reads, then their FLOPs, add up."""
-    if primary == 0:
-        base = profile.decode_step_s(1, spec_ctx)
-        primary_ctx = 0.0
-    else:
-        base = profile.decode_step_s(primary, primary_ctx)
-    budget = (1 + slack) * base
-    lo, hi = 0, limit  # the step grows with n: binary-search the last n within budget
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if profile.decode_step_s(primary + mid, primary_ctx + mid * spec_ctx) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def parse_profile(name: str) -> Profile:

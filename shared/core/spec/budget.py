@@ -1,9 +1,9 @@
 """T2 — the inter-query speculative budget.
 
-The pool comes from the engine's roofline (`shared.sim.hardware.spare_concurrency`): how many
-sequences can join the primary jobs' decode batch before a step costs more than (1 + slack) ×
-what the primary jobs alone cost. With a static `k_total` instead, the pool is what the
-primary jobs leave of it.
+The pool to divide comes from the engine's roofline (`spex.shared.roofline.capacity`): how
+many sequences can join the primary jobs' decode batch before a step costs more than
+(1 + slack) × what the primary jobs alone cost. With a static `k_total` instead, the pool is
+what the primary jobs leave of it. This module only divides it, and stays pure.
 
 The paper's Eq. 1–2 survive only as images and its released code uses one global cap, so the
 score is ours (paper §4.3 names its inputs). For query q with C_q distinct speculative branches
@@ -24,11 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.sim.hardware import Profile, spare_concurrency
-
-__all__ = ["Demand", "allocate", "even_split", "hit_rate_estimate", "speculative_pool", "utility"]
-
-KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
+__all__ = ["Demand", "allocate", "even_split", "hit_rate_estimate", "utility"]
 
 
 @dataclass(frozen=True)
@@ -37,24 +33,6 @@ class Demand:
     candidates: int  # C_q
     hit_rate: float  # P_q
     prefix_kv_bytes: float  # S_KV(q)
-
-
-def speculative_pool(
-    profile: Profile,
-    primary: int,
-    primary_ctx: float,
-    spec_ctx: float,
-    slack: float,
-    kv_held: int,
-    spec_jobs: int,
-    max_step_tokens: int,
-) -> int:
-    """Speculative jobs one generator can take now: what the roofline leaves beside its primary
-    jobs (`spare_concurrency`), and never so many that speculation would bring more than
-    KV_HEADROOM of its KV pool into use (each job may hold up to `max_step_tokens`)."""
-    pool = spare_concurrency(profile, primary, primary_ctx, spec_ctx, slack)
-    headroom = int(KV_HEADROOM * profile.kv_capacity_tokens) - kv_held
-    return min(pool, max(0, (headroom + spec_jobs * max_step_tokens) // max_step_tokens))
 
 
 def hit_rate_estimate(adopted: int, issued: int) -> float:

@@ -19,8 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from shared.search.base import Need, Program, SearchAlgorithm, SearchConfig, SpecView, apply_params, register
-from shared.tree import Node, Tree
+from spex.shared.core.search.base import (
+    Need,
+    Program,
+    SearchAlgorithm,
+    SearchConfig,
+    SpecView,
+    apply_params,
+    register,
+)
+from spex.shared.core.tree import Node, Tree
 
 __all__ = ["Rebase", "RebaseParams", "ceil_softmax_widths"]
 

@@ -19,8 +19,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.search.answers import normalize_answer
-from shared.tree import Node
+from spex.shared.core.search.answers import normalize_answer
+from spex.shared.core.tree import Node
 
 __all__ = ["EarlyStop", "should_stop"]
 

@@ -25,9 +25,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from proto import Message, ProtocolError, decode, encode
-from proto.streams import dead_letter
-from shared.metrics import DEAD_LETTERS
+from spex.proto import Message, ProtocolError, decode, encode
+from spex.proto.names import dead_letter, dedupe_key
+from spex.shared.runtime.metrics import DEAD_LETTERS
 
 __all__ = ["Bus", "Delivery"]
 
@@ -81,7 +81,7 @@ class Bus:
     async def publish(self, stream: str, message: Message) -> str | None:
         """Append `message`; None if a message with its id was already published."""
         entry = await self._publish(
-            keys=[stream, f"dedupe:{message.msg_id}"], args=[encode(message), DEDUPE_TTL_S]
+            keys=[stream, dedupe_key(message.msg_id)], args=[encode(message), DEDUPE_TTL_S]
         )
         return _s(entry) if entry else None
 

@@ -28,10 +28,10 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from shared.search.base import SearchConfig, apply_params, register
-from shared.search.embed import Embedder, trigram_embedder
-from shared.search.rebase import LevelSearch, RebaseParams, ceil_softmax_widths
-from shared.tree import Node, Tree
+from spex.shared.core.search.base import SearchConfig, apply_params, register
+from spex.shared.core.search.embed import Embedder, trigram_embedder
+from spex.shared.core.search.rebase import LevelSearch, RebaseParams, ceil_softmax_widths
+from spex.shared.core.tree import Node, Tree
 
 __all__ = ["Ets", "EtsParams", "cluster_labels", "ets_objective", "solve_ets_ilp"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from shared.ids import derived_int
-from shared.tree import Node
+from spex.shared.core.ids import derived_int
+from spex.shared.core.tree import Node
 
 __all__ = ["argmax_tiebreak", "uct_rstar", "uct_rest"]
 

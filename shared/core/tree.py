@@ -1,7 +1,7 @@
 """The search tree of one query: nodes with deterministic identities.
 
 A node's id is derived from its parent's id, its child index and its action
-(`shared.ids.child_id`), so the same node has the same id and sampling seed whatever order
+(`spex.shared.core.ids.child_id`), so the same node has the same id and sampling seed whatever order
 work happens in. The tree holds only nodes the search itself asked for; speculative results
 live elsewhere until the search asks for them.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from shared.ids import child_id, digest, node_seed, root_id
+from spex.shared.core.ids import child_id, digest, node_seed, root_id
 
 __all__ = ["Node", "Tree", "EXPAND", "ROLLOUT"]
 

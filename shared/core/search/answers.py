@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from shared.tree import Node
+from spex.shared.core.tree import Node
 
 __all__ = ["SELECTIONS", "extract_answer", "normalize_answer", "select_answer"]
 

@@ -24,9 +24,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.search.base import Need, Program, SearchAlgorithm, SearchConfig, SpecView, apply_params, register
-from shared.search.mcts import argmax_tiebreak, uct_rest
-from shared.tree import ROLLOUT, Node, Tree
+from spex.shared.core.search.base import (
+    Need,
+    Program,
+    SearchAlgorithm,
+    SearchConfig,
+    SpecView,
+    apply_params,
+    register,
+)
+from spex.shared.core.search.mcts import argmax_tiebreak, uct_rest
+from spex.shared.core.tree import ROLLOUT, Node, Tree
 
 __all__ = ["Rest", "RestParams"]
 

@@ -19,8 +19,8 @@ import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared.metrics import serve_metrics
-from shared.settings import Settings
+from spex.shared.runtime.metrics import serve_metrics
+from spex.shared.runtime.settings import Settings
 
 __all__ = ["Service", "configure_logging", "loop_forever", "redis_client", "run_service"]
 

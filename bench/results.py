@@ -1,0 +1,252 @@
+"""Benchmark results: the DESIGN §7 metrics of a run (`RunSummary`), the side-by-side record
+of a baseline and a SPEX run of the same workload (`Comparison`), and the results file.
+
+Both are typed records whose fields are the results file's keys; `to_json` gives the dict
+that is written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spex.bench.vtime import BenchResult
+from spex.shared.core.ids import digest
+
+__all__ = ["WALL_CLOCK_FIELDS", "Comparison", "RunSummary", "compare", "summarize", "write_json"]
+
+WALL_CLOCK_FIELDS = ("wall_s", "sim_speed")  # the only fields that differ between equal runs
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    # --- what ran
+    mode: str
+    t1: bool
+    t2: bool
+    early_stop: bool
+    algorithm: str
+    target: int
+    batch_size: int
+    questions: int
+    seed: int
+    profile: str
+    reward_profile: str | None  # None with the logprob reward (no PRM engine)
+    reward: str
+    knobs: dict[str, Any]
+    params: dict[str, float]
+    # --- the searches
+    throughput_qpm: float
+    makespan_s: float
+    accuracy: float
+    answers: dict[str, str | None]  # query id -> answer
+    trees_digest: str
+    early_stopped_queries: int
+    tokens_generated: int  # tokens of the final trees
+    nodes_generated: int
+    tokens_all: int  # every token generated, cancelled speculation included
+    tokens_wasted: int
+    compute_amplification: float
+    latency_p50_s: float
+    latency_p99_s: float
+    critical_path_s_per_query: dict[str, float]
+    # --- the engines
+    mean_batch: float
+    utilization: float
+    gpu_busy_fraction: float
+    prefix_cache_hit_rate: float
+    primary_tpot_ms: float
+    peak_kv_tokens: int
+    kv_capacity_tokens: int
+    retractions: int
+    reward_busy_fraction: float
+    level_batch_first_quarter: float | None  # BFS at B=1 only
+    level_batch_last_quarter: float | None
+    # --- speculation
+    spec_issued: int
+    spec_adopted: int
+    spec_cancelled: int
+    spec_evicted: int
+    hit_rate: float | None
+    consumption_rate: float | None
+    hit_rate_by_distance: dict[str, dict[str, Any]]
+    cancel_latency_p50_s: float | None
+    spec_pool_peak: int
+    # --- wall clock (the only fields that differ between equal runs)
+    wall_s: float
+    sim_speed: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A baseline and a SPEX run of the same workload and seeds, side by side."""
+
+    algorithm: str
+    target: int
+    batch_size: int
+    questions: int
+    seed: int
+    profile: str
+    t1: bool
+    t2: bool
+    early_stop: bool
+    speedup: float
+    lossless: bool  # same trees and answers
+    same_answers: bool
+    accuracy_baseline: float
+    accuracy_spex: float
+    throughput_qpm_baseline: float
+    throughput_qpm_spex: float
+    hit_rate: float | None
+    consumption_rate: float | None
+    tokens_wasted: int  # beyond the baseline's
+    compute_amplification: float
+    cancel_latency_p50_s: float | None
+    primary_tpot_ms: float
+    primary_tpot_ms_baseline: float
+    tpot_ratio: float
+    peak_kv_tokens: int
+    peak_kv_tokens_baseline: int
+    latency_p50_s: float
+    latency_p99_s: float
+    latency_p50_s_baseline: float
+    latency_p99_s_baseline: float
+    trees_digest: str
+    trees_digest_baseline: str
+    wall_s: float
+    baseline: RunSummary
+    spex: RunSummary
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(mode="compare", baseline=self.baseline.to_json(), spex=self.spex.to_json())
+        return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def _ratio(num: float, den: float, empty: float) -> float:
+    return num / den if den else empty
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def summarize(res: BenchResult) -> RunSummary:
+    cfg, recs, gen, spec, span = res.config, res.records, res.gen, res.spec, res.makespan_s
+    latencies = [r.latency_s for r in recs]
+    tree_tokens = sum(r.tokens for r in recs)
+    wide = [(first, last) for width, first, last in res.level_batches if width >= 8]
+    return RunSummary(
+        mode=cfg.mode,
+        t1=cfg.mode == "spex" and cfg.t1,
+        t2=cfg.mode == "spex" and cfg.t2,
+        early_stop=cfg.early_stop.enabled,
+        algorithm=cfg.algorithm,
+        target=cfg.target,
+        batch_size=cfg.batch_size,
+        questions=len(recs),
+        seed=cfg.seed,
+        profile=cfg.profile,
+        reward_profile=cfg.reward_profile_name if cfg.reward == "prm" else None,
+        reward=cfg.reward,
+        knobs=asdict(cfg.knobs),
+        params=dict(cfg.params),
+        throughput_qpm=len(recs) / span * 60 if span else 0.0,
+        makespan_s=span,
+        accuracy=_ratio(sum(r.correct for r in recs), len(recs), 0.0),
+        answers={r.query_id: r.answer for r in recs},
+        trees_digest=digest(*(r.digest for r in recs)),
+        early_stopped_queries=sum(r.early_stopped for r in recs),
+        tokens_generated=tree_tokens,
+        nodes_generated=sum(r.nodes for r in recs),
+        tokens_all=res.tokens_all,
+        tokens_wasted=res.tokens_all - tree_tokens,
+        compute_amplification=_ratio(res.tokens_all, tree_tokens, 1.0),
+        latency_p50_s=_pct(latencies, 50),
+        latency_p99_s=_pct(latencies, 99),
+        critical_path_s_per_query={k: v / len(recs) for k, v in asdict(res.critical_path).items()},
+        mean_batch=gen.stats.mean_batch,
+        utilization=gen.utilization(span),
+        gpu_busy_fraction=_ratio(gen.stats.busy_s, span, 0.0),
+        prefix_cache_hit_rate=gen.stats.cache_hit_rate,
+        primary_tpot_ms=float(np.mean(res.tpots_s)) * 1e3 if res.tpots_s else 0.0,
+        peak_kv_tokens=gen.stats.peak_kv_tokens,
+        kv_capacity_tokens=gen.capacity_tokens,
+        retractions=gen.stats.retractions,
+        reward_busy_fraction=_ratio(res.prm.stats.busy_s, span, 0.0) if res.prm else 0.0,
+        level_batch_first_quarter=_mean([first for first, _ in wide]),
+        level_batch_last_quarter=_mean([last for _, last in wide]),
+        spec_issued=spec.issued,
+        spec_adopted=spec.adopted,
+        spec_cancelled=spec.cancelled,
+        spec_evicted=spec.evicted,
+        hit_rate=spec.adopted / spec.issued if spec.issued else None,
+        consumption_rate=spec.tokens_consumed / res.spec_tokens if res.spec_tokens else None,
+        hit_rate_by_distance={
+            str(d): {"issued": n, "adopted": a, "hit_rate": a / n if n else None}
+            for d, (n, a) in sorted(spec.by_distance.items())
+        },
+        cancel_latency_p50_s=_pct(res.cancel_latencies_s, 50) if res.cancel_latencies_s else None,
+        spec_pool_peak=res.pool_peak,
+        wall_s=res.wall_s,
+        sim_speed=_ratio(span, res.wall_s, 0.0),
+    )
+
+
+def compare(base: RunSummary, spex: RunSummary) -> Comparison:
+    """One results record for a baseline and a SPEX run of the same workload and seeds."""
+    same_answers = base.answers == spex.answers
+    return Comparison(
+        algorithm=spex.algorithm,
+        target=spex.target,
+        batch_size=spex.batch_size,
+        questions=spex.questions,
+        seed=spex.seed,
+        profile=spex.profile,
+        t1=spex.t1,
+        t2=spex.t2,
+        early_stop=spex.early_stop,
+        speedup=_ratio(spex.throughput_qpm, base.throughput_qpm, 0.0),
+        lossless=base.trees_digest == spex.trees_digest and same_answers,
+        same_answers=same_answers,
+        accuracy_baseline=base.accuracy,
+        accuracy_spex=spex.accuracy,
+        throughput_qpm_baseline=base.throughput_qpm,
+        throughput_qpm_spex=spex.throughput_qpm,
+        hit_rate=spex.hit_rate,
+        consumption_rate=spex.consumption_rate,
+        tokens_wasted=spex.tokens_all - base.tokens_all,
+        compute_amplification=_ratio(spex.tokens_all, base.tokens_all, 1.0),
+        cancel_latency_p50_s=spex.cancel_latency_p50_s,
+        primary_tpot_ms=spex.primary_tpot_ms,
+        primary_tpot_ms_baseline=base.primary_tpot_ms,
+        tpot_ratio=_ratio(spex.primary_tpot_ms, base.primary_tpot_ms, 1.0),
+        peak_kv_tokens=spex.peak_kv_tokens,
+        peak_kv_tokens_baseline=base.peak_kv_tokens,
+        latency_p50_s=spex.latency_p50_s,
+        latency_p99_s=spex.latency_p99_s,
+        latency_p50_s_baseline=base.latency_p50_s,
+        latency_p99_s_baseline=base.latency_p99_s,
+        trees_digest=spex.trees_digest,
+        trees_digest_baseline=base.trees_digest,
+        wall_s=base.wall_s + spex.wall_s,
+        baseline=base,
+        spex=spex,
+    )
+
+
+def write_json(record: RunSummary | Comparison | dict[str, Any], path: str | Path) -> None:
+    data = record if isinstance(record, dict) else record.to_json()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,9 @@
+"""The virtual-time driver: the coordinator core, the simulated engines and the synthetic
+workload in one discrete-event loop (`loop`), with its configuration (`config`), engine
+bookkeeping (`requests`) and measurements (`metrics`)."""
+
+from spex.bench.vtime.config import BenchConfig
+from spex.bench.vtime.loop import BenchResult, run_bench
+from spex.bench.vtime.metrics import CriticalPath, QueryRecord, SpecTotals
+
+__all__ = ["BenchConfig", "BenchResult", "CriticalPath", "QueryRecord", "SpecTotals", "run_bench"]

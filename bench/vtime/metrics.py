@@ -1,0 +1,162 @@
+"""What the virtual-time driver measures while it runs (DESIGN §7): per-query records, primary
+TPOT, tokens, speculation totals, cancellation latency, the critical path, and the BFS level
+batches at B = 1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from spex.bench.vtime.requests import GenJob
+from spex.shared.core.ids import digest
+from spex.shared.core.machine import QueryMachine, QueryStats
+from spex.shared.sim.engine import Completion
+
+__all__ = ["CriticalPath", "QueryRecord", "RunMetrics", "SpecTotals"]
+
+Trace = list[tuple[float, float, int]]  # (start, end, batch) per decode run
+
+
+@dataclass
+class QueryRecord:
+    query_id: str
+    answer: str | None
+    correct: bool
+    latency_s: float
+    nodes: int
+    tokens: int
+    digest: str
+    early_stopped: bool
+
+
+@dataclass
+class SpecTotals:
+    issued: int = 0
+    adopted: int = 0
+    cancelled: int = 0
+    evicted: int = 0
+    tokens_consumed: int = 0  # speculative tokens the searches used
+    by_distance: dict[int, list[int]] = field(default_factory=dict)  # distance -> [issued, adopted]
+
+    def add(self, st: QueryStats) -> None:
+        self.issued += st.spec_issued
+        self.adopted += st.spec_adopted
+        self.cancelled += st.spec_cancelled
+        self.evicted += st.spec_evicted
+        self.tokens_consumed += st.spec_tokens_consumed
+        for d, (n, a) in st.spec_by_distance.items():
+            row = self.by_distance.setdefault(d, [0, 0])
+            row[0] += n
+            row[1] += a
+
+
+@dataclass
+class CriticalPath:
+    """Query-seconds the searches spent blocked, by what they waited for."""
+
+    generation_s: float = 0.0  # a primary generation running
+    adopted_s: float = 0.0  # a speculative generation the search adopted, still running
+    admission_s: float = 0.0  # a needed generation queued for an engine slot / KV
+    reward_s: float = 0.0  # a reward (PRM score) pending
+
+    def add(self, kind: str, dt: float) -> None:
+        setattr(self, kind, getattr(self, kind) + dt)
+
+
+class RunMetrics:
+    def __init__(self, trace_levels: bool) -> None:
+        self.records: dict[str, QueryRecord] = {}
+        self.tpots_s: list[float] = []  # primary jobs only
+        self.tokens_all = 0  # every token the generator produced, cancelled jobs' included
+        self.spec_tokens = 0  # tokens of speculative jobs (completed or cancelled)
+        self.cancel_latencies_s: list[float] = []
+        self.spec = SpecTotals()
+        self.critical = CriticalPath()
+        self.pool_peak = 0  # the largest speculative pool T2 divided
+        self._last_t = 0.0
+        # (width, issued, last generated) per multi-node need; None: not traced (B > 1)
+        self._needs: list[tuple[int, float, float]] | None = [] if trace_levels else None
+
+    def generation_done(self, job: GenJob, c: Completion) -> None:
+        """A generation left the engine, finished or aborted (call after the job is popped)."""
+        self.tokens_all += c.generated
+        if job.primary and not job.promoted:
+            if c.tpot_s is not None:
+                self.tpots_s.append(c.tpot_s)
+        else:
+            self.spec_tokens += c.generated
+        if c.reason == "abort" and job.cancelled_s is not None:
+            self.cancel_latencies_s.append(c.time_s - job.cancelled_s)
+
+    def need_issued(self, primaries: int, now: float) -> None:
+        if primaries and self._needs is not None:
+            self._needs.append((primaries, now, now))
+
+    def need_progressed(self, now: float) -> None:
+        if self._needs:
+            width, issued, _ = self._needs[-1]
+            self._needs[-1] = (width, issued, now)
+
+    def account(
+        self, now: float, machines: dict[str, QueryMachine], waiting: Callable[[str, str], bool]
+    ) -> None:
+        """Attribute [last event, now] of every active query to what it is blocked on;
+        `waiting(query_id, job_id)` tells whether a job is still queued for admission."""
+        dt, self._last_t = now - self._last_t, now
+        if dt <= 0:
+            return
+        for qid, machine in machines.items():
+            blocked = machine.waiting_on()
+            if blocked is None:
+                continue
+            kind, node_ids = blocked
+            if kind == "score":
+                self.critical.add("reward_s", dt)
+                continue
+            jobs = [j for j in (machine.job_of(n) for n in node_ids) if j is not None]
+            if any(waiting(qid, job_id) for job_id, _ in jobs):
+                self.critical.add("admission_s", dt)
+            elif jobs and all(speculative for _, speculative in jobs):
+                self.critical.add("adopted_s", dt)
+            else:
+                self.critical.add("generation_s", dt)
+
+    def query_done(self, machine: QueryMachine, reference_answer: str, now: float) -> None:
+        st = machine.stats
+        self.spec.add(st)
+        self.records[machine.query_id] = QueryRecord(
+            query_id=machine.query_id,
+            answer=machine.answer,
+            correct=machine.answer == reference_answer,
+            latency_s=now - machine.started_s,
+            nodes=len(machine.tree) - 1,
+            tokens=st.tokens_generated,
+            digest=digest(machine.tree.digest(), machine.answer),
+            early_stopped=machine.early_stopped,
+        )
+
+    def level_batches(self, trace: Trace | None) -> list[tuple[int, float, float]]:
+        """At B = 1: the decode batch in the first and last quarter of each multi-node need,
+        as (width, first-quarter batch, last-quarter batch)."""
+        if trace is None or self._needs is None:
+            return []
+        out = []
+        for width, start, end in self._needs:
+            if width < 2 or end <= start:
+                continue
+            q = (end - start) / 4
+            out.append((width, _mean_batch(trace, start, start + q), _mean_batch(trace, end - q, end)))
+        return out
+
+    def ordered(self, query_ids: Iterable[str]) -> list[QueryRecord]:
+        return [self.records[q] for q in query_ids]
+
+
+def _mean_batch(trace: Trace, lo: float, hi: float) -> float:
+    """Time-weighted decode batch over [lo, hi] (idle and prefill time count as zero)."""
+    total = 0.0
+    for start, end, batch in trace:
+        overlap = min(end, hi) - max(start, lo)
+        if overlap > 0:
+            total += overlap * batch
+    return total / (hi - lo) if hi > lo else 0.0

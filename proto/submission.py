@@ -1,0 +1,70 @@
+"""The one validator of a submitted question.
+
+Every way in uses it — the HTTP ingress (`check_fields` on the JSON body, then `validate`),
+the Python client, the coordinator (a bad request on the ingress stream is dead-lettered with
+the error) and the virtual-time driver — so they accept the same questions with the same
+defaults: those of `SubmitQuestionRequest`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from spex.proto.messages import SubmitQuestionRequest
+
+__all__ = ["ALGORITHMS", "CLIENT_FIELDS", "MODES", "SubmissionError", "check_fields", "validate"]
+
+# The search algorithms a question may name (the core registers one class per name; a test
+# holds the two lists equal).
+ALGORITHMS = ("ets", "rebase", "rest", "rstar")
+MODES = ("baseline", "spex")
+
+# What a client may set, and its type; everything else is the envelope, set by the client code.
+CLIENT_FIELDS: dict[str, type] = {
+    "question": str,
+    "client_key": str,
+    "algorithm": str,
+    "target": int,
+    "seed": int,
+    "mode": str,
+    "prompt_tokens": int,
+}
+
+
+class SubmissionError(ValueError):
+    """A submission with a bad field. Unrecoverable: the same submission fails again."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+def check_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The client fields of `body` (a decoded JSON object, or keyword arguments), checked by
+    name and type: an unknown name or a wrong type raises SubmissionError naming it."""
+    for name in sorted(body):
+        kind = CLIENT_FIELDS.get(name)
+        if kind is None:
+            raise SubmissionError(name, "unknown field")
+        value = body[name]
+        # bool is an int to Python, never to a client: `"target": true` is a type error.
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise SubmissionError(name, f"expected {kind.__name__}")
+    return dict(body)
+
+
+def validate(req: SubmitQuestionRequest) -> SubmitQuestionRequest:
+    """`req` itself if every field holds a searchable value, else SubmissionError naming the
+    first bad field."""
+    if not req.question:
+        raise SubmissionError("question", "required")
+    if req.algorithm not in ALGORITHMS:
+        raise SubmissionError("algorithm", f"unknown {req.algorithm!r}; known: {', '.join(ALGORITHMS)}")
+    if req.target < 1:
+        raise SubmissionError("target", f"must be at least 1, not {req.target}")
+    if req.mode not in MODES:
+        raise SubmissionError("mode", f"must be one of {', '.join(MODES)}, not {req.mode!r}")
+    if req.prompt_tokens < 0:
+        raise SubmissionError("prompt_tokens", f"must be at least 0, not {req.prompt_tokens}")
+    return req

@@ -1,0 +1,3 @@
+from spex.services.coordinator.service import main
+
+raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""The coordinator's two type → handler tables, pure functions both (tested without Redis):
+
+- `EVENTS`: an inbox message → the query machine's commands;
+- `COMMANDS`: a command → the effects the service performs, in order (publish a message,
+  mark a job cancelled, write the answer).
+
+Message ids are built from job and node identities, so a re-run of the same commands (a
+replay after a takeover) produces the same ids, and the idempotent publish drops the copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from spex.proto import (
+    AnswerResult,
+    BudgetUpdateEvent,
+    CancelRequest,
+    GenerateRequest,
+    GenerateResult,
+    Message,
+    ScoreRequest,
+    ScoreResult,
+    SubmitQuestionRequest,
+)
+from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
+from spex.shared.core.commands import (
+    CancelCommand,
+    Command,
+    FinishCommand,
+    GenerateCommand,
+    PromoteCommand,
+    ScoreCommand,
+)
+from spex.shared.core.ids import digest
+from spex.shared.core.machine import QueryMachine
+from spex.shared.core.search import ALGORITHMS
+
+__all__ = ["COMMANDS", "EVENTS", "Answer", "Effect", "MarkCancelled", "Outgoing", "Publish", "effects"]
+
+# ---------------------------------------------------------------------------- events in
+
+
+def on_generated(m: QueryMachine, msg: GenerateResult, now_s: float) -> list[Command]:
+    return m.on_generated(
+        msg.job_id, msg.node_id, msg.text, msg.tokens, msg.finish_reason, msg.logprobs.mean, now_s
+    )
+
+
+def on_scored(m: QueryMachine, msg: ScoreResult, now_s: float) -> list[Command]:
+    return m.on_scored(msg.node_id, msg.reward, now_s)
+
+
+def on_budget(m: QueryMachine, msg: BudgetUpdateEvent, now_s: float) -> list[Command]:
+    return m.on_budget(msg.share, now_s)
+
+
+def on_cancel(m: QueryMachine, msg: CancelRequest, now_s: float) -> list[Command]:
+    return m.cancel(now_s)
+
+
+EVENTS: dict[type[Message], Callable[[QueryMachine, Any, float], list[Command]]] = {
+    GenerateResult: on_generated,
+    ScoreResult: on_scored,
+    BudgetUpdateEvent: on_budget,
+    CancelRequest: on_cancel,
+}
+
+# ---------------------------------------------------------------------------- commands out
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """What a query's messages carry besides the command itself."""
+
+    request: SubmitQuestionRequest
+    epoch: int  # fencing token of the lease the coordinator holds
+    machine: QueryMachine
+    elapsed_s: float  # since the coordinator adopted the query (the answer's latency)
+
+
+@dataclass(frozen=True)
+class Publish:
+    stream: str
+    message: Message
+
+
+@dataclass(frozen=True)
+class MarkCancelled:
+    """Remember that `job_id` is cancelled, so a generator that has not started it never does."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Write the query's answer (fenced by the lease) and let the query go."""
+
+    message: AnswerResult
+
+
+Effect = Publish | MarkCancelled | Answer
+
+
+def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
+    req, node = q.request, cmd.node
+    ids, tokens = zip(*cmd.prompt, strict=True)
+    message = GenerateRequest(
+        msg_id=f"{req.query_id}/{cmd.job_id}/gen",
+        query_id=req.query_id,
+        trace_id=req.trace_id,
+        epoch=q.epoch,
+        job_id=cmd.job_id,
+        node_id=node.id,
+        parent_id=node.parent.id if node.parent else "",
+        child_index=node.index,
+        action=node.action,
+        prompt_node_ids=list(ids),
+        prompt_tokens=list(tokens),
+        seed=node.seed,
+        max_new_tokens=cmd.max_new_tokens,
+        priority=cmd.priority,
+        sim_seed=req.seed,
+        sim_style=ALGORITHMS[req.algorithm].family,
+    )
+    return [Publish(gen_jobs(DEFAULT_POOL), message)]
+
+
+def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
+    req = q.request
+    ids, tokens = zip(*cmd.prompt, strict=True)
+    message = ScoreRequest(
+        msg_id=f"{req.query_id}/{cmd.node.id}/score",
+        query_id=req.query_id,
+        trace_id=req.trace_id,
+        epoch=q.epoch,
+        job_id=cmd.node.id,
+        node_id=cmd.node.id,
+        prompt_node_ids=list(ids),
+        prompt_tokens=list(tokens),
+        priority=cmd.priority,
+        sim_seed=req.seed,
+    )
+    return [Publish(SCORE_JOBS, message)]
+
+
+def cancel(q: Outgoing, cmd: CancelCommand) -> list[Effect]:
+    qid = q.request.query_id
+    message = CancelRequest(msg_id=f"{qid}/{cmd.job_id}/cancel", query_id=qid, job_id=cmd.job_id)
+    return [MarkCancelled(cmd.job_id), Publish(GEN_CONTROL, message)]
+
+
+def promote(q: Outgoing, cmd: PromoteCommand) -> list[Effect]:
+    # No message: the job keeps the priority it was sent with. The wire has no way yet to
+    # raise a job's priority on the generator that runs it.
+    return []
+
+
+def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
+    req, m = q.request, q.machine
+    message = AnswerResult(
+        msg_id=f"{req.query_id}/answer",
+        query_id=req.query_id,
+        trace_id=req.trace_id,
+        epoch=q.epoch,
+        answer=cmd.answer,
+        nodes=len(m.tree) - 1,
+        tokens_generated=m.stats.tokens_generated,
+        latency_s=q.elapsed_s,
+        tree_digest=digest(m.tree.digest(), m.answer),
+    )
+    return [Answer(message)]
+
+
+COMMANDS: dict[type, Callable[[Outgoing, Any], list[Effect]]] = {
+    GenerateCommand: generate,
+    ScoreCommand: score,
+    CancelCommand: cancel,
+    PromoteCommand: promote,
+    FinishCommand: finish,
+}
+
+
+def effects(q: Outgoing, commands: list[Command]) -> list[Effect]:
+    """Every effect of `commands`, in order."""
+    return [effect for cmd in commands for effect in COMMANDS[type(cmd)](q, cmd)]

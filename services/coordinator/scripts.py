@@ -1,0 +1,50 @@
+"""The coordinator's Lua scripts: leases with a fencing epoch, the fenced checkpoint and the
+fenced answer. Each runs atomically on one query's keys (one hash tag, one cluster slot)."""
+
+__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "RENEW"]
+
+# KEYS: lease, epoch, active zset. ARGV: owner, lease ms, expiry ms, query id. -> epoch | nil
+ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local epoch = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+  return epoch
+end
+return false
+"""
+
+# KEYS: lease, epoch, active zset. ARGV: owner, lease ms, expiry ms, query id. -> epoch | nil
+RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+  return tonumber(redis.call('GET', KEYS[2]))
+end
+return false
+"""
+
+# Fenced: only the lease holder at the current epoch may write the checkpoint or the answer.
+# KEYS: lease, epoch, checkpoint. ARGV: owner, epoch, last entry id, digest, nodes. -> 1 | 0
+CHECKPOINT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HSET', KEYS[3], 'epoch', ARGV[2], 'last_id', ARGV[3], 'digest', ARGV[4], 'nodes', ARGV[5])
+return 1
+"""
+
+# Writes the answer once, appends it to the answers stream, releases the in-flight count and
+# the lease. KEYS: lease, epoch, reply, answers, in-flight, active. ARGV: owner, epoch,
+# encoded answer, query id. -> 1 | 0
+ANSWER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
+  return 0
+end
+if redis.call('SET', KEYS[3], ARGV[3], 'NX') then
+  redis.call('XADD', KEYS[4], '*', 'e', ARGV[3])
+  redis.call('DECR', KEYS[5])
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[6], ARGV[4])
+return 1
+"""
