@@ -5,6 +5,8 @@ import asyncio
 import pytest
 
 from spex.bench.vtime import BenchConfig, run_bench
+from spex.proto import BudgetUpdateEvent, decode
+from spex.proto.names import query_inbox
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.cluster import Cluster
 
@@ -49,11 +51,23 @@ def test_distributed_answers_equal_virtual_time(redis_url, process_mode, algorit
         cluster = Cluster(redis_url, process_mode)
         await cluster.start_all(generators=2)
         try:
-            return await submit_all(cluster, algorithm, target, 3, mode)
+            answers = await submit_all(cluster, algorithm, target, 3, mode)
+            return answers, await budgets_received(cluster, answers)
         finally:
             await cluster.stop()
 
-    answers = asyncio.run(go())
+    answers, budgets = asyncio.run(go())
     expected = virtual_time(algorithm, target, 3, mode)
     assert all(a is not None for a in answers.values()), "a question was not answered"
     assert {q: (a.answer, a.tree_digest) for q, a in answers.items()} == expected
+    # The allocator runs in the cluster: speculating queries get T2 shares, the others none.
+    assert (budgets > 0) == (mode == "spex")
+
+
+async def budgets_received(cluster, answers):
+    """BudgetUpdateEvents in the queries' inboxes (the allocator's T2 shares)."""
+    count = 0
+    for qid in answers:
+        for _, fields in await cluster.client.r.xrange(query_inbox(qid)):
+            count += isinstance(decode(query_inbox(qid), fields[b"e"]), BudgetUpdateEvent)
+    return count

@@ -1,0 +1,55 @@
+"""One submission validator, one set of defaults, for every way a question comes in."""
+
+import pytest
+
+from spex.proto import SubmissionError, SubmitQuestionRequest
+from spex.proto.submission import ALGORITHMS, CLIENT_FIELDS, check_fields, validate
+from spex.shared.core.search import ALGORITHMS as IMPLEMENTED
+
+
+def request(**fields):
+    return SubmitQuestionRequest(msg_id="m", query_id="q", **{"question": "1+1?", **fields})
+
+
+def test_the_contract_names_exactly_the_algorithms_the_core_implements():
+    assert set(ALGORITHMS) == set(IMPLEMENTED)
+
+
+def test_defaults_come_from_the_request_struct_and_are_valid():
+    req = validate(request())
+    assert (req.algorithm, req.target, req.seed, req.mode) == ("rebase", 16, 0, "spex")
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"question": ""}, "question"),
+        ({"algorithm": "bfs"}, "algorithm"),
+        ({"target": 0}, "target"),
+        ({"mode": "fast"}, "mode"),
+        ({"prompt_tokens": -1}, "prompt_tokens"),
+    ],
+)
+def test_a_bad_value_names_its_field(fields, field):
+    with pytest.raises(SubmissionError) as err:
+        validate(request(**fields))
+    assert err.value.field == field and str(err.value).startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"question": "x", "colour": 1}, "colour: unknown field"),
+        ({"question": "x", "target": "many"}, "target: expected int"),
+        ({"question": "x", "target": True}, "target: expected int"),  # a bool is no int to a client
+        ({"question": "x", "seed": 1.5}, "seed: expected int"),
+        ({"question": 7}, "question: expected str"),
+    ],
+)
+def test_a_bad_field_name_or_type_is_refused(body, message):
+    with pytest.raises(SubmissionError, match=f"^{message}$"):
+        check_fields(body)
+
+
+def test_every_client_field_is_a_request_field():
+    assert set(CLIENT_FIELDS) <= set(SubmitQuestionRequest.__struct_fields__)

@@ -1,0 +1,99 @@
+"""The coordinator's event and command tables are pure: tested with plain objects, no Redis."""
+
+import typing
+
+from spex.proto import (
+    BudgetUpdateEvent,
+    CancelRequest,
+    GenerateRequest,
+    GenerateResult,
+    ScoreRequest,
+    SubmitQuestionRequest,
+)
+from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
+from spex.services.coordinator.handlers import (
+    COMMANDS,
+    EVENTS,
+    Answer,
+    MarkCancelled,
+    Outgoing,
+    Publish,
+    effects,
+)
+from spex.shared.core.commands import CancelCommand, Command, FinishCommand, PromoteCommand, ScoreCommand
+from spex.shared.core.ids import digest
+from spex.shared.core.machine import QueryMachine
+from spex.shared.core.search import SearchConfig
+from spex.shared.core.speculation import SpecPolicy
+
+REQUEST = SubmitQuestionRequest(
+    msg_id="submit/k", query_id="q7", trace_id="t", question="2+2?", algorithm="rebase", target=4, seed=3
+)
+
+
+def outgoing(machine=None):
+    machine = machine or QueryMachine("q7", 20, SearchConfig("rebase", 4), 3, speculation=SpecPolicy(True))
+    return Outgoing(REQUEST, epoch=5, machine=machine, elapsed_s=1.5)
+
+
+def test_every_command_type_has_a_handler():
+    assert set(COMMANDS) == set(typing.get_args(Command))
+
+
+def test_generate_commands_become_job_messages_with_deterministic_ids():
+    q = outgoing()
+    commands = q.machine.start(0.0)
+    first, again = effects(q, commands), effects(q, commands)
+    assert first == again  # a replay publishes the same message ids: the copies are dropped
+    assert len(first) == 4 and all(isinstance(e, Publish) for e in first)
+    e = first[0]
+    assert e.stream == gen_jobs(DEFAULT_POOL)
+    msg = e.message
+    assert isinstance(msg, GenerateRequest)
+    node = commands[0].node
+    assert (msg.job_id, msg.node_id, msg.parent_id, msg.child_index) == (
+        commands[0].job_id,
+        node.id,
+        q.machine.tree.root.id,
+        node.index,
+    )
+    assert msg.prompt_node_ids == [q.machine.tree.root.id] and msg.prompt_tokens == [20]
+    assert (msg.epoch, msg.trace_id, msg.sim_seed, msg.sim_style, msg.seed) == (5, "t", 3, "bfs", node.seed)
+    assert msg.msg_id == f"q7/{commands[0].job_id}/gen"
+
+
+def test_score_cancel_promote_and_finish():
+    q = outgoing()
+    node = q.machine.start(0.0)[0].node
+    (score,) = effects(q, [ScoreCommand(node, ((q.machine.tree.root.id, 20), (node.id, 9)), priority=1)])
+    assert score.stream == SCORE_JOBS and isinstance(score.message, ScoreRequest)
+    assert score.message.prompt_tokens == [20, 9] and score.message.priority == 1
+
+    mark, publish = effects(q, [CancelCommand("n.0")])
+    assert mark == MarkCancelled("n.0")  # a queued job checks this before it starts
+    assert publish.stream == GEN_CONTROL and isinstance(publish.message, CancelRequest)
+    assert publish.message.job_id == "n.0"
+
+    assert effects(q, [PromoteCommand("n.0")]) == []
+
+    (answer,) = effects(q, [FinishCommand("q7", "4")])
+    assert isinstance(answer, Answer)
+    m = q.machine
+    assert answer.message.tree_digest == digest(m.tree.digest(), m.answer)
+    assert (answer.message.answer, answer.message.latency_s, answer.message.epoch) == ("4", 1.5, 5)
+
+
+def test_inbox_events_drive_the_machine():
+    q = outgoing()
+    first = q.machine.start(0.0)[0]
+    result = GenerateResult(
+        msg_id="r", query_id="q7", job_id=first.job_id, node_id=first.node.id, text="Step 1: x", tokens=9
+    )
+    commands = EVENTS[GenerateResult](q.machine, result, 1.0)
+    assert any(isinstance(c, ScoreCommand) and c.node.id == first.node.id for c in commands)
+    EVENTS[BudgetUpdateEvent](
+        q.machine, BudgetUpdateEvent(msg_id="b", query_id="q7", share=3, k_total=9), 1.0
+    )
+    assert q.machine.share == 3
+    cancels = EVENTS[CancelRequest](q.machine, CancelRequest(msg_id="c", query_id="q7"), 2.0)
+    assert q.machine.done and q.machine.cancelled and isinstance(cancels[-1], FinishCommand)

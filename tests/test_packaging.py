@@ -1,0 +1,37 @@
+"""The wheel installs one top-level package, `spex`, holding every module of the four folders."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"proto": "spex/proto", "shared": "spex/shared", "services": "spex/services", "bench": "spex/bench"}
+
+
+def test_the_wheel_has_one_top_level_package_with_every_module(tmp_path):
+    # Build from a clean copy: setuptools reuses a source tree's build/ folder, whose stale
+    # files would hide a package missing from pyproject.toml.
+    src = tmp_path / "src"
+    junk = (".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "results", "docs")
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*junk))
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run(
+        [*build, "-w", str(tmp_path), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("spex-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"spex"}
+    modules = {name for name in names if name.endswith(".py")}
+    expected = {
+        f"{package}/{path.relative_to(ROOT / folder).as_posix()}"
+        for folder, package in FOLDERS.items()
+        for path in (ROOT / folder).rglob("*.py")
+    }
+    assert expected - modules == set(), "modules missing from the wheel (pyproject.toml's packages list)"
+    assert modules - expected == set()
