@@ -1,4 +1,5 @@
-# One image for every SPEX service: `spex worker <service>` picks the role.
+# One image for every SPEX service: `spex worker <service>` picks the role. The four folders
+# install as the one package `spex` (pyproject.toml maps them).
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
