@@ -31,25 +31,30 @@ __all__ = ["run_distributed"]
 async def _drive(url: str, cfg: BenchConfig, mode: str) -> dict[str, Any]:
     """Keep `batch_size` questions in flight until all are answered."""
     client = IngressClient(aioredis.Redis.from_url(url))
-    specs = [SyntheticWorkload(WorkloadKnobs(), cfg.seed).query(i) for i in range(cfg.questions)]
+    synthetic = [SyntheticWorkload(WorkloadKnobs(), cfg.seed).query(i) for i in range(cfg.questions)]
     sem = asyncio.Semaphore(cfg.batch_size)
     answers: dict[str, Any] = {}
     latencies: list[float] = []
 
-    async def one(spec: Any) -> None:
+    async def one(question: Any) -> None:
         async with sem:
             t0 = time.monotonic()
             qid = await client.submit(
-                spec.text, query_id=spec.query_id, algorithm=cfg.algorithm, target=cfg.target, seed=cfg.seed,
-                mode=mode, prompt_tokens=spec.prompt_tokens,
-            )  # fmt: skip
+                question.text,
+                query_id=question.query_id,
+                algorithm=cfg.algorithm,
+                target=cfg.target,
+                seed=cfg.seed,
+                mode=mode,
+                prompt_tokens=question.prompt_tokens,
+            )
             answers[qid] = await client.result(qid, timeout_s=600)
             latencies.append(time.monotonic() - t0)
 
     start = time.monotonic()
-    await asyncio.gather(*(one(s) for s in specs))
+    await asyncio.gather(*(one(q) for q in synthetic))
     wall = time.monotonic() - start
-    await client.r.aclose()
+    await client.aclose()
     return {"answers": answers, "wall_s": wall, "latencies_s": latencies}
 
 

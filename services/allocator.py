@@ -103,7 +103,7 @@ class Allocator:
                 w.kv_held,
                 w.spec,
                 MAX_STEP_TOKENS,
-            )  # fmt: skip
+            )
             for w in loads
         )
 

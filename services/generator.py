@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -204,15 +203,23 @@ class Generator:
         eng = self.engine.engine
         consumer = self.settings.consumer
         JOBS_IN_FLIGHT.labels("generator", consumer).set(len(self.running))
-        load = WorkerLoadEvent(
+        load = eng.load()
+        event = WorkerLoadEvent(
             msg_id=f"load/{consumer}/{time.monotonic_ns()}",
             query_id="",
             worker=consumer,
-            **asdict(eng.load()),
+            primary=load.primary,
+            primary_ctx=load.primary_ctx,
+            spec=load.spec,
+            running=load.running,
+            waiting=load.waiting,
+            kv_held=load.kv_held,
+            kv_capacity=load.kv_capacity,
+            prefix_cache_hit_rate=load.prefix_cache_hit_rate,
             jobs_done=self.done,
         )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
-        await self.bus.r.set(worker_load(consumer), encode(load), px=ttl_ms)
+        await self.bus.r.set(worker_load(consumer), encode(event), px=ttl_ms)
 
 
 def main() -> int:

@@ -110,21 +110,24 @@ def demo(settings: Settings, questions: int, algorithm: str, target: int, consol
     """Run a small question set through the pipeline, baseline then SPEX; print the answers,
     throughput and speedup (throughput in simulated GPU time, from wall time / time scale)."""
     workload = SyntheticWorkload(WorkloadKnobs(), 0)
-    specs = [workload.query(i) for i in range(questions)]
+    synthetic = [workload.query(i) for i in range(questions)]
     results = {}
     settings = replace(settings, http_port=free_port())
     for mode in ("baseline", "spex"):  # a fresh Redis and fresh services for each
         with up(settings, console=console) as live:
-            results[mode] = asyncio.run(_run_mode(live, specs, algorithm, target, mode, console))
+            results[mode] = asyncio.run(_run_mode(live, synthetic, algorithm, target, mode, console))
     base, spex = results["baseline"], results["spex"]
     table = Table(
         "question", "answer (baseline)", "answer (SPEX)", "same tree", title=f"{algorithm}-{target}"
     )
-    for spec in specs:
-        a, b = base["answers"][spec.query_id], spex["answers"][spec.query_id]
+    for question in synthetic:
+        a, b = base["answers"][question.query_id], spex["answers"][question.query_id]
         same = a is not None and b is not None and a.tree_digest == b.tree_digest
         table.add_row(
-            spec.query_id, str(a.answer if a else "—"), str(b.answer if b else "—"), "yes" if same else "no"
+            question.query_id,
+            str(a.answer if a else "—"),
+            str(b.answer if b else "—"),
+            "yes" if same else "no",
         )
     console.print(table)
     scale = settings.time_scale
@@ -137,28 +140,28 @@ def demo(settings: Settings, questions: int, algorithm: str, target: int, consol
 
 
 async def _run_mode(
-    settings: Settings, specs: list, algorithm: str, target: int, mode: str, console: Console
+    settings: Settings, synthetic: list, algorithm: str, target: int, mode: str, console: Console
 ) -> dict:
     client = IngressClient(aioredis.Redis.from_url(settings.redis_url))
     start = time.monotonic()
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     answers = {}
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(f"{mode} {algorithm}-{target}", total=len(specs))
+        task = progress.add_task(f"{mode} {algorithm}-{target}", total=len(synthetic))
         qids = [
             await client.submit(
-                s.text,
-                query_id=s.query_id,
+                q.text,
+                query_id=q.query_id,
                 algorithm=algorithm,
                 target=target,
                 seed=0,
                 mode=mode,
-                prompt_tokens=s.prompt_tokens,
+                prompt_tokens=q.prompt_tokens,
             )
-            for s in specs
+            for q in synthetic
         ]
-        for spec, qid in zip(specs, qids, strict=True):
-            answers[spec.query_id] = await client.result(qid, timeout_s=300)
+        for question, qid in zip(synthetic, qids, strict=True):
+            answers[question.query_id] = await client.result(qid, timeout_s=300)
             progress.advance(task)
     await client.r.aclose()
     return {"answers": answers, "wall_s": time.monotonic() - start}

@@ -8,5 +8,5 @@
 - `runtime`: Redis Streams bus, service loop, settings, metrics, embedded Redis, client.
 
 A layer imports only the ones listed before it (`sim` and `runtime` never each other);
-`make lint` checks this with import-linter (`.importlinter`).
+`make lint` checks this with import-linter (`[tool.importlinter]` in pyproject.toml).
 """

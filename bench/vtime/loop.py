@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spex.bench.vtime.bookkeeping import EngineBook, GenJob, RequestId, ScoreJob
 from spex.bench.vtime.config import BenchConfig
 from spex.bench.vtime.metrics import CriticalPath, QueryRecord, RunMetrics, SpecTotals
-from spex.bench.vtime.requests import EngineBook, GenJob, RequestId, ScoreJob
 from spex.proto.messages import PRIMARY
 from spex.shared.core.commands import (
     CancelCommand,

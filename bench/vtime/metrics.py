@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from spex.bench.vtime.requests import GenJob
+from spex.bench.vtime.bookkeeping import GenJob
 from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine, QueryStats
 from spex.shared.sim.engine import Completion

@@ -1,7 +1,7 @@
 """The coordinator's two type → handler tables, pure functions both (tested without Redis):
 
-- `EVENTS`: an inbox message → the query machine's commands;
-- `COMMANDS`: a command → the effects the service performs, in order (publish a message,
+- `EVENT_HANDLERS`: an inbox message → the query machine's commands;
+- `COMMAND_HANDLERS`: a command → the effects the service performs, in order (publish a message,
   mark a job cancelled, write the answer).
 
 Message ids are built from job and node identities, so a re-run of the same commands (a
@@ -38,7 +38,16 @@ from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import ALGORITHMS
 
-__all__ = ["COMMANDS", "EVENTS", "Answer", "Effect", "MarkCancelled", "Outgoing", "Publish", "effects"]
+__all__ = [
+    "COMMAND_HANDLERS",
+    "EVENT_HANDLERS",
+    "Answer",
+    "Effect",
+    "MarkCancelled",
+    "Outgoing",
+    "Publish",
+    "effects",
+]
 
 # ---------------------------------------------------------------------------- events in
 
@@ -61,7 +70,7 @@ def on_cancel(m: QueryMachine, msg: CancelRequest, now_s: float) -> list[Command
     return m.cancel(now_s)
 
 
-EVENTS: dict[type[Message], Callable[[QueryMachine, Any, float], list[Command]]] = {
+EVENT_HANDLERS: dict[type[Message], Callable[[QueryMachine, Any, float], list[Command]]] = {
     GenerateResult: on_generated,
     ScoreResult: on_scored,
     BudgetUpdateEvent: on_budget,
@@ -78,7 +87,6 @@ class Outgoing:
     request: SubmitQuestionRequest
     epoch: int  # fencing token of the lease the coordinator holds
     machine: QueryMachine
-    elapsed_s: float  # since the coordinator adopted the query (the answer's latency)
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,8 @@ class MarkCancelled:
 
 @dataclass(frozen=True)
 class Answer:
-    """Write the query's answer (fenced by the lease) and let the query go."""
+    """Write the query's answer (fenced by the lease) and let the query go. The service stamps
+    `latency_s` as it writes: a measurement of I/O time, not the machine's to know."""
 
     message: AnswerResult
 
@@ -168,13 +177,12 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         answer=cmd.answer,
         nodes=len(m.tree) - 1,
         tokens_generated=m.stats.tokens_generated,
-        latency_s=q.elapsed_s,
         tree_digest=digest(m.tree.digest(), m.answer),
     )
     return [Answer(message)]
 
 
-COMMANDS: dict[type, Callable[[Outgoing, Any], list[Effect]]] = {
+COMMAND_HANDLERS: dict[type, Callable[[Outgoing, Any], list[Effect]]] = {
     GenerateCommand: generate,
     ScoreCommand: score,
     CancelCommand: cancel,
@@ -185,4 +193,4 @@ COMMANDS: dict[type, Callable[[Outgoing, Any], list[Effect]]] = {
 
 def effects(q: Outgoing, commands: list[Command]) -> list[Effect]:
     """Every effect of `commands`, in order."""
-    return [effect for cmd in commands for effect in COMMANDS[type(cmd)](q, cmd)]
+    return [effect for cmd in commands for effect in COMMAND_HANDLERS[type(cmd)](q, cmd)]

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -48,7 +49,7 @@ from spex.proto.names import (
 )
 from spex.services.coordinator import scripts
 from spex.services.coordinator.handlers import (
-    EVENTS,
+    EVENT_HANDLERS,
     Answer,
     Effect,
     MarkCancelled,
@@ -62,8 +63,7 @@ from spex.shared.core.search import SearchConfig
 from spex.shared.core.spec.budget import hit_rate_estimate
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.runtime.bus import Bus, Delivery
-from spex.shared.runtime.metrics import EVENTS as EVENTS_HANDLED
-from spex.shared.runtime.metrics import QUERIES_OWNED
+from spex.shared.runtime.metrics import EVENTS, QUERIES_OWNED
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 
@@ -199,11 +199,11 @@ class Coordinator:
                 )
                 self.bus.dead_lettered += 1
                 continue
-            handler = EVENTS.get(type(message))
+            handler = EVENT_HANDLERS.get(type(message))
             if handler is None:
                 continue
             self.events += 1
-            EVENTS_HANDLED.labels("coordinator", self.owner, type(message).__name__).inc()
+            EVENTS.labels("coordinator", self.owner, type(message).__name__).inc()
             try:
                 commands = handler(query.machine, message, self._now())
             except Exception as exc:  # a bad event must not take the query (or the service) down
@@ -217,7 +217,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ effects
     async def _execute(self, query: _Query, commands: list[Command]) -> None:
-        out = Outgoing(query.request, query.epoch, query.machine, self._now() - query.started_wall)
+        out = Outgoing(query.request, query.epoch, query.machine)
         for effect in effects(out, commands):
             await self._perform(query, effect)
 
@@ -239,9 +239,9 @@ class Coordinator:
             INGRESS_IN_FLIGHT,
             COORDINATORS_ACTIVE,
         ]
-        await self.r.eval(
-            scripts.ANSWER, len(keys), *keys, self.owner, query.epoch, encode(effect.message), qid
-        )
+        # The latency is an I/O-time measurement: stamped here, as the answer is written.
+        answer = msgspec.structs.replace(effect.message, latency_s=self._now() - query.started_wall)
+        await self.r.eval(scripts.ANSWER, len(keys), *keys, self.owner, query.epoch, encode(answer), qid)
         self.queries.pop(qid, None)
         QUERIES_OWNED.labels(self.owner).set(len(self.queries))
         self.answered += 1

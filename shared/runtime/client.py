@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -42,14 +41,31 @@ class IngressClient:
         self.backlog_limit = backlog_limit
         self._submit = client.register_script(_SUBMIT)
 
-    async def submit(self, question: str, *, query_id: str | None = None, **fields: Any) -> str:
+    async def submit(
+        self,
+        question: str,
+        *,
+        query_id: str | None = None,
+        client_key: str | None = None,
+        algorithm: str | None = None,
+        target: int | None = None,
+        seed: int | None = None,
+        mode: str | None = None,
+        prompt_tokens: int | None = None,
+    ) -> str:
         """Submit a question; returns its query id (the first one's, for a repeated client
-        key). `fields` are the other client fields of `SubmitQuestionRequest` (algorithm,
-        target, seed, mode, client_key, prompt_tokens), with its defaults where absent or
-        None; a bad one raises `SubmissionError` naming it."""
+        key). A field left None takes `SubmitQuestionRequest`'s default; a bad one raises
+        `SubmissionError` naming it."""
         qid = query_id or uuid.uuid4().hex[:16]
-        fields = submission.check_fields({k: v for k, v in fields.items() if v is not None})
-        key = fields.pop("client_key", None) or qid
+        given = {
+            "algorithm": algorithm,
+            "target": target,
+            "seed": seed,
+            "mode": mode,
+            "prompt_tokens": prompt_tokens,
+        }
+        fields = submission.check_fields({k: v for k, v in given.items() if v is not None})
+        key = client_key or qid
         req = submission.validate(
             SubmitQuestionRequest(
                 msg_id=f"submit/{key}",

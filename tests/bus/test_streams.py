@@ -7,10 +7,10 @@ import msgspec
 import redis.asyncio as aioredis
 
 from spex.proto import ScoreResult, encode
-from spex.proto.names import dead_letter, query_inbox
+from spex.proto.names import COORDINATOR_GROUP, dead_letter, query_inbox
 from spex.shared.runtime.bus import Bus
 
-STREAM, GROUP = query_inbox("q1"), "coord"
+STREAM, GROUP = query_inbox("q1"), COORDINATOR_GROUP
 
 
 def msg(i, **kw):

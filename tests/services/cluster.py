@@ -3,7 +3,7 @@ separate OS processes (`python -m spex.services.<name>`), with the same interfac
 
 Each process writes its log to a file of its own (never an unread pipe, which a chatty
 service could fill and block on); `tests/conftest.py` shows every cluster's logs under a
-failed test's report.
+failed test's report. (In-process services log to this process: pytest captures that.)
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from spex.proto.names import ALLOCATOR_LEASE
 from spex.services.allocator import Allocator
 from spex.services.coordinator import Coordinator
 from spex.services.generator import Generator
@@ -78,6 +79,14 @@ class Cluster:
             await self.start("generator", f"gen-{i}")
         await self.start("scorer", "scorer-0")
         await self.start("allocator", "allocator-0")
+        await self._wait_for(ALLOCATOR_LEASE)  # it reads query stats from its start on
+
+    async def _wait_for(self, key: str, timeout_s: float = 20.0) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not await self.client.r.exists(key):
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"{key} not set within {timeout_s} s:\n{self.logs()}")
+            await asyncio.sleep(0.02)
 
     def kill(self, name: str) -> None:
         """SIGKILL a process (no cleanup, no acks): what a crash looks like."""
@@ -102,14 +111,12 @@ class Cluster:
         self._log_dir.cleanup()
 
     def logs(self) -> str:
-        """The last lines each service process logged."""
-        names = self.procs if not self._logs else self._logs
-        parts = []
-        for name in names:
-            text = self._logs.get(name) or self._read_log(name)
-            tail = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
-            parts.append(f"----- {name} -----\n{tail}")
-        return "\n".join(parts)
+        """The last lines each service process logged (kept once the cluster has stopped)."""
+        texts = self._logs or {name: self._read_log(name) for name in self.procs}
+        return "\n".join(
+            f"----- {name} -----\n" + "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+            for name, text in texts.items()
+        )
 
     def _read_log(self, name: str) -> str:
         path = self._log_path(name)

@@ -15,16 +15,16 @@ async def submit_all(cluster, algorithm, target, questions, mode, seed=0):
     workload = SyntheticWorkload(WorkloadKnobs(), seed)
     qids = []
     for i in range(questions):
-        spec = workload.query(i)
+        question = workload.query(i)
         qids.append(
             await cluster.client.submit(
-                spec.text,
-                query_id=spec.query_id,
+                question.text,
+                query_id=question.query_id,
                 algorithm=algorithm,
                 target=target,
                 seed=seed,
                 mode=mode,
-                prompt_tokens=spec.prompt_tokens,
+                prompt_tokens=question.prompt_tokens,
             )
         )
     return {q: await cluster.client.result(q, timeout_s=60) for q in qids}
