@@ -1,4 +1,5 @@
-"""The wheel installs one top-level package, `spex`, holding every module of the four folders."""
+"""The wheel installs one top-level package, `spex`, holding every module of the folders it
+maps and the shipped dataset."""
 
 import shutil
 import subprocess
@@ -7,14 +8,20 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"proto": "spex/proto", "shared": "spex/shared", "services": "spex/services", "bench": "spex/bench"}
+FOLDERS = {
+    "proto": "spex/proto",
+    "shared": "spex/shared",
+    "services": "spex/services",
+    "bench": "spex/bench",
+    "data": "spex/data",
+}
 
 
 def test_the_wheel_has_one_top_level_package_with_every_module(tmp_path):
     # Build from a clean copy: setuptools reuses a source tree's build/ folder, whose stale
     # files would hide a package missing from pyproject.toml.
     src = tmp_path / "src"
-    junk = (".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "results", "docs")
+    junk = (".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "results", "docs", "tests")
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*junk))
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
     subprocess.run(
@@ -35,3 +42,4 @@ def test_the_wheel_has_one_top_level_package_with_every_module(tmp_path):
     }
     assert expected - modules == set(), "modules missing from the wheel (pyproject.toml's packages list)"
     assert modules - expected == set()
+    assert "spex/data/math500.jsonl" in names  # the shipped dataset

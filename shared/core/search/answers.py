@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from spex.shared.core.tree import Node
 
-__all__ = ["SELECTIONS", "extract_answer", "normalize_answer", "select_answer"]
+__all__ = ["SELECTIONS", "extract_answer", "last_boxed", "normalize_answer", "select_answer"]
 
 SELECTIONS = ("majority", "weighted", "best")
 
@@ -16,12 +16,32 @@ _ANSWER = re.compile(r"(?:final answer is|The answer is)\s*:?\s*(.+?)\s*(?:ки|
 
 
 def extract_answer(text: str) -> str | None:
+    """The final answer a step gives: the last `\\boxed{...}` (braces nested to any depth), else
+    what follows "The answer is"; None if the step gives none."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
     m = _ANSWER.search(text)
     if m is None:
         return None
-    answer = m.group(1).strip().rstrip(".")
-    boxed = re.fullmatch(r"\\boxed\{(.*)\}", answer)
-    return boxed.group(1) if boxed else answer
+    return m.group(1).strip().rstrip(".")
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last `\\boxed{...}` in `text`, or None (also when it is unclosed)."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 0, start + len("\\boxed")
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                content = text[i + 1 : j].strip()
+                return content or None
+    return None
 
 
 def normalize_answer(answer: str) -> str:

@@ -1,0 +1,1 @@
+"""Reasoning content for real models: prompts and step delimiters, datasets, and grading."""
