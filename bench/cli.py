@@ -15,7 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from spex.bench.results import RunSummary, compare, summarize, write_json
+from spex.bench.runtime_cli import model_init, runtime_command
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
+from spex.bench.vtime.config import BACKENDS, CONTENTS
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
@@ -80,6 +82,18 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     b.add_argument("--list-knobs", action="store_true", help="print the workload knobs and exit")
     b.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    b.add_argument("--engine", choices=list(BACKENDS), default="sim", help="sim (the simulated GPU) or hf")
+    b.add_argument("--model", default=None, help="hf: the generator's local model directory")
+    b.add_argument("--prm", default=None, help="a local reward-model directory (default: the simulated PRM)")
+    b.add_argument("--dataset", default=None, help="real content: a JSONL file, or math500 (shipped)")
+    b.add_argument(
+        "--content", choices=list(CONTENTS), default=None, help="default: real with --dataset, else synthetic"
+    )
+    b.add_argument("--deterministic", action="store_true", help="hf: batch-invariant outputs (lossless)")
+    b.add_argument("--max-running", type=int, default=16, help="hf: sequences decoded together")
+    b.add_argument(
+        "--sampling-temperature", type=float, default=1.0, help="real content: sampling temperature"
+    )
 
     w = sub.add_parser("worker", help="run one service in this process")
     w.add_argument("service", choices=["ingress", "coordinator", "generator", "scorer", "allocator"])
@@ -110,6 +124,16 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--redis", required=True)
     rs.add_argument("--wait", type=float, default=None)
 
+    m = sub.add_parser("model", help="local models: `spex model init` builds a random-weight one")
+    m.add_argument("action", choices=["init"])
+    m.add_argument("--out", required=True, help="the directory to write")
+    m.add_argument("--layers", type=int, default=2)
+    m.add_argument("--hidden", type=int, default=64)
+    m.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary trained on the shipped MATH-500")
+    m.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--prm", action="store_true", help="a reward model (token-classification head)")
+
     pr = sub.add_parser("profile", help="print the simulated step-time curve of a profile")
     pr.add_argument("--gpu", required=True, choices=sorted(GPUS))
     pr.add_argument("--model", required=True, choices=sorted(MODELS))
@@ -128,7 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _bench(args, console)
         if args.command == "profile":
             return _profile(args, console)
-        return _runtime(args, console)
+        if args.command == "model":
+            return model_init(args, console)
+        return runtime_command(args, console)
     except ValueError as exc:
         print(f"spex: error: {exc}", file=sys.stderr)
         return 2
@@ -179,6 +205,14 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         k_total=args.k_total,
         tpot_slack=args.tpot_slack,
         temperature=args.temperature,
+        backend=args.engine,
+        model=args.model,
+        prm=args.prm,
+        content=args.content or ("real" if args.dataset else "synthetic"),
+        dataset=args.dataset,
+        deterministic=args.deterministic,
+        max_running=args.max_running,
+        sampling_temperature=args.sampling_temperature,
     )
     cfg.validate()
     if args.distributed:
@@ -245,69 +279,6 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
         table.add_row("compute amplification", "", f"{both.compute_amplification:.2f}")
         table.add_row("same trees and answers", "", "yes" if both.lossless else "no")
     return table
-
-
-def _runtime(args: argparse.Namespace, console: Console) -> int:
-    """The distributed runtime's commands (services are imported only here)."""
-    import asyncio
-    import importlib
-
-    from spex.shared.runtime.settings import Settings
-
-    if args.command == "worker":
-        return int(importlib.import_module(f"spex.services.{args.service}").main())
-    if args.command in ("up", "demo"):
-        from spex.services.launcher import demo, serve_forever
-
-        if getattr(args, "generators", 1) < 1:
-            raise ValueError("--generators: must be at least 1")
-        settings = Settings.from_env(None, time_scale=args.time_scale)
-        if args.command == "up":
-            return serve_forever(settings, args.redis, args.generators, console)
-        if args.questions < 1 or args.target < 1:
-            raise ValueError("--questions and --target: must be at least 1")
-        return demo(settings, args.questions, args.algorithm, args.target, console)
-    return asyncio.run(_client(args, console))
-
-
-async def _client(args: argparse.Namespace, console: Console) -> int:
-    import json
-
-    import redis.asyncio as aioredis
-
-    from spex.shared.runtime.client import IngressClient
-
-    client = IngressClient(aioredis.Redis.from_url(args.redis))
-    try:
-        if args.command == "result":
-            answer = await client.result(args.query_id, args.wait)
-            console.print(answer if answer else f"{args.query_id}: no answer yet")
-            return 0 if answer else 1
-        questions = [args.question] if args.question else []
-        if args.file:
-            with open(args.file) as f:
-                for n, line in enumerate(f, 1):
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        raise ValueError(f"--file {args.file}: line {n} is not JSON") from None
-                    questions.append(row.get("question") or row.get("problem") or "")
-        if not questions or not all(questions):
-            raise ValueError("submit: give a question, or --file with a 'question' or 'problem' per line")
-        qids = []
-        for i, q in enumerate(questions):
-            key = f"{args.client_key}/{i}" if args.client_key else None
-            qids.append(
-                await client.submit(
-                    q, client_key=key, algorithm=args.algorithm, target=args.target, mode=args.mode
-                )
-            )
-        for qid in qids:
-            answer = await client.result(qid, args.wait) if args.wait else None
-            console.print(qid if answer is None else f"{qid}: {answer.answer}")
-        return 0
-    finally:
-        await client.r.aclose()
 
 
 def _profile(args: argparse.Namespace, console: Console) -> int:

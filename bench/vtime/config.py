@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from spex.proto import SubmitQuestionRequest, submission
 from spex.shared.core.machine import REWARDS
@@ -13,7 +14,10 @@ from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
-__all__ = ["BenchConfig"]
+__all__ = ["BACKENDS", "CONTENTS", "BenchConfig"]
+
+BACKENDS = ("sim", "hf")
+CONTENTS = ("synthetic", "real")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,15 @@ class BenchConfig:
     knobs: WorkloadKnobs = field(default_factory=WorkloadKnobs)
     engine: EngineConfig = field(default_factory=EngineConfig)
     params: dict[str, float] = field(default_factory=dict)
+    # --- engines and content
+    backend: str = "sim"  # "sim" (the simulated GPU) | "hf" (in-process PyTorch)
+    model: str | None = None  # hf: the generator's local model directory
+    prm: str | None = None  # a local reward-model directory (else the simulated PRM)
+    content: str = "synthetic"  # "synthetic" (the workload's tree) | "real" (the model's text)
+    dataset: str | None = None  # real content: a JSONL file or a shipped name (math500)
+    deterministic: bool = False  # hf: batch-invariant outputs (lossless on a real model)
+    max_running: int = 16  # hf: sequences decoded together; also the static speculative pool
+    sampling_temperature: float = 1.0  # real content: the generator's sampling temperature
     # --- SPEX
     mode: str = "baseline"  # a benchmark runs the plain search unless asked
     t1: bool = True  # intra-query speculation
@@ -68,10 +81,34 @@ class BenchConfig:
             raise ValueError(f"temperature: must be positive, not {self.temperature}")
         if self.early_stop.alpha <= 0:
             raise ValueError(f"early_stop_alpha: must be positive, not {self.early_stop.alpha}")
+        self._validate_engines()
         parse_profile(self.profile)
         parse_profile(self.reward_profile_name)
         # Build one algorithm to check its parameters (unknown names fail here, by name).
         make_algorithm(Tree("check", 0, 1), self.search_config())
+
+    def _validate_engines(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"engine: must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
+        if self.content not in CONTENTS:
+            raise ValueError(f"content: must be one of {', '.join(CONTENTS)}, not {self.content!r}")
+        if self.backend == "hf" and not self.model:
+            raise ValueError("model: the hf engine needs --model DIR (build one with spex model init)")
+        if self.content == "real":
+            if self.backend == "sim":
+                raise ValueError("content: real content needs a real engine (--engine hf)")
+            if not self.dataset:
+                raise ValueError("dataset: real content needs --dataset FILE (or math500)")
+            if self.reward == "prm" and not self.prm:
+                raise ValueError("prm: the prm reward on real content needs --prm DIR (or --reward logprob)")
+        for name in ("model", "prm"):
+            path = getattr(self, name)
+            if path is not None and not (Path(path) / "config.json").is_file():
+                raise ValueError(f"{name}: {path!r} is not a model directory (no config.json)")
+        if self.max_running < 1:
+            raise ValueError(f"max_running: must be at least 1, not {self.max_running}")
+        if self.sampling_temperature < 0:
+            raise ValueError(f"sampling_temperature: must be at least 0, not {self.sampling_temperature}")
 
     def search_config(self) -> SearchConfig:
         return SearchConfig(

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from spex.bench.vtime.bookkeeping import EngineBook, GenJob, RequestId, ScoreJob
 from spex.bench.vtime.config import BenchConfig
+from spex.bench.vtime.content import make_content, make_engines
 from spex.bench.vtime.metrics import CriticalPath, QueryRecord, RunMetrics, SpecTotals
 from spex.proto.messages import PRIMARY
 from spex.shared.core.commands import (
@@ -28,13 +29,12 @@ from spex.shared.core.commands import (
     ScoreCommand,
 )
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.core.spec.budget import Demand, allocate, even_split, hit_rate_estimate
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
+from spex.shared.engine.api import Completion, Engine
 from spex.shared.roofline.capacity import speculative_pool
 from spex.shared.roofline.hardware import parse_profile
-from spex.shared.sim.engine import Completion, SimEngine, SimRequest
-from spex.shared.sim.workload import SyntheticWorkload
+from spex.shared.sim.engine import SimEngine
 
 __all__ = ["BenchResult", "run_bench"]
 
@@ -45,8 +45,8 @@ class BenchResult:
     records: list[QueryRecord]
     makespan_s: float
     wall_s: float
-    gen: SimEngine
-    prm: SimEngine | None
+    gen: Engine
+    prm: Engine | None
     tpots_s: list[float]  # primary jobs only
     level_batches: list[tuple[int, float, float]]  # (width, first-quarter batch, last-quarter batch)
     tokens_all: int  # every token the generator produced, cancelled jobs' partial output included
@@ -66,14 +66,11 @@ class _Run:
         self.config = cfg.search_config()
         self.policy = SpecPolicy(cfg.speculating, cfg.cache_nodes, cfg.max_amplification)
         self.predictor = predictor
-        self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, ALGORITHMS[cfg.algorithm].family)
         self.profile = parse_profile(cfg.profile)
-        # The engine holds speculative decoding to the same roofline slack, step by step.
-        engine = replace(cfg.engine, spec_step_slack=cfg.tpot_slack) if cfg.speculating else cfg.engine
-        self.gen = SimEngine(self.profile, engine)
+        self.gen, self.prm = make_engines(cfg)
         self.gen.trace = [] if cfg.batch_size == 1 else None
-        self.prm = SimEngine(parse_profile(cfg.reward_profile_name)) if cfg.reward == "prm" else None
-        self.questions = [self.workload.query(i) for i in range(cfg.questions)]
+        self.content = make_content(cfg, self.gen, self.prm)
+        self.questions = self.content.questions
         self.by_id = {q.query_id: q for q in self.questions}
         self.machines: dict[str, QueryMachine] = {}
         self.next_question = 0
@@ -90,7 +87,7 @@ class _Run:
 
     def run(self) -> BenchResult:
         wall0 = time.perf_counter()
-        now = 0.0
+        now = last = 0.0
         for _ in range(min(self.cfg.batch_size, self.cfg.questions)):
             self._start_query(now)
         self._rebudget(now)
@@ -106,16 +103,20 @@ class _Run:
                 done.extend((i, c) for c in engine.advance_to(now))
             done.sort(key=lambda item: (item[1].time_s, item[0], item[1].rid))
             for i, completion in done:
+                # A real engine's step ends after it started (at `now`): what it finished is
+                # known from its end on. (The simulator's steps end at `now` itself.)
+                t = max(now, completion.time_s)
+                last = max(last, t)
                 if engines[i] is self.gen:
-                    self._on_generated(completion, now)
+                    self._on_generated(completion, t)
                 else:
-                    self._on_scored(completion, now)
+                    self._on_scored(completion, t)
             self._rebudget(now)
         m = self.metrics
         return BenchResult(
             config=self.cfg,
             records=m.ordered(q.query_id for q in self.questions),
-            makespan_s=now,
+            makespan_s=max(now, last),
             wall_s=time.perf_counter() - wall0,
             gen=self.gen,
             prm=self.prm,
@@ -158,10 +159,10 @@ class _Run:
         if c.reason == "abort":
             machine.on_cancelled(c.generated)
             return
-        gen = self.workload.generate(self.by_id[job.rid.query_id], job.path)
+        step = self.content.generated(self.by_id[job.rid.query_id], job.path, c)
         self.metrics.need_progressed(now)
         commands = machine.on_generated(
-            job.job_id, job.node_id, gen.text, c.generated, gen.finish_reason, gen.mean_logprob, now
+            job.job_id, job.node_id, step.text, step.tokens, step.finish_reason, step.mean_logprob, now
         )
         self._execute(job.rid.query_id, commands, now)
 
@@ -171,7 +172,7 @@ class _Run:
         machine = self.machines.get(qid)
         if machine is None:
             return
-        reward = self.workload.prm_reward(self.by_id[qid], score.path)
+        reward = self.content.reward(self.by_id[qid], score.path, c)
         self._execute(qid, machine.on_scored(score.path[-1], reward, now), now)
 
     # ------------------------------------------------------------------ commands
@@ -185,10 +186,7 @@ class _Run:
         rid = RequestId("gen", query_id, cmd.job_id)
         primary = cmd.priority == PRIMARY
         self.book.add_job(GenJob(rid, cmd.node.id, path, primary, sum(t for _, t in cmd.prompt)))
-        tokens = min(self.workload.generate(self.by_id[query_id], path).tokens, cmd.max_new_tokens)
-        self.gen.submit(
-            SimRequest(str(rid), cmd.prompt, cmd.node.id, tokens, cmd.max_new_tokens, cmd.priority), now
-        )
+        self.gen.submit(self.content.generate(self.by_id[query_id], cmd, str(rid)), now)
         return int(primary)
 
     def _score(self, cmd: ScoreCommand, query_id: str, now: float) -> int:
@@ -196,9 +194,7 @@ class _Run:
             raise RuntimeError("score command without a reward engine")
         rid = RequestId("score", query_id, cmd.node.id)
         if self.book.add_score(ScoreJob(rid, [n.id for n in cmd.node.path()])):
-            self.prm.submit(
-                SimRequest(str(rid), cmd.prompt, cmd.node.id + "/s", 0, priority=cmd.priority), now
-            )
+            self.prm.submit(self.content.score(self.by_id[query_id], cmd, str(rid)), now)
         return 0
 
     def _cancel(self, cmd: CancelCommand, query_id: str, now: float) -> int:
@@ -220,7 +216,8 @@ class _Run:
 
     def _finish(self, cmd: FinishCommand, query_id: str, now: float) -> int:
         machine = self.machines.pop(query_id)
-        self.metrics.query_done(machine, self.by_id[query_id].reference_answer, now)
+        correct = self.content.correct(machine.answer, self.by_id[query_id])
+        self.metrics.query_done(machine, correct, now)
         if self.on_finish is not None:
             self.on_finish(machine)
         if self.next_question < len(self.questions):
@@ -231,8 +228,11 @@ class _Run:
     def _pool(self) -> int:
         """Speculative jobs the generator can take now (see `speculative_pool`)."""
         book = self.book
-        if self.cfg.k_total is not None:
-            return max(0, self.cfg.k_total - book.primary_in_flight)
+        k_total = self.cfg.k_total
+        if k_total is None and not isinstance(self.gen, SimEngine):
+            k_total = self.cfg.max_running  # no roofline model of a real engine: its batch is the pool
+        if k_total is not None:
+            return max(0, k_total - book.primary_in_flight)
         contexts = [m.context_tokens for m in self.machines.values()]
         return speculative_pool(
             self.profile,

@@ -121,13 +121,13 @@ class RunMetrics:
             else:
                 self.critical.add("generation_s", dt)
 
-    def query_done(self, machine: QueryMachine, reference_answer: str, now: float) -> None:
+    def query_done(self, machine: QueryMachine, correct: bool, now: float) -> None:
         st = machine.stats
         self.spec.add(st)
         self.records[machine.query_id] = QueryRecord(
             query_id=machine.query_id,
             answer=machine.answer,
-            correct=machine.answer == reference_answer,
+            correct=correct,
             latency_s=now - machine.started_s,
             nodes=len(machine.tree) - 1,
             tokens=st.tokens_generated,

@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spex.proto.messages import PRIMARY
+from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
 from spex.shared.roofline.capacity import spare_concurrency
 from spex.shared.roofline.hardware import Profile
 from spex.shared.sim.radix import RadixCache
-from spex.shared.sim.requests import Completion, EngineConfig, EngineLoad, EngineStats, SimRequest
+from spex.shared.sim.requests import EngineConfig, SimRequest
 
 __all__ = ["Completion", "EngineConfig", "EngineLoad", "EngineStats", "SimEngine", "SimRequest"]
 
@@ -99,7 +100,8 @@ class SimEngine:
         req = self._by_rid.get(rid)
         return req is not None and req in self._waiting
 
-    def submit(self, req: SimRequest, now_s: float) -> None:
+    def submit(self, request: EngineRequest, now_s: float) -> None:
+        req = SimRequest.of(request)
         if req.rid in self._by_rid:
             raise ValueError(f"duplicate request id {req.rid!r}")
         reserve = int(req.max_new_tokens * self.config.new_token_ratio) if req.output_tokens else 0

@@ -1,13 +1,14 @@
-"""The simulated engine's requests, completions, configuration, statistics and load."""
+"""The simulated engine's configuration and its request state (the interface's types are in
+`spex.shared.engine`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from spex.proto.messages import PRIMARY
+from spex.shared.engine.api import EngineRequest
 from spex.shared.sim.radix import RadixNode, Segment
 
-__all__ = ["Completion", "EngineConfig", "EngineLoad", "EngineStats", "SimRequest"]
+__all__ = ["EngineConfig", "SimRequest"]
 
 
 @dataclass(frozen=True)
@@ -23,14 +24,9 @@ class EngineConfig:
 
 
 @dataclass(eq=False)
-class SimRequest:
-    rid: str
-    prompt: tuple[Segment, ...]  # (segment id, tokens) from the root; the question first
-    output_segment: str  # cache key of the generated tokens (the node's id)
-    output_tokens: int  # tokens this request will generate; 0 = prefill only (scoring)
-    max_new_tokens: int = 256
-    priority: int = PRIMARY
-    # --- engine state ---
+class SimRequest(EngineRequest):
+    """An engine request with the simulator's state of it."""
+
     arrival_s: float = 0.0
     seq: int = 0
     prefilled: int = 0  # prompt tokens computed or found cached since (re)admission
@@ -56,59 +52,10 @@ class SimRequest:
             return (*self.prompt, (self.output_segment, self.generated))
         return self.prompt
 
-
-@dataclass(frozen=True)
-class Completion:
-    rid: str
-    time_s: float
-    generated: int
-    prompt_tokens: int
-    cached_tokens: int
-    reason: str  # "finished" | "abort"
-    arrival_s: float
-    first_token_s: float | None
-    priority: int
-
-    @property
-    def tpot_s(self) -> float | None:
-        if self.first_token_s is None or self.generated < 2:
-            return None
-        return (self.time_s - self.first_token_s) / (self.generated - 1)
-
-
-@dataclass
-class EngineStats:
-    busy_s: float = 0.0
-    decode_s: float = 0.0
-    batch_time: float = 0.0  # Σ batch · step time over decode steps
-    flops: float = 0.0
-    decode_steps: int = 0
-    prefill_steps: int = 0
-    tokens_decoded: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    peak_kv_tokens: int = 0  # most KV held by admitted requests at once
-    retractions: int = 0
-    evicted_tokens: int = 0
-
-    @property
-    def mean_batch(self) -> float:
-        return self.batch_time / self.decode_s if self.decode_s else 0.0
-
-    @property
-    def cache_hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-
-@dataclass(frozen=True)
-class EngineLoad:
-    """An engine's load at one instant (what a generator reports as its WorkerLoadEvent)."""
-
-    primary: int  # primary requests admitted or queued
-    primary_ctx: int  # their summed context tokens
-    spec: int  # speculative requests admitted or queued
-    running: int
-    waiting: int
-    kv_held: int  # KV tokens held by admitted requests (evictable cache excluded)
-    kv_capacity: int
-    prefix_cache_hit_rate: float
+    @classmethod
+    def of(cls, req: EngineRequest) -> SimRequest:
+        if isinstance(req, SimRequest):
+            return req
+        if req.output_tokens < 0:
+            raise ValueError(f"request {req.rid!r}: the simulator needs the number of tokens to generate")
+        return cls(**{f.name: getattr(req, f.name) for f in fields(EngineRequest)})

@@ -1,0 +1,169 @@
+"""What the searches generate, and on which engines: the two content modes of a run.
+
+- `SyntheticContent`: step lengths, texts, rewards and answers come from the synthetic
+  workload. On the simulator that is the only content; on a real engine the engine generates
+  exactly the workload's number of tokens (its own text is ignored), which times the
+  synthetic tree on real hardware — the way to check the simulator.
+- `RealContent`: a real model writes the steps (a dataset's questions, the step delimiter,
+  `\\boxed{}` answers), a reward model scores them (or the generator's log-probabilities do),
+  and answers are graded against the dataset's reference with math-verify.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from spex.bench.vtime.config import BenchConfig
+from spex.shared.content.datasets import load_questions
+from spex.shared.content.grading import grade
+from spex.shared.content.prompts import STEP_DELIMITER, Template, plain_template, prompt_pieces
+from spex.shared.core.commands import GenerateCommand, ScoreCommand
+from spex.shared.core.search.base import ALGORITHMS
+from spex.shared.core.tree import Node
+from spex.shared.engine.api import UNTIL_STOP, Completion, Engine, EngineRequest
+from spex.shared.roofline.hardware import parse_profile
+from spex.shared.sim.engine import SimEngine
+from spex.shared.sim.workload import SyntheticQuestion, SyntheticWorkload
+
+__all__ = ["Content", "Question", "RealContent", "SyntheticContent", "make_content", "make_engines"]
+
+
+@dataclass(frozen=True)
+class Question:
+    query_id: str
+    text: str
+    prompt_tokens: int
+    reference_answer: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """A finished generation, as the query machine takes it."""
+
+    text: str
+    tokens: int
+    finish_reason: str
+    mean_logprob: float
+
+
+class Content(Protocol):
+    questions: list[Any]  # Question or SyntheticQuestion: query_id, text, prompt_tokens, reference_answer
+
+    def generate(self, question: Any, cmd: GenerateCommand, rid: str) -> EngineRequest: ...
+
+    def generated(self, question: Any, path: list[str], c: Completion) -> Step: ...
+
+    def score(self, question: Any, cmd: ScoreCommand, rid: str) -> EngineRequest: ...
+
+    def reward(self, question: Any, path: list[str], c: Completion) -> float: ...
+
+    def correct(self, answer: str | None, question: Any) -> bool: ...
+
+
+def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
+    """The generator engine and the reward engine (None for the logprob reward)."""
+    if cfg.backend == "sim":
+        engine = replace(cfg.engine, spec_step_slack=cfg.tpot_slack) if cfg.speculating else cfg.engine
+        gen: Engine = SimEngine(parse_profile(cfg.profile), engine)
+    else:
+        from spex.shared.hf.engine import HFConfig, HFEngine
+
+        gen = HFEngine.from_dir(str(cfg.model), HFConfig(cfg.max_running, deterministic=cfg.deterministic))
+    if cfg.reward != "prm":
+        return gen, None
+    if cfg.prm is not None:
+        from spex.shared.hf.reward import RewardConfig, RewardEngine
+
+        return gen, RewardEngine.from_dir(cfg.prm, RewardConfig(deterministic=cfg.deterministic))
+    return gen, SimEngine(parse_profile(cfg.reward_profile_name))
+
+
+def make_content(cfg: BenchConfig, gen: Engine, prm: Engine | None) -> Content:
+    if cfg.content == "real":
+        return RealContent(cfg, gen, prm)
+    return SyntheticContent(cfg, gen, prm)
+
+
+def _template(engine: Engine | None) -> Template:
+    return getattr(engine, "template", plain_template)
+
+
+def _steps(node: Node) -> list[str]:
+    return [n.text for n in node.path()]
+
+
+class SyntheticContent:
+    def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
+        self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, ALGORITHMS[cfg.algorithm].family)
+        self.questions: list[SyntheticQuestion] = [self.workload.query(i) for i in range(cfg.questions)]
+        # A real engine reads text: the synthetic question's and steps'.
+        self._gen_text = _template(gen) if not isinstance(gen, SimEngine) else None
+        self._prm_text = _template(prm) if prm is not None and not isinstance(prm, SimEngine) else None
+
+    def generate(self, question: SyntheticQuestion, cmd: GenerateCommand, rid: str) -> EngineRequest:
+        path = [n.id for n in cmd.node.path()]
+        tokens = min(self.workload.generate(question, path).tokens, cmd.max_new_tokens)
+        req = EngineRequest(rid, cmd.prompt, cmd.node.id, tokens, cmd.max_new_tokens, cmd.priority)
+        if self._gen_text is not None:
+            assert cmd.node.parent is not None
+            req.text = tuple(prompt_pieces(question.text, _steps(cmd.node.parent), self._gen_text))
+            req.seed = cmd.node.seed
+        return req
+
+    def generated(self, question: SyntheticQuestion, path: list[str], c: Completion) -> Step:
+        gen = self.workload.generate(question, path)
+        return Step(gen.text, c.generated, gen.finish_reason, gen.mean_logprob)
+
+    def score(self, question: SyntheticQuestion, cmd: ScoreCommand, rid: str) -> EngineRequest:
+        req = EngineRequest(rid, cmd.prompt, cmd.node.id + "/s", 0, priority=cmd.priority)
+        if self._prm_text is not None:
+            req.text = tuple(prompt_pieces(question.text, _steps(cmd.node), self._prm_text))
+        return req
+
+    def reward(self, question: SyntheticQuestion, path: list[str], c: Completion) -> float:
+        return self.workload.prm_reward(question, path)
+
+    def correct(self, answer: str | None, question: SyntheticQuestion) -> bool:
+        return answer == question.reference_answer
+
+
+class RealContent:
+    def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
+        self.cfg = cfg
+        self._gen_text = _template(gen)
+        self._prm_text = _template(prm)
+        count = getattr(gen, "count_tokens", len)
+        self.questions: list[Question] = []
+        for q in load_questions(str(cfg.dataset), cfg.questions):
+            head = prompt_pieces(q.text, [], self._gen_text)[0]
+            self.questions.append(Question(q.query_id, q.text, count(head), q.reference_answer))
+
+    def generate(self, question: Question, cmd: GenerateCommand, rid: str) -> EngineRequest:
+        assert cmd.node.parent is not None
+        return EngineRequest(
+            rid,
+            cmd.prompt,
+            cmd.node.id,
+            UNTIL_STOP,
+            cmd.max_new_tokens,
+            cmd.priority,
+            seed=cmd.node.seed,
+            temperature=self.cfg.sampling_temperature,
+            stop=(STEP_DELIMITER,),
+            text=tuple(prompt_pieces(question.text, _steps(cmd.node.parent), self._gen_text)),
+        )
+
+    def generated(self, question: Question, path: list[str], c: Completion) -> Step:
+        return Step(c.text.strip(), c.generated, c.stop_reason or "stop", c.logprob_mean)
+
+    def score(self, question: Question, cmd: ScoreCommand, rid: str) -> EngineRequest:
+        pieces = tuple(prompt_pieces(question.text, _steps(cmd.node), self._prm_text))
+        return EngineRequest(rid, cmd.prompt, cmd.node.id + "/s", 0, priority=cmd.priority, text=pieces)
+
+    def reward(self, question: Question, path: list[str], c: Completion) -> float:
+        assert c.reward is not None, "a reward engine's completion without a reward"
+        return c.reward
+
+    def correct(self, answer: str | None, question: Question) -> bool:
+        return grade(answer, question.reference_answer)

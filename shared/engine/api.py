@@ -1,0 +1,135 @@
+"""One engine interface for every backend: the simulated GPU (`spex.shared.sim`), the
+in-process PyTorch engine (`spex.shared.hf`), and the HTTP serving engines to come.
+
+An engine runs on its own clock, in seconds. The simulator's clock is virtual; a real
+engine's advances by the measured duration of each of its steps. A driver submits requests
+and aborts at a time on that clock, asks when the engine's next event is (`next_event_s`),
+and advances it (`advance_to`), which returns the requests that finished. The virtual-time
+driver steps several engines this way in one discrete-event loop; a service runs one against
+the wall clock (`spex.shared.sim.realtime`, `spex.shared.hf.threaded`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from spex.proto.messages import PRIMARY
+from spex.shared.core.commands import Segment
+
+__all__ = ["UNTIL_STOP", "Completion", "Engine", "EngineLoad", "EngineRequest", "EngineStats"]
+
+UNTIL_STOP = -1  # output_tokens of a real generation: until a stop string, EOS or the limit
+
+
+@dataclass(eq=False)
+class EngineRequest:
+    rid: str
+    prompt: tuple[Segment, ...]  # (segment id, tokens) from the root; the question first
+    output_segment: str  # cache key of the generated tokens (the node's id)
+    # Tokens to generate: exactly this many (the simulator; a real engine in the synthetic
+    # content mode), 0 = prefill only (scoring), UNTIL_STOP = as the model decides.
+    output_tokens: int
+    max_new_tokens: int = 256
+    priority: int = PRIMARY
+    seed: int = 0  # per-request sampling seed (real engines)
+    temperature: float = 1.0
+    stop: tuple[str, ...] = ()  # stop strings (real engines)
+    text: tuple[str, ...] = ()  # real engines: the prompt's text, one piece per prompt segment
+
+
+@dataclass(frozen=True)
+class Completion:
+    rid: str
+    time_s: float
+    generated: int
+    prompt_tokens: int
+    cached_tokens: int
+    reason: str  # "finished" | "abort"
+    arrival_s: float
+    first_token_s: float | None
+    priority: int
+    # --- real engines (the simulator leaves them empty)
+    text: str = ""  # what was generated, a stop string and EOS excluded
+    stop_reason: str = ""  # "stop" (a stop string) | "eos" | "length"; "" for the simulator
+    logprob_mean: float = 0.0  # mean log-probability of the generated tokens
+    logprob_min: float = 0.0
+    reward: float | None = None  # a reward model's score (prefill-only requests)
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.first_token_s is None or self.generated < 2:
+            return None
+        return (self.time_s - self.first_token_s) / (self.generated - 1)
+
+
+@dataclass
+class EngineStats:
+    busy_s: float = 0.0
+    decode_s: float = 0.0
+    batch_time: float = 0.0  # Σ batch · step time over decode steps
+    flops: float = 0.0
+    decode_steps: int = 0
+    prefill_steps: int = 0
+    tokens_decoded: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    peak_kv_tokens: int = 0  # most KV held by admitted requests at once
+    retractions: int = 0
+    evicted_tokens: int = 0
+
+    @property
+    def mean_batch(self) -> float:
+        return self.batch_time / self.decode_s if self.decode_s else 0.0
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """An engine's load at one instant (what a generator reports as its WorkerLoadEvent)."""
+
+    primary: int  # primary requests admitted or queued
+    primary_ctx: int  # their summed context tokens
+    spec: int  # speculative requests admitted or queued
+    running: int
+    waiting: int
+    kv_held: int  # KV tokens held by admitted requests (evictable cache excluded)
+    kv_capacity: int
+    prefix_cache_hit_rate: float
+
+
+class Engine(Protocol):
+    """What a driver needs of an engine."""
+
+    stats: EngineStats
+    capacity_tokens: int
+    trace: list[tuple[float, float, int]] | None  # (start, end, batch) per decode run, if kept
+
+    def submit(self, req: EngineRequest, now_s: float) -> None: ...
+
+    def abort(self, rid: str, now_s: float) -> list[Completion]:
+        """Abort `rid`: a waiting request ends at once (returned), a running one at its next
+        step boundary (reported by `advance_to`)."""
+        ...
+
+    def promote(self, rid: str, now_s: float, priority: int = PRIMARY) -> None: ...
+
+    def next_event_s(self) -> float | None:
+        """When the engine's next event happens on its clock; None when it has no work."""
+        ...
+
+    def advance_to(self, t_s: float) -> list[Completion]:
+        """Run the engine up to `t_s`; the requests that finished."""
+        ...
+
+    def is_waiting(self, rid: str) -> bool: ...
+
+    def load(self) -> EngineLoad: ...
+
+    @property
+    def held_tokens(self) -> int: ...
+
+    def utilization(self, span_s: float) -> float: ...

@@ -1,0 +1,424 @@
+"""The in-process PyTorch engine: a transformers causal LM with continuous batching.
+
+Each `step` (1) drops aborted sequences, (2) admits waiting requests — primary before
+speculative, then arrival order; when the batch is full a waiting primary pauses the newest
+running speculative sequence, which keeps its KV and resumes later — (3) prefills what was
+admitted, piece by piece through the prefix cache (`kvcache`), and (4) decodes one token for
+every running sequence: it samples from the sequence's last logits with the request's own
+`torch.Generator` (so a request's tokens do not depend on its batch mates), checks EOS, the
+stop strings and the token limit, and runs the model once over the continuing sequences,
+left-padded into one batch.
+
+Deterministic mode runs that last forward pass one sequence at a time instead. With prompt
+pieces always computed alone (see `kvcache`), every number a sequence sees is then a function
+of its own tokens: outputs are batch-invariant and speculation is lossless on a real model.
+Its cost is the batching: decode compute grows linearly with the batch instead of riding on
+one weight read (measured in `tests/hf/test_engine.py`'s companion benchmark, README).
+
+The engine's clock advances by the measured wall time of each step, so the virtual-time
+driver can run it beside other engines as if each had its own device.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from spex.proto.messages import PRIMARY
+from spex.shared.content.prompts import plain_template
+from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
+from spex.shared.hf.kvcache import KV, Entry, PrefixCache
+from spex.shared.hf.models import load_lm, load_tokenizer
+
+__all__ = ["HFConfig", "HFEngine"]
+
+
+@dataclass(frozen=True)
+class HFConfig:
+    max_running: int = 16  # sequences decoded together
+    kv_capacity_tokens: int = 65_536  # prefix cache and running sequences together
+    deterministic: bool = False  # batch-invariant outputs (one forward pass per sequence)
+    device: str = "cpu"
+
+
+@dataclass(eq=False)
+class _Seq:
+    req: EngineRequest
+    seq: int
+    arrival_s: float
+    generator: torch.Generator
+    entries: list[Entry] = field(default_factory=list)  # locked prompt pieces
+    past: KV | None = None  # the prompt's and the generated tokens' KV
+    next_logits: torch.Tensor | None = None
+    ids: list[int] = field(default_factory=list)  # generated tokens
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str = ""
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    first_token_s: float | None = None
+    abort_s: float | None = None  # when an abort arrived (it takes effect at the next step)
+
+    @property
+    def prefilled(self) -> bool:
+        return self.next_logits is not None
+
+    @property
+    def past_tokens(self) -> int:
+        return 0 if self.past is None else int(self.past[0][0].shape[2])
+
+
+class HFEngine:
+    def __init__(self, model: Any, tokenizer: Any, config: HFConfig | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or HFConfig()
+        self.capacity_tokens = self.config.kv_capacity_tokens
+        self.cache = PrefixCache()
+        self.stats = EngineStats()
+        self.trace: list[tuple[float, float, int]] | None = None
+        self.clock_s = 0.0
+        self._waiting: list[_Seq] = []
+        self._running: list[_Seq] = []
+        self._by_rid: dict[str, _Seq] = {}
+        self._seq = 0
+        self._piece_ids: dict[str, tuple[int, ...]] = {}
+        self._eos = tokenizer.eos_token_id
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @classmethod
+    def from_dir(cls, path: str | Path, config: HFConfig | None = None) -> HFEngine:
+        config = config or HFConfig()
+        return cls(load_lm(path, config.device), load_tokenizer(path), config)
+
+    def template(self, message: str) -> str:
+        """The prompt head for a user message: the tokenizer's chat template if it has one."""
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = [{"role": "user", "content": message}]
+            return str(
+                self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            )
+        return plain_template(message)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._ids(text))
+
+    # ------------------------------------------------------------------ the interface
+    def submit(self, req: EngineRequest, now_s: float) -> None:
+        if req.rid in self._by_rid:
+            raise ValueError(f"duplicate request id {req.rid!r}")
+        if not req.text or req.output_tokens == 0:
+            raise ValueError(f"request {req.rid!r}: a generation needs its prompt text and tokens to make")
+        if not self._running and not self._waiting:
+            self.clock_s = max(self.clock_s, now_s)  # an idle engine starts at the arrival
+        self._seq += 1
+        generator = torch.Generator(device=self.config.device).manual_seed(req.seed)
+        s = _Seq(req, self._seq, now_s, generator)
+        self._by_rid[req.rid] = s
+        self._waiting.append(s)
+
+    def abort(self, rid: str, now_s: float) -> list[Completion]:
+        s = self._by_rid.get(rid)
+        if s is None or s.abort_s is not None:
+            return []
+        s.abort_s = now_s
+        if s in self._waiting:
+            self._waiting.remove(s)
+            return [self._finish(s, max(now_s, s.arrival_s), "abort")]
+        return []  # a running sequence leaves at the next step boundary
+
+    def promote(self, rid: str, now_s: float, priority: int = PRIMARY) -> None:
+        s = self._by_rid.get(rid)
+        if s is not None and s.req.priority > priority:
+            s.req.priority = priority
+
+    def next_event_s(self) -> float | None:
+        if self._running or any(s.arrival_s <= self.clock_s for s in self._waiting):
+            return self.clock_s
+        return min((s.arrival_s for s in self._waiting), default=None)
+
+    def advance_to(self, t_s: float) -> list[Completion]:
+        nxt = self.next_event_s()
+        if nxt is None or nxt > t_s:
+            return []
+        self.clock_s = max(self.clock_s, nxt)
+        return self.step()
+
+    def is_waiting(self, rid: str) -> bool:
+        s = self._by_rid.get(rid)
+        return s is not None and s in self._waiting
+
+    def load(self) -> EngineLoad:
+        seqs = [*self._running, *self._waiting]
+        primary = [s for s in seqs if s.req.priority == PRIMARY]
+        return EngineLoad(
+            primary=len(primary),
+            primary_ctx=sum(s.prompt_tokens + len(s.ids) for s in primary),
+            spec=len(seqs) - len(primary),
+            running=len(self._running),
+            waiting=len(self._waiting),
+            kv_held=self.held_tokens,
+            kv_capacity=self.capacity_tokens,
+            prefix_cache_hit_rate=self.stats.cache_hit_rate,
+        )
+
+    @property
+    def used_tokens(self) -> int:
+        return self.cache.total_tokens + sum(len(s.ids) for s in self._by_rid.values() if s.prefilled)
+
+    @property
+    def held_tokens(self) -> int:
+        return self.used_tokens - self.cache.evictable_tokens
+
+    def utilization(self, span_s: float) -> float:
+        return 0.0  # no roofline model of this machine
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> list[Completion]:
+        """One scheduler iteration; the engine's clock advances by its measured duration."""
+        start = time.perf_counter()
+        aborted = [s for s in self._running if s.abort_s is not None and s.abort_s <= self.clock_s]
+        done: list[tuple[_Seq, str]] = [(s, "abort") for s in aborted]
+        for s, _ in done:
+            self._running.remove(s)
+        self._admit()
+        with torch.inference_mode():
+            prefill = [s for s in self._running if not s.prefilled]
+            for s in prefill:
+                self._prefill(s)
+            decoding = [s for s in self._running if s.prefilled]
+            continuing = []
+            for s in decoding:
+                if self._sample(s):
+                    continuing.append(s)
+                else:
+                    done.append((s, "finished"))
+            for s, _ in done:
+                if s in self._running:
+                    self._running.remove(s)
+            if continuing:
+                self._decode(continuing)
+        dt = time.perf_counter() - start
+        t0, self.clock_s = self.clock_s, self.clock_s + dt
+        self._account(t0, dt, prefill, decoding)
+        for s in decoding:
+            if s.first_token_s is None:
+                s.first_token_s = self.clock_s
+        return [self._finish(s, self.clock_s, reason) for s, reason in done]
+
+    def _account(self, t0: float, dt: float, prefill: list[_Seq], decoding: list[_Seq]) -> None:
+        st = self.stats
+        st.busy_s += dt
+        if prefill:
+            st.prefill_steps += 1
+        if decoding:
+            st.decode_steps += 1
+            st.decode_s += dt
+            st.batch_time += dt * len(decoding)
+            st.tokens_decoded += len(decoding)
+            if self.trace is not None:
+                self.trace.append((t0, t0 + dt, len(decoding)))
+        st.peak_kv_tokens = max(st.peak_kv_tokens, self.held_tokens)
+
+    def _admit(self) -> None:
+        ready = sorted(
+            (s for s in self._waiting if s.arrival_s <= self.clock_s), key=lambda s: (s.req.priority, s.seq)
+        )
+        for s in ready:
+            if len(self._running) >= self.config.max_running and not self._pause_for(s):
+                break
+            if not s.prefilled and not self._make_room(self._prompt_estimate(s) + s.req.max_new_tokens):
+                break  # strict order: a large head request is not overtaken
+            self._waiting.remove(s)
+            self._running.append(s)
+
+    def _pause_for(self, s: _Seq) -> bool:
+        """A waiting primary takes the slot of the newest running speculative sequence."""
+        victims = [r for r in self._running if r.req.priority > s.req.priority and r.abort_s is None]
+        if not victims:
+            return False
+        victim = max(victims, key=lambda r: (r.req.priority, r.seq))
+        self._running.remove(victim)
+        self._waiting.append(victim)  # keeps its KV; resumes where it stopped
+        return True
+
+    def _make_room(self, tokens: int) -> bool:
+        short = tokens - (self.capacity_tokens - self.used_tokens)
+        if short > 0:
+            self.stats.evicted_tokens += self.cache.evict(short)
+        return tokens <= self.capacity_tokens - self.used_tokens or not self._running
+
+    def _prompt_estimate(self, s: _Seq) -> int:
+        return sum(len(self._ids(piece)) for piece in s.req.text)
+
+    # ------------------------------------------------------------------ the model
+    def _ids(self, piece: str) -> tuple[int, ...]:
+        ids = self._piece_ids.get(piece)
+        if ids is None:
+            ids = tuple(self.tokenizer.encode(piece, add_special_tokens=False))
+            if len(self._piece_ids) > 100_000:
+                self._piece_ids.clear()
+            self._piece_ids[piece] = ids
+        return ids
+
+    def _prefill(self, s: _Seq) -> None:
+        parent: Entry | None = None
+        entries: list[Entry] = []
+        for piece in s.req.text:
+            ids = self._ids(piece)
+            if not ids:
+                continue
+            entry = self.cache.lookup(parent, ids)
+            if entry is None:
+                past = _concat([e.kv for e in entries])
+                logits, kv = self._forward_piece(ids, past)
+                entry = self.cache.insert(parent, ids, kv, logits)
+            else:
+                s.cached_tokens += entry.tokens
+            entries.append(entry)
+            parent = entry
+        if not entries:
+            raise ValueError(f"request {s.req.rid!r}: an empty prompt")
+        self.cache.lock(entries)
+        s.entries = entries
+        s.prompt_tokens = sum(e.tokens for e in entries)
+        s.past = _concat([e.kv for e in entries])
+        s.next_logits = entries[-1].last_logits
+        self.stats.prompt_tokens += s.prompt_tokens
+        self.stats.cached_tokens += s.cached_tokens
+
+    def _forward_piece(self, ids: tuple[int, ...], past: KV | None) -> tuple[torch.Tensor, KV]:
+        """One piece's tokens in one pass over exactly `past`: its last logits and its own KV."""
+        offset = 0 if past is None else int(past[0][0].shape[2])
+        dev = self.config.device
+        input_ids = torch.tensor([ids], device=dev)
+        positions = torch.arange(offset, offset + len(ids), device=dev).unsqueeze(0)
+        cache = DynamicCache(ddp_cache_data=[(k, v) for k, v in past]) if past else DynamicCache()
+        out = self.model(
+            input_ids=input_ids, position_ids=positions, use_cache=True, **{self._cache_kw: cache}
+        )
+        kv = [(k[:, :, offset:].clone(), v[:, :, offset:].clone()) for k, v in _layers(cache)]
+        return out.logits[0, -1].float(), kv
+
+    def _sample(self, s: _Seq) -> bool:
+        """Sample the next token from the sequence's logits; False when the sequence is done."""
+        assert s.next_logits is not None
+        logits = s.next_logits
+        logp = torch.log_softmax(logits, dim=-1)
+        if s.req.temperature > 0:
+            probs = torch.softmax(logits / s.req.temperature, dim=-1)
+            token = int(torch.multinomial(probs, 1, generator=s.generator).item())
+        else:
+            token = int(torch.argmax(logits).item())
+        s.ids.append(token)
+        s.logprobs.append(float(logp[token]))
+        if s.req.output_tokens > 0:  # exactly this many (the synthetic content mode)
+            if len(s.ids) >= s.req.output_tokens:
+                s.stop_reason = "length"
+                s.text = self.tokenizer.decode(s.ids, skip_special_tokens=True)
+                return False
+            return True
+        if token == self._eos:
+            s.stop_reason = "eos"
+            s.text = self.tokenizer.decode(s.ids[:-1], skip_special_tokens=True)
+            return False
+        s.text = self.tokenizer.decode(s.ids, skip_special_tokens=True)
+        cut = min((i for i in (s.text.find(stop) for stop in s.req.stop) if i >= 0), default=-1)
+        if cut >= 0:
+            s.text, s.stop_reason = s.text[:cut], "stop"
+            return False
+        if len(s.ids) >= s.req.max_new_tokens:
+            s.stop_reason = "length"
+            return False
+        return True
+
+    def _decode(self, seqs: list[_Seq]) -> None:
+        """Run the model over each sequence's newest token: its next logits and KV."""
+        groups = [[s] for s in seqs] if self.config.deterministic else [seqs]
+        for group in groups:
+            logits, new_kv = self._forward_tokens(group)
+            for b, s in enumerate(group):
+                assert s.past is not None
+                s.past = [
+                    (torch.cat([k, nk[b : b + 1]], dim=2), torch.cat([v, nv[b : b + 1]], dim=2))
+                    for (k, v), (nk, nv) in zip(s.past, new_kv, strict=True)
+                ]
+                s.next_logits = logits[b]
+
+    def _forward_tokens(self, seqs: list[_Seq]) -> tuple[torch.Tensor, KV]:
+        """One token per sequence in one pass; pasts left-padded to one length when batched."""
+        dev = self.config.device
+        lengths = [s.past_tokens for s in seqs]
+        width = max(lengths)
+        input_ids = torch.tensor([[s.ids[-1]] for s in seqs], device=dev)
+        positions = torch.tensor([[n] for n in lengths], device=dev)
+        layers = len(seqs[0].past or [])
+        past = []
+        for layer in range(layers):
+            ks = [_pad_left((s.past or [])[layer][0], width) for s in seqs]
+            vs = [_pad_left((s.past or [])[layer][1], width) for s in seqs]
+            past.append((torch.cat(ks), torch.cat(vs)))
+        kwargs: dict[str, Any] = {}
+        if len(seqs) > 1 or width != lengths[0]:
+            mask = torch.zeros(len(seqs), width + 1, dtype=torch.long, device=dev)
+            for b, n in enumerate(lengths):
+                mask[b, width - n :] = 1
+            kwargs["attention_mask"] = mask
+        cache = DynamicCache(ddp_cache_data=past)
+        out = self.model(
+            input_ids=input_ids, position_ids=positions, use_cache=True, **kwargs, **{self._cache_kw: cache}
+        )
+        new_kv = [(k[:, :, width:], v[:, :, width:]) for k, v in _layers(cache)]
+        return out.logits[:, -1].float(), new_kv
+
+    def _finish(self, s: _Seq, now_s: float, reason: str) -> Completion:
+        if s.entries:
+            self.cache.unlock(s.entries)
+        self._by_rid.pop(s.req.rid, None)
+        s.past, s.entries = None, []
+        logprobs = s.logprobs or [0.0]
+        return Completion(
+            rid=s.req.rid,
+            time_s=now_s,
+            generated=len(s.ids),
+            prompt_tokens=s.prompt_tokens,
+            cached_tokens=s.cached_tokens,
+            reason=reason,
+            arrival_s=s.arrival_s,
+            first_token_s=s.first_token_s,
+            priority=s.req.priority,
+            text=s.text,
+            stop_reason=s.stop_reason,
+            logprob_mean=sum(logprobs) / len(logprobs),
+            logprob_min=min(logprobs),
+        )
+
+
+def _layers(cache: Any) -> KV:
+    """Per layer (keys, values) of a transformers cache after a forward pass."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _concat(kvs: list[KV]) -> KV | None:
+    if not kvs:
+        return None
+    layers = len(kvs[0])
+    return [
+        (torch.cat([kv[i][0] for kv in kvs], dim=2), torch.cat([kv[i][1] for kv in kvs], dim=2))
+        for i in range(layers)
+    ]
+
+
+def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
+    short = width - t.shape[2]
+    if short <= 0:
+        return t
+    pad = torch.zeros(t.shape[0], t.shape[1], short, t.shape[3], dtype=t.dtype, device=t.device)
+    return torch.cat([pad, t], dim=2)

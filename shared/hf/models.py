@@ -1,0 +1,147 @@
+"""Local models: load a Hugging Face-format directory, or build a random-weight one.
+
+Nothing is downloaded: a model is a local directory (`HF_HUB_OFFLINE` is set before
+transformers loads). `init_model` builds a Llama-architecture model with random weights and a
+real byte-level BPE tokenizer trained on the shipped MATH-500 text, for tests, demos and GPU
+timing: `spex model init --layers 2 --hidden 64 --out DIR` (add `--prm` for a process reward
+model: the same body with a two-label token-classification head).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaForTokenClassification,
+    PreTrainedTokenizerFast,
+)
+
+__all__ = ["ModelSpec", "init_model", "load_lm", "load_prm", "load_tokenizer"]
+
+transformers.utils.logging.disable_progress_bar()  # a service's log is JSON lines, not bars
+transformers.utils.logging.set_verbosity_error()
+
+# A plain chat template, so prompts go through `apply_chat_template` as with released models.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+SPECIAL = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    layers: int = 2
+    hidden: int = 64
+    vocab: int = 4096
+    heads: int = 0  # 0: hidden / 32, at least 1
+    intermediate: int = 0  # 0: 2 × hidden
+    dtype: str = "float32"
+    seed: int = 0
+    prm: bool = False  # a token-classification reward model instead of a causal LM
+
+    def validate(self) -> None:
+        for name in ("layers", "hidden", "vocab"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name}: must be at least 1, not {getattr(self, name)}")
+        heads = self.head_count
+        if self.hidden % heads or (self.hidden // heads) % 2:
+            raise ValueError(f"--hidden: {self.hidden} does not split into {heads} heads of even size")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"--dtype: float32, bfloat16 or float16, not {self.dtype!r}")
+
+    @property
+    def head_count(self) -> int:
+        return self.heads or max(1, self.hidden // 32)
+
+
+def train_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on the shipped MATH-500 problems and solutions (offline)."""
+    import json
+    from importlib import resources
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts = []
+    with resources.files("spex.data").joinpath("math500.jsonl").open() as f:
+        for line in f:
+            row = json.loads(line)
+            texts += [row["problem"], row["solution"]]
+    tok = Tokenizer(models.BPE(unk_token=SPECIAL["unk_token"]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(SPECIAL.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def init_model(spec: ModelSpec, out: str | Path) -> Path:
+    """Build a random-weight Llama-architecture model (and its tokenizer) into `out`."""
+    spec.validate()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(spec.vocab)
+    heads = spec.head_count
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden,
+        intermediate_size=spec.intermediate or 2 * spec.hidden,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    config.num_labels = 2  # the reward model's labels: wrong, right
+    torch.manual_seed(spec.seed)
+    cls: Any = LlamaForTokenClassification if spec.prm else LlamaForCausalLM
+    model = cls(config).to(getattr(torch, spec.dtype))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def load_lm(path: str | Path, device: str = "cpu") -> Any:
+    _check(path)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+    return model.to(device).eval()
+
+
+def load_prm(path: str | Path, device: str = "cpu") -> Any:
+    _check(path)
+    model: Any = AutoModelForTokenClassification.from_pretrained(str(path), local_files_only=True)
+    return model.to(device).eval()
+
+
+def _check(path: str | Path) -> None:
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(
+            f"model {str(path)!r}: not a model directory (no config.json); build one with spex model init"
+        )

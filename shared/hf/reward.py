@@ -1,0 +1,175 @@
+"""A process reward model in process: a transformers token-classification model (two labels,
+"wrong" and "right") that scores a step by P(right) at the step's last token.
+
+One forward pass over a path gives a score at every position, so it scores the whole path's
+steps at once; a batch of score requests (right-padded) shares one pass. Deterministic mode
+scores one request per pass, so a score never depends on its batch mates. The model is any
+local directory with such a head (`spex model init --prm` builds a random-weight one).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from spex.proto.messages import PRIMARY
+from spex.shared.content.prompts import plain_template
+from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
+from spex.shared.hf.models import load_prm, load_tokenizer
+
+__all__ = ["RewardConfig", "RewardEngine"]
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    max_batch: int = 16
+    deterministic: bool = False
+    device: str = "cpu"
+
+
+@dataclass(eq=False)
+class _Score:
+    req: EngineRequest
+    seq: int
+    arrival_s: float
+    ids: list[int] = field(default_factory=list)
+
+
+class RewardEngine:
+    def __init__(self, model: Any, tokenizer: Any, config: RewardConfig | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or RewardConfig()
+        self.stats = EngineStats()
+        self.capacity_tokens = 0
+        self.trace: list[tuple[float, float, int]] | None = None
+        self.clock_s = 0.0
+        self._waiting: list[_Score] = []
+        self._by_rid: dict[str, _Score] = {}
+        self._seq = 0
+        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    @classmethod
+    def from_dir(cls, path: str | Path, config: RewardConfig | None = None) -> RewardEngine:
+        config = config or RewardConfig()
+        return cls(load_prm(path, config.device), load_tokenizer(path), config)
+
+    def template(self, message: str) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = [{"role": "user", "content": message}]
+            return str(
+                self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            )
+        return plain_template(message)
+
+    # ------------------------------------------------------------------ the interface
+    def submit(self, req: EngineRequest, now_s: float) -> None:
+        if req.rid in self._by_rid:
+            raise ValueError(f"duplicate request id {req.rid!r}")
+        if not req.text:
+            raise ValueError(f"request {req.rid!r}: a score needs the path's text")
+        if not self._waiting:
+            self.clock_s = max(self.clock_s, now_s)
+        self._seq += 1
+        ids = [t for piece in req.text for t in self.tokenizer.encode(piece, add_special_tokens=False)]
+        s = _Score(req, self._seq, now_s, ids)
+        self._by_rid[req.rid] = s
+        self._waiting.append(s)
+
+    def abort(self, rid: str, now_s: float) -> list[Completion]:
+        s = self._by_rid.pop(rid, None)
+        if s is None:
+            return []
+        self._waiting.remove(s)
+        return [self._completion(s, now_s, "abort", None)]
+
+    def promote(self, rid: str, now_s: float, priority: int = PRIMARY) -> None:
+        s = self._by_rid.get(rid)
+        if s is not None and s.req.priority > priority:
+            s.req.priority = priority
+
+    def next_event_s(self) -> float | None:
+        if any(s.arrival_s <= self.clock_s for s in self._waiting):
+            return self.clock_s
+        return min((s.arrival_s for s in self._waiting), default=None)
+
+    def advance_to(self, t_s: float) -> list[Completion]:
+        nxt = self.next_event_s()
+        if nxt is None or nxt > t_s:
+            return []
+        self.clock_s = max(self.clock_s, nxt)
+        return self.step()
+
+    def is_waiting(self, rid: str) -> bool:
+        return rid in self._by_rid
+
+    def load(self) -> EngineLoad:
+        primary = [s for s in self._waiting if s.req.priority == PRIMARY]
+        return EngineLoad(
+            primary=len(primary),
+            primary_ctx=sum(len(s.ids) for s in primary),
+            spec=len(self._waiting) - len(primary),
+            running=0,
+            waiting=len(self._waiting),
+            kv_held=0,
+            kv_capacity=0,
+            prefix_cache_hit_rate=0.0,
+        )
+
+    @property
+    def held_tokens(self) -> int:
+        return 0
+
+    def utilization(self, span_s: float) -> float:
+        return 0.0
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> list[Completion]:
+        """Score the most urgent ready requests, one batch (or one request) per pass."""
+        start = time.perf_counter()
+        ready = sorted(
+            (s for s in self._waiting if s.arrival_s <= self.clock_s), key=lambda s: (s.req.priority, s.seq)
+        )
+        batch = ready[: 1 if self.config.deterministic else self.config.max_batch]
+        rewards = self.score([s.ids for s in batch])
+        for s in batch:
+            self._waiting.remove(s)
+            del self._by_rid[s.req.rid]
+        dt = time.perf_counter() - start
+        self.clock_s += dt
+        self.stats.busy_s += dt
+        self.stats.prefill_steps += 1
+        self.stats.prompt_tokens += sum(len(s.ids) for s in batch)
+        return [self._completion(s, self.clock_s, "finished", r) for s, r in zip(batch, rewards, strict=True)]
+
+    def score(self, paths: list[list[int]]) -> list[float]:
+        """P(right) at the last token of each path, in one right-padded forward pass."""
+        width = max(len(p) for p in paths)
+        dev = self.config.device
+        ids = torch.full((len(paths), width), self._pad, dtype=torch.long, device=dev)
+        mask = torch.zeros(len(paths), width, dtype=torch.long, device=dev)
+        for b, p in enumerate(paths):
+            ids[b, : len(p)] = torch.tensor(p, device=dev)
+            mask[b, : len(p)] = 1
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()  # [B, T, 2]
+        probs = torch.softmax(logits, dim=-1)[..., 1]
+        return [float(probs[b, len(p) - 1]) for b, p in enumerate(paths)]
+
+    def _completion(self, s: _Score, now_s: float, reason: str, reward: float | None) -> Completion:
+        return Completion(
+            rid=s.req.rid,
+            time_s=now_s,
+            generated=0,
+            prompt_tokens=len(s.ids),
+            cached_tokens=0,
+            reason=reason,
+            arrival_s=s.arrival_s,
+            first_token_s=None,
+            priority=s.req.priority,
+            reward=reward,
+        )
