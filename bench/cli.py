@@ -102,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")
     u.add_argument("--generators", type=int, default=1)
     u.add_argument("--time-scale", type=float, default=None, help="wall seconds per simulated second")
+    u.add_argument("--engine", choices=list(BACKENDS), default=None, help="sim (default) or hf")
+    u.add_argument("--model", default=None, help="hf: the generator's local model directory")
+    u.add_argument("--prm", default=None, help="hf: the reward model's directory (default: simulated PRM)")
+    u.add_argument("--content", choices=list(CONTENTS), default=None, help="default: real with --engine hf")
+    u.add_argument("--deterministic", action="store_true", default=None, help="hf: batch-invariant outputs")
+    u.add_argument("--max-step-tokens", type=int, default=None, help="longest step a search asks for")
+    u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
 
     d = sub.add_parser("demo", help="run a small question set through the pipeline, baseline and SPEX")
     d.add_argument("--questions", type=int, default=6)
@@ -111,13 +118,16 @@ def _parser() -> argparse.ArgumentParser:
 
     sb = sub.add_parser("submit", help="submit a question (or a JSONL file of them) to the ingress")
     sb.add_argument("question", nargs="?", default=None)
-    sb.add_argument("--file", default=None, help="JSONL file with a 'problem' or 'question' field per line")
+    sb.add_argument(
+        "--file", default=None, help="JSONL, a 'problem' or 'question' per line (and 'answer': graded)"
+    )
     sb.add_argument("--redis", required=True)
     sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
     sb.add_argument("--target", type=int, default=16)
     sb.add_argument("--mode", choices=["baseline", "spex"], default="spex")
     sb.add_argument("--client-key", default=None)
     sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
+    sb.add_argument("--reference", default=None, help="grade the answer against this reference answer")
 
     rs = sub.add_parser("result", help="print a question's answer")
     rs.add_argument("query_id")

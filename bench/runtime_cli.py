@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.console import Console
 
@@ -35,9 +36,22 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
 
         if getattr(args, "generators", 1) < 1:
             raise ValueError("--generators: must be at least 1")
-        settings = Settings.from_env(None, time_scale=args.time_scale)
         if args.command == "up":
+            engine = args.engine or ("hf" if args.model else None)
+            content = args.content or ("real" if engine == "hf" else None)
+            settings = Settings.from_env(
+                None,
+                time_scale=args.time_scale,
+                engine=engine,
+                model=args.model,
+                prm=args.prm,
+                content=content,
+                deterministic=args.deterministic,
+                max_step_tokens=args.max_step_tokens,
+                max_depth=args.max_depth,
+            )
             return serve_forever(settings, args.redis, args.generators, console)
+        settings = Settings.from_env(None, time_scale=args.time_scale)
         if args.questions < 1 or args.target < 1:
             raise ValueError("--questions and --target: must be at least 1")
         return demo(settings, args.questions, args.algorithm, args.target, console)
@@ -45,40 +59,52 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _client(args: argparse.Namespace, console: Console) -> int:
-    import json
-
     import redis.asyncio as aioredis
 
+    from spex.shared.content.datasets import load_questions
     from spex.shared.runtime.client import IngressClient
 
     client = IngressClient(aioredis.Redis.from_url(args.redis))
     try:
         if args.command == "result":
             answer = await client.result(args.query_id, args.wait)
-            console.print(answer if answer else f"{args.query_id}: no answer yet")
-            return 0 if answer else 1
-        questions = [args.question] if args.question else []
+            if answer is None:
+                console.print(f"{args.query_id}: no answer yet")
+                return 1
+            _print_answer(console, answer)
+            return 0
+        asked = [(args.question, args.reference)] if args.question else []
         if args.file:
-            with open(args.file) as f:
-                for n, line in enumerate(f, 1):
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        raise ValueError(f"--file {args.file}: line {n} is not JSON") from None
-                    questions.append(row.get("question") or row.get("problem") or "")
-        if not questions or not all(questions):
+            asked += [(q.text, q.reference_answer) for q in load_questions(args.file)]
+        if not asked:
             raise ValueError("submit: give a question, or --file with a 'question' or 'problem' per line")
         qids = []
-        for i, q in enumerate(questions):
+        for i, (question, reference) in enumerate(asked):
             key = f"{args.client_key}/{i}" if args.client_key else None
             qids.append(
                 await client.submit(
-                    q, client_key=key, algorithm=args.algorithm, target=args.target, mode=args.mode
+                    question,
+                    client_key=key,
+                    algorithm=args.algorithm,
+                    target=args.target,
+                    mode=args.mode,
+                    reference_answer=reference,
                 )
             )
         for qid in qids:
             answer = await client.result(qid, args.wait) if args.wait else None
-            console.print(qid if answer is None else f"{qid}: {answer.answer}")
+            if answer is None:
+                console.print(qid if not args.wait else f"{qid}: no answer within {args.wait} s")
+            else:
+                _print_answer(console, answer)
         return 0
     finally:
-        await client.r.aclose()
+        await client.aclose()
+
+
+def _print_answer(console: Console, answer: Any) -> None:
+    """The query's answer, graded if it had a reference, then the steps of its solution."""
+    grade = {True: " (correct)", False: " (wrong)", None: ""}[answer.correct]
+    console.print(f"{answer.query_id}: {answer.answer}{grade}", markup=False)
+    for i, step in enumerate(answer.solution, 1):
+        console.print(f"  step {i}: {step}", markup=False, highlight=False)

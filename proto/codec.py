@@ -7,7 +7,7 @@ from typing import Any, Union
 
 import msgspec
 
-from spex.proto.messages import PROTOCOL_VERSION, Message
+from spex.proto.messages import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Message
 from spex.proto.names import message_types
 
 __all__ = ["ProtocolError", "decode", "encode"]
@@ -22,7 +22,13 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 def encode(message: Message) -> bytes:
-    return _encoder.encode(message)
+    """The message as MessagePack; ProtocolError if it exceeds MAX_MESSAGE_BYTES."""
+    payload = _encoder.encode(message)
+    if len(payload) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(
+            f"{type(message).__name__} of {len(payload):,} bytes exceeds the {MAX_MESSAGE_BYTES:,}-byte limit"
+        )
+    return payload
 
 
 @cache
@@ -37,6 +43,8 @@ _peek = msgspec.msgpack.Decoder(dict[str, Any])
 def decode(name: str, payload: bytes) -> Message:
     """Decode `payload` read from the stream or key `name`; raises ProtocolError if it is not
     one of the message types `name` carries at this protocol version."""
+    if len(payload) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"{len(payload):,} bytes exceed the {MAX_MESSAGE_BYTES:,}-byte message limit")
     try:
         head = _peek.decode(payload)
     except msgspec.DecodeError as exc:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import msgspec
 
 __all__ = [
+    "CONTENTS",
+    "MAX_MESSAGE_BYTES",
     "PRIMARY",
     "PROTOCOL_VERSION",
     "SPECULATIVE",
@@ -30,6 +32,9 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1  # a decoder rejects any other version (dead-lettered, never guessed)
+MAX_MESSAGE_BYTES = 1 << 20  # an encoded message may not be larger (1 MiB), either way
+
+CONTENTS = ("synthetic", "real")  # what a job's text is: the synthetic workload's, or a model's
 
 PRIMARY = 0  # engine priority of jobs the search is waiting on
 SPECULATIVE = 1  # engine priority of jobs generated ahead of the search
@@ -59,10 +64,13 @@ class SubmitQuestionRequest(Message, frozen=True):
     seed: int = 0
     mode: str = "spex"  # "baseline" | "spex"
     prompt_tokens: int = 0  # the question's length in tokens (0: estimated from the text)
+    reference_answer: str = ""  # if given, the answer is graded against it (math-verify)
 
 
 class GenerateRequest(Message, frozen=True):
-    """Generate one node: the step after `prompt_node_ids`, sampled with `seed`."""
+    """Generate one node: the step after `prompt_node_ids`, sampled with `seed`. A real
+    engine builds its prompt from `question` and `steps` (the text of every step on the path,
+    carried inline: see docs/architecture.md for the measurement behind that choice)."""
 
     job_id: str
     node_id: str
@@ -78,6 +86,9 @@ class GenerateRequest(Message, frozen=True):
     priority: int = PRIMARY
     sim_seed: int = 0  # sim engine only: world seed of the synthetic workload
     sim_style: str = "bfs"  # sim engine only: "dfs" | "bfs" step-length model
+    content: str = "synthetic"  # "synthetic" | "real" (CONTENTS)
+    question: str = ""
+    steps: list[str] = []  # the text of each step on the path, root's child first
 
 
 class LogprobSummary(msgspec.Struct, frozen=True):
@@ -92,7 +103,7 @@ class GenerateResult(Message, frozen=True):
     text: str
     tokens: int
     cached_tokens: int = 0
-    finish_reason: str = "stop"  # "stop" | "length" | "abort"
+    finish_reason: str = "stop"  # "stop" (the step delimiter) | "eos" | "length" | "abort"
     logprobs: LogprobSummary = LogprobSummary()
     worker: str = ""
 
@@ -112,6 +123,9 @@ class ScoreRequest(Message, frozen=True):
     reward: str = "prm"  # "prm" | "sim"
     priority: int = PRIMARY
     sim_seed: int = 0  # sim scorer only: world seed of the synthetic workload
+    content: str = "synthetic"  # "synthetic" | "real" (CONTENTS)
+    question: str = ""
+    steps: list[str] = []  # the text of each step on the path, the scored one last
 
 
 class ScoreResult(Message, frozen=True):
@@ -155,7 +169,8 @@ class WorkerLoadEvent(Message, frozen=True):
 
 class AnswerResult(Message, frozen=True):
     answer: str | None
-    correct: bool | None = None
+    correct: bool | None = None  # graded against the request's reference answer, if it had one
+    solution: list[str] = []  # the steps of the best solution with the chosen answer
     nodes: int = 0
     tokens_generated: int = 0
     latency_s: float = 0.0

@@ -29,6 +29,7 @@ CLIENT_FIELDS: dict[str, type] = {
     "seed": int,
     "mode": str,
     "prompt_tokens": int,
+    "reference_answer": str,
 }
 
 

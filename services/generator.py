@@ -2,8 +2,11 @@
 on its engine concurrently, publishes results to the query's inbox, aborts on cancel,
 heartbeats long jobs and reclaims the jobs of a dead peer.
 
-Engine: `sim` — the simulated GPU in scaled real time (`SPEX_TIME_SCALE`), whose output is
-the synthetic workload's, so results equal the virtual-time benchmark's.
+Engines (`SPEX_ENGINE`): `sim` — the simulated GPU in scaled real time (`SPEX_TIME_SCALE`);
+`hf` — the in-process PyTorch engine (`SPEX_MODEL`), its steps in a worker thread. A job's
+content says what to write: `synthetic` — the workload's step (on a real engine, exactly its
+number of tokens), so results equal the virtual-time benchmark's; `real` — the model's own
+step, prompted with the question and the steps on the path, up to the step delimiter.
 """
 
 from __future__ import annotations
@@ -33,12 +36,14 @@ from spex.proto.names import (
     query_inbox,
     worker_load,
 )
+from spex.shared.content.prompts import STEP_DELIMITER, prompt_pieces
+from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus, Delivery
 from spex.shared.runtime.metrics import EVENTS, JOBS, JOBS_IN_FLIGHT
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
-from spex.shared.sim.engine import Completion, EngineConfig, SimEngine, SimRequest
+from spex.shared.sim.engine import EngineConfig, SimEngine
 from spex.shared.sim.realtime import RealtimeEngine
 from spex.shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnobs
 
@@ -53,9 +58,9 @@ class Generator:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.settings = settings
         self.stream = gen_jobs(pool)
-        config = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
-        self.engine = RealtimeEngine(SimEngine(parse_profile(settings.profile), config), settings.time_scale)
-        self.running: dict[str, tuple[Delivery, GenerateRequest, Generation]] = {}
+        self.engine = _engine(settings)
+        self.template = getattr(self.engine.engine, "template", None)  # a real engine reads text
+        self.running: dict[str, tuple[Delivery, GenerateRequest, Generation | None]] = {}
         self.log = structlog.get_logger().bind(service="generator", consumer=settings.consumer)
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
         self.done = 0
@@ -85,15 +90,34 @@ class Generator:
             return
         if req.job_id in self.running:  # our own pending entry, redelivered after a reconnect
             return
-        workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
-        question = workload.question(req.query_id)
-        gen = workload.generate(question, [*req.prompt_node_ids[1:], req.node_id])
+        if req.content == "real" and self.template is None:
+            await self.bus.dead_letter(
+                d, GENERATOR_GROUP, "real content needs a real engine (SPEX_ENGINE=hf)"
+            )
+            return
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
-        tokens = min(gen.tokens, req.max_new_tokens)
-        self.running[req.job_id] = (d, req, gen)
-        self.engine.submit(
-            SimRequest(req.job_id, prompt, req.node_id, tokens, req.max_new_tokens, req.priority)
+        gen = None
+        if req.content == "real":
+            tokens, stop = UNTIL_STOP, tuple(req.stop) or (STEP_DELIMITER,)
+        else:
+            workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
+            gen = workload.generate(workload.question(req.query_id), [*req.prompt_node_ids[1:], req.node_id])
+            tokens, stop = min(gen.tokens, req.max_new_tokens), ()
+        request = EngineRequest(
+            req.job_id,
+            prompt,
+            req.node_id,
+            tokens,
+            req.max_new_tokens,
+            req.priority,
+            req.seed,
+            req.temperature,
+            stop,
         )
+        if self.template is not None:
+            request.text = tuple(prompt_pieces(req.question, req.steps, self.template))
+        self.running[req.job_id] = (d, req, gen)
+        self.engine.submit(request)
 
     async def on_cancel(self, d: Delivery) -> None:
         msg = d.message
@@ -121,11 +145,11 @@ class Generator:
             epoch=req.epoch,
             job_id=req.job_id,
             node_id=req.node_id,
-            text=gen.text,
+            text=gen.text if gen is not None else c.text.strip(),
             tokens=c.generated,
             cached_tokens=c.cached_tokens,
-            finish_reason=gen.finish_reason,
-            logprobs=LogprobSummary(mean=gen.mean_logprob, min=gen.mean_logprob, count=c.generated),
+            finish_reason=gen.finish_reason if gen is not None else c.stop_reason or "stop",
+            logprobs=_logprobs(gen, c),
             worker=self.settings.consumer,
         )
         # Result first, then the owner-checked ack: a crash in between redelivers the job and
@@ -200,10 +224,9 @@ class Generator:
 
     async def _report_load(self) -> None:
         """Liveness and load, readable by schedulers and autoscalers (expires if we die)."""
-        eng = self.engine.engine
         consumer = self.settings.consumer
         JOBS_IN_FLIGHT.labels("generator", consumer).set(len(self.running))
-        load = eng.load()
+        load = self.engine.load()
         event = WorkerLoadEvent(
             msg_id=f"load/{consumer}/{time.monotonic_ns()}",
             query_id="",
@@ -220,6 +243,23 @@ class Generator:
         )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
         await self.bus.r.set(worker_load(consumer), encode(event), px=ttl_ms)
+
+
+def _engine(settings: Settings) -> RealtimeEngine | Any:
+    if settings.engine == "sim":
+        sim = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
+        return RealtimeEngine(SimEngine(parse_profile(settings.profile), sim), settings.time_scale)
+    from spex.shared.hf.engine import HFConfig, HFEngine
+    from spex.shared.hf.threaded import ThreadedEngine
+
+    config = HFConfig(settings.max_running, deterministic=settings.deterministic, device=settings.device)
+    return ThreadedEngine(HFEngine.from_dir(settings.model, config))
+
+
+def _logprobs(gen: Generation | None, c: Completion) -> LogprobSummary:
+    if gen is not None:  # the synthetic workload's
+        return LogprobSummary(mean=gen.mean_logprob, min=gen.mean_logprob, count=c.generated)
+    return LogprobSummary(mean=c.logprob_mean, min=c.logprob_min, count=c.generated)
 
 
 def main() -> int:

@@ -1,8 +1,11 @@
 """Reward scorer: batches score jobs on its reward engine (prefill-only requests, so a
 batch shares one prefill step) and publishes rewards to the query's inbox.
 
-Backend: `sim` — the simulated PRM in scaled real time; rewards are the synthetic workload's.
-(The `logprob` reward needs no scorer: the coordinator computes it from the generation.)
+Engines: `sim` — the simulated PRM in scaled real time; or, with `SPEX_PRM` set, a reward
+model in process (`spex.shared.hf.reward`), its passes in a worker thread. A job's content
+says whose reward counts: `synthetic` — the workload's (the engine only times the pass);
+`real` — the model's score. (The `logprob` reward needs no scorer: the coordinator computes
+it from the generation.)
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import structlog
 
 from spex.proto import ScoreRequest, ScoreResult
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox
+from spex.shared.content.prompts import prompt_pieces
+from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus, Delivery
 from spex.shared.runtime.metrics import JOBS
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
-from spex.shared.sim.engine import Completion, SimEngine, SimRequest
+from spex.shared.sim.engine import SimEngine
 from spex.shared.sim.realtime import RealtimeEngine
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
@@ -33,7 +38,8 @@ class Scorer:
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.settings = settings
-        self.engine = RealtimeEngine(SimEngine(parse_profile(settings.reward_profile)), settings.time_scale)
+        self.engine = _engine(settings)
+        self.template = getattr(self.engine.engine, "template", None)  # a reward model reads text
         self.pending: dict[str, tuple[Delivery, ScoreRequest]] = {}
         self.scored = 0
         self.log = structlog.get_logger().bind(service="scorer", consumer=settings.consumer)
@@ -53,14 +59,23 @@ class Scorer:
         rid = f"{req.job_id}:{d.entry_id}"
         if any(r.job_id == req.job_id for _, r in self.pending.values()):
             return
+        if req.content == "real" and self.template is None:
+            await self.bus.dead_letter(d, SCORER_GROUP, "real content needs a reward model (SPEX_PRM)")
+            return
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
+        request = EngineRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority)
+        if self.template is not None:
+            request.text = tuple(prompt_pieces(req.question, req.steps, self.template))
         self.pending[rid] = (d, req)
-        self.engine.submit(SimRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority))
+        self.engine.submit(request)
 
     async def _on_complete(self, c: Completion) -> None:
         d, req = self.pending.pop(c.rid)
-        workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed)
-        reward = workload.prm_reward(workload.question(req.query_id), req.prompt_node_ids[1:])
+        if req.content == "real" and c.reward is not None:
+            reward = c.reward
+        else:
+            workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed)
+            reward = workload.prm_reward(workload.question(req.query_id), req.prompt_node_ids[1:])
         result = ScoreResult(
             msg_id=f"{req.query_id}/{req.job_id}/reward",
             query_id=req.query_id,
@@ -102,6 +117,16 @@ class Scorer:
                 await self._dispatch(d)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
+
+
+def _engine(settings: Settings) -> RealtimeEngine | Any:
+    if not settings.prm:
+        return RealtimeEngine(SimEngine(parse_profile(settings.reward_profile)), settings.time_scale)
+    from spex.shared.hf.reward import RewardConfig, RewardEngine
+    from spex.shared.hf.threaded import ThreadedEngine
+
+    config = RewardConfig(deterministic=settings.deterministic, device=settings.device)
+    return ThreadedEngine(RewardEngine.from_dir(settings.prm, config))
 
 
 def main() -> int:

@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from spex.bench.vtime.config import BenchConfig
 from spex.shared.content.datasets import load_questions
-from spex.shared.content.grading import grade
 from spex.shared.content.prompts import STEP_DELIMITER, Template, plain_template, prompt_pieces
 from spex.shared.core.commands import GenerateCommand, ScoreCommand
 from spex.shared.core.search.base import ALGORITHMS
@@ -166,4 +165,6 @@ class RealContent:
         return c.reward
 
     def correct(self, answer: str | None, question: Question) -> bool:
+        from spex.shared.content.grading import grade  # math-verify (sympy) loads only for real content
+
         return grade(answer, question.reference_answer)

@@ -26,6 +26,8 @@ from spex.proto import (
     SubmitQuestionRequest,
 )
 from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
+from spex.shared.content.grading import grade
+from spex.shared.content.prompts import STEP_DELIMITER
 from spex.shared.core.commands import (
     CancelCommand,
     Command,
@@ -37,6 +39,8 @@ from spex.shared.core.commands import (
 from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import ALGORITHMS
+from spex.shared.core.search.answers import normalize_answer
+from spex.shared.core.tree import Node
 
 __all__ = [
     "COMMAND_HANDLERS",
@@ -87,6 +91,7 @@ class Outgoing:
     request: SubmitQuestionRequest
     epoch: int  # fencing token of the lease the coordinator holds
     machine: QueryMachine
+    content: str = "synthetic"  # what the engines write: the workload's steps, or a model's
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,10 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         priority=cmd.priority,
         sim_seed=req.seed,
         sim_style=ALGORITHMS[req.algorithm].family,
+        content=q.content,
+        question=req.question,
+        steps=_texts(node.parent),
+        stop=[STEP_DELIMITER] if q.content == "real" else [],
     )
     return [Publish(gen_jobs(DEFAULT_POOL), message)]
 
@@ -151,6 +160,9 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
         prompt_tokens=list(tokens),
         priority=cmd.priority,
         sim_seed=req.seed,
+        content=q.content,
+        question=req.question,
+        steps=_texts(cmd.node),
     )
     return [Publish(SCORE_JOBS, message)]
 
@@ -175,11 +187,30 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         trace_id=req.trace_id,
         epoch=q.epoch,
         answer=cmd.answer,
+        correct=grade(cmd.answer, req.reference_answer) if req.reference_answer else None,
+        solution=_solution(m),
         nodes=len(m.tree) - 1,
         tokens_generated=m.stats.tokens_generated,
         tree_digest=digest(m.tree.digest(), m.answer),
     )
     return [Answer(message)]
+
+
+def _texts(node: Node | None) -> list[str]:
+    """The text of every step from the root's child down to `node`."""
+    return [n.text for n in node.path()] if node is not None else []
+
+
+def _solution(m: QueryMachine) -> list[str]:
+    """The steps of the highest-reward solution that gives the chosen answer; with no answer,
+    of the deepest, then highest-reward, step the search reached (to show what it wrote)."""
+    chosen = [n for n in m.solutions if n.answer is not None and normalize_answer(n.answer) == m.answer]
+    if m.answer is not None and chosen:
+        return _texts(max(chosen, key=lambda n: n.reward or 0.0))
+    reached = [n for n in m.tree if n.parent is not None and n.generated]
+    if not reached:
+        return []
+    return _texts(max(reached, key=lambda n: (n.depth, n.reward or 0.0)))
 
 
 COMMAND_HANDLERS: dict[type, Callable[[Outgoing, Any], list[Effect]]] = {

@@ -148,11 +148,15 @@ class Coordinator:
         if not epoch:
             return False
         speculate = req.mode == "spex"
+        s = self.settings
+        params = {"max_depth": float(s.max_depth)} if s.max_depth else {}
         machine = QueryMachine(
             qid,
             req.prompt_tokens or max(1, len(req.question) // 4),
-            SearchConfig(req.algorithm, req.target),
+            SearchConfig(req.algorithm, req.target, max_step_tokens=s.max_step_tokens, params=params),
             req.seed,
+            # Real content without a reward model: the generator's own log-probabilities.
+            reward="logprob" if s.content == "real" and not s.prm else "prm",
             speculation=SpecPolicy(enabled=speculate),
             share=LOCAL_SHARE if speculate else 0,
         )
@@ -217,7 +221,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ effects
     async def _execute(self, query: _Query, commands: list[Command]) -> None:
-        out = Outgoing(query.request, query.epoch, query.machine)
+        out = Outgoing(query.request, query.epoch, query.machine, self.settings.content)
         for effect in effects(out, commands):
             await self._perform(query, effect)
 

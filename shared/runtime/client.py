@@ -15,7 +15,17 @@ import uuid
 
 import redis.asyncio as aioredis
 
-from spex.proto import AnswerResult, CancelRequest, SubmitQuestionRequest, decode, encode, names, submission
+from spex.proto import (
+    AnswerResult,
+    CancelRequest,
+    ProtocolError,
+    SubmissionError,
+    SubmitQuestionRequest,
+    decode,
+    encode,
+    names,
+    submission,
+)
 
 __all__ = ["Backpressure", "IngressClient"]
 
@@ -52,6 +62,7 @@ class IngressClient:
         seed: int | None = None,
         mode: str | None = None,
         prompt_tokens: int | None = None,
+        reference_answer: str | None = None,
     ) -> str:
         """Submit a question; returns its query id (the first one's, for a repeated client
         key). A field left None takes `SubmitQuestionRequest`'s default; a bad one raises
@@ -63,6 +74,7 @@ class IngressClient:
             "seed": seed,
             "mode": mode,
             "prompt_tokens": prompt_tokens,
+            "reference_answer": reference_answer,
         }
         fields = submission.check_fields({k: v for k, v in given.items() if v is not None})
         key = client_key or qid
@@ -77,8 +89,12 @@ class IngressClient:
                 **fields,
             )
         )
+        try:
+            payload = encode(req)
+        except ProtocolError as exc:
+            raise SubmissionError("question", f"too long: {exc}") from None
         keys = [names.submitted_key(key), names.INGRESS, names.INGRESS_IN_FLIGHT]
-        status, value = await self._submit(keys=keys, args=[qid, encode(req), self.backlog_limit])
+        status, value = await self._submit(keys=keys, args=[qid, payload, self.backlog_limit])
         if int(status) == -1:
             raise Backpressure(
                 f"{value.decode()} questions in flight (limit {self.backlog_limit}); retry later"

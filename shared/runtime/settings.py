@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 __all__ = ["ENV", "Settings"]
@@ -28,6 +28,15 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_METRICS_PORT": ("metrics_port", "Prometheus /metrics port of this process (0: off)"),
     "SPEX_HTTP_PORT": ("http_port", "port of the HTTP ingress (spex worker ingress)"),
     "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
+    "SPEX_ENGINE": ("engine", "generator and scorer engine: sim | hf (in-process PyTorch)"),
+    "SPEX_MODEL": ("model", "hf: the generator's local model directory"),
+    "SPEX_PRM": ("prm", "hf: the reward model's local directory (empty: simulated PRM)"),
+    "SPEX_CONTENT": ("content", "synthetic (the workload's tree) | real (the model's text)"),
+    "SPEX_DETERMINISTIC": ("deterministic", "hf: batch-invariant outputs, 1 or 0"),
+    "SPEX_MAX_RUNNING": ("max_running", "hf: sequences a generator decodes together"),
+    "SPEX_MAX_STEP_TOKENS": ("max_step_tokens", "longest step a search asks for, tokens"),
+    "SPEX_MAX_DEPTH": ("max_depth", "deepest step a search goes to (0: the algorithm's default)"),
+    "SPEX_DEVICE": ("device", "hf: torch device (cpu, cuda)"),
 }
 
 
@@ -47,6 +56,15 @@ class Settings:
     metrics_port: int = 0
     http_port: int = 8080
     log_level: str = "info"
+    engine: str = "sim"
+    model: str = ""
+    prm: str = ""
+    content: str = "synthetic"
+    deterministic: bool = False
+    max_running: int = 16
+    max_step_tokens: int = 256
+    max_depth: int = 0
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if not self.consumer:
@@ -63,6 +81,12 @@ class Settings:
             "http_port": 0 < self.http_port < 65536,
             "log_level": self.log_level in ("debug", "info", "warning", "error"),
             "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
+            "engine": self.engine in ("sim", "hf"),
+            "model": self.engine != "hf" or bool(self.model),
+            "content": self.content == "synthetic" or (self.content == "real" and self.engine == "hf"),
+            "max_running": self.max_running >= 1,
+            "max_step_tokens": self.max_step_tokens >= 1,
+            "max_depth": self.max_depth >= 0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -78,10 +102,25 @@ class Settings:
         values: dict[str, object] = {}
         for name, (field_name, _) in ENV.items():
             if name in env:
-                kind = {"float": float, "int": int}.get(str(types[field_name]), str)
+                kinds: dict[str, Callable[[str], object]] = {"float": float, "int": int, "bool": _flag}
+                kind = kinds.get(str(types[field_name]), str)
                 try:
                     values[field_name] = kind(env[name])
                 except ValueError:
-                    raise ValueError(f"{name}: {env[name]!r} is not a {kind.__name__}") from None
+                    what = getattr(kind, "__name__", "value")
+                    raise ValueError(f"{name}: {env[name]!r} is not a {what}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _flag(raw: str) -> bool:
+    """A boolean variable: 1/true/yes or 0/false/no."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no", ""):
+        return False
+    raise ValueError(raw)
+
+
+_flag.__name__ = "flag (1 or 0)"

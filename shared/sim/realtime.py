@@ -12,7 +12,8 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
-from spex.shared.sim.engine import Completion, SimEngine, SimRequest
+from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
+from spex.shared.sim.engine import SimEngine
 
 __all__ = ["RealtimeEngine"]
 
@@ -28,9 +29,12 @@ class RealtimeEngine:
         """Virtual seconds since the engine started."""
         return (time.monotonic() - self._start) / self.time_scale
 
-    def submit(self, request: SimRequest) -> None:
+    def submit(self, request: EngineRequest) -> None:
         self.engine.submit(request, self.now())
         self._wake.set()
+
+    def load(self) -> EngineLoad:
+        return self.engine.load()
 
     def abort(self, rid: str) -> list[Completion]:
         done = self.engine.abort(rid, self.now())
