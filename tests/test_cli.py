@@ -31,6 +31,11 @@ def spex(*args, check=True):
         (["bench", "--param", "exploration=high"], "exploration"),
         (["bench", "--algorithm", "rstar", "--param", "nope=1"], "nope"),
         (["profile", "--gpu", "A6000"], "--model"),
+        (["bench", "--engine", "hf"], "--model"),
+        (["bench", "--engine", "hf", "--model", "/no/such/dir"], "model"),
+        (["bench", "--dataset", "math500"], "--engine hf"),
+        (["bench", "--content", "real"], "--engine hf"),
+        (["model", "init", "--out", "/tmp/x", "--hidden", "0"], "--hidden"),
     ],
 )
 def test_bad_argument_is_one_line_naming_the_field(args, field, tmp_path):

@@ -140,3 +140,16 @@ def test_message_on_the_wrong_stream_is_rejected():
         decode(INGRESS, payload)
     with pytest.raises(ProtocolError, match="no message types"):
         decode("no:such:stream", payload)
+
+
+def test_a_message_over_the_size_limit_is_refused_both_ways():
+    from spex.proto.messages import MAX_MESSAGE_BYTES
+
+    huge = SubmitQuestionRequest(**ENV, question="x" * MAX_MESSAGE_BYTES)
+    with pytest.raises(ProtocolError, match="byte limit"):
+        encode(huge)
+    raw = msgspec.msgpack.encode(
+        {**ENV, "type": "SubmitQuestionRequest", "question": "x" * MAX_MESSAGE_BYTES}
+    )
+    with pytest.raises(ProtocolError, match="message limit"):
+        decode(INGRESS, raw)

@@ -141,3 +141,36 @@ def test_a_killed_process_loses_no_question(redis_url, victim):
 
 async def _has_results(r: aioredis.Redis, qid: str) -> bool:
     return await r.xlen(query_inbox(qid)) >= 3
+
+
+def test_a_real_content_job_on_a_simulated_engine_is_dead_lettered_with_the_reason(redis_url):
+    from spex.proto import GenerateRequest
+
+    async def go():
+        cluster = Cluster(redis_url, "inprocess")
+        await cluster.start("generator", "gen-0")
+        r = cluster.client.r
+        try:
+            job = GenerateRequest(
+                msg_id="m",
+                query_id="q",
+                job_id="j",
+                node_id="n",
+                parent_id="p",
+                child_index=0,
+                action="expand",
+                prompt_node_ids=["p"],
+                prompt_tokens=[10],
+                seed=1,
+                content="real",
+                question="What is 2+2?",
+            )
+            await r.xadd(gen_jobs(DEFAULT_POOL), {"e": encode(job)})
+            assert await wait_for(lambda: r.xlen(dead_letter(gen_jobs(DEFAULT_POOL))))
+            ((_, entry),) = await r.xrange(dead_letter(gen_jobs(DEFAULT_POOL)))
+            return entry[b"reason"].decode(), cluster.service("gen-0").running
+        finally:
+            await cluster.stop()
+
+    reason, running = asyncio.run(go())
+    assert "real engine" in reason and not running
