@@ -7,5 +7,6 @@ COPY proto ./proto
 COPY shared ./shared
 COPY services ./services
 COPY bench ./bench
+COPY data ./data
 RUN pip install --no-cache-dir .
 ENTRYPOINT ["spex"]

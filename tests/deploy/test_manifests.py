@@ -58,6 +58,6 @@ def test_generators_scale_on_their_job_stream():
 
 def test_dockerfile_installs_the_packages_the_entry_point_needs():
     text = (ROOT / "Dockerfile").read_text()
-    for package in ("proto", "shared", "services", "bench"):
+    for package in ("proto", "shared", "services", "bench", "data"):
         assert f"COPY {package} ./{package}" in text
     assert 'ENTRYPOINT ["spex"]' in text
