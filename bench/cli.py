@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--sampling-temperature", type=float, default=1.0, help="real content: sampling temperature"
     )
+    b.add_argument("--device", default="cpu", help="hf: torch device (cuda on a GPU machine)")
 
     w = sub.add_parser("worker", help="run one service in this process")
     w.add_argument("service", choices=["ingress", "coordinator", "generator", "scorer", "allocator"])
@@ -223,6 +224,7 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         deterministic=args.deterministic,
         max_running=args.max_running,
         sampling_temperature=args.sampling_temperature,
+        device=args.device,
     )
     cfg.validate()
     if args.distributed:

@@ -43,6 +43,7 @@ class BenchConfig:
     deterministic: bool = False  # hf: batch-invariant outputs (lossless on a real model)
     max_running: int = 16  # hf: sequences decoded together; also the static speculative pool
     sampling_temperature: float = 1.0  # real content: the generator's sampling temperature
+    device: str = "cpu"  # hf: the torch device (cuda on a GPU machine)
     # --- SPEX
     mode: str = "baseline"  # a benchmark runs the plain search unless asked
     t1: bool = True  # intra-query speculation

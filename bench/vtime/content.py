@@ -68,13 +68,16 @@ def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
     else:
         from spex.shared.hf.engine import HFConfig, HFEngine
 
-        gen = HFEngine.from_dir(str(cfg.model), HFConfig(cfg.max_running, deterministic=cfg.deterministic))
+        config = HFConfig(cfg.max_running, deterministic=cfg.deterministic, device=cfg.device)
+        gen = HFEngine.from_dir(str(cfg.model), config)
     if cfg.reward != "prm":
         return gen, None
     if cfg.prm is not None:
         from spex.shared.hf.reward import RewardConfig, RewardEngine
 
-        return gen, RewardEngine.from_dir(cfg.prm, RewardConfig(deterministic=cfg.deterministic))
+        return gen, RewardEngine.from_dir(
+            cfg.prm, RewardConfig(deterministic=cfg.deterministic, device=cfg.device)
+        )
     return gen, SimEngine(parse_profile(cfg.reward_profile_name))
 
 

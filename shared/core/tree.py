@@ -41,8 +41,9 @@ class Node:
 
     @property
     def terminal(self) -> bool:
-        """The step gives a final answer (REBASE's "The answer is" leaf test)."""
-        return self.answer is not None
+        """The step gives a final answer (REBASE's "The answer is" leaf test), or the model
+        ended its output there (EOS): either way nothing follows it."""
+        return self.answer is not None or self.finish_reason == "eos"
 
     @property
     def scored(self) -> bool:
