@@ -75,7 +75,7 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
             return 0
         asked = [(args.question, args.reference)] if args.question else []
         if args.file:
-            asked += [(q.text, q.reference_answer) for q in load_questions(args.file)]
+            asked += [(q.text, q.reference_answer) for q in load_questions(args.file, require_answer=False)]
         if not asked:
             raise ValueError("submit: give a question, or --file with a 'question' or 'problem' per line")
         qids = []

@@ -7,6 +7,8 @@ carries, `codec.py` for how bytes become messages (and how malformed bytes fail)
 
 from spex.proto.codec import ProtocolError, decode, encode
 from spex.proto.messages import (
+    CONTENTS,
+    MAX_MESSAGE_BYTES,
     PRIMARY,
     PROTOCOL_VERSION,
     SPECULATIVE,
@@ -26,6 +28,8 @@ from spex.proto.messages import (
 from spex.proto.submission import SubmissionError
 
 __all__ = [
+    "CONTENTS",
+    "MAX_MESSAGE_BYTES",
     "PRIMARY",
     "PROTOCOL_VERSION",
     "SPECULATIVE",

@@ -13,12 +13,25 @@ from typing import Any
 
 from spex.proto.messages import SubmitQuestionRequest
 
-__all__ = ["ALGORITHMS", "CLIENT_FIELDS", "MODES", "SubmissionError", "check_fields", "validate"]
+__all__ = [
+    "ALGORITHMS",
+    "CLIENT_FIELDS",
+    "MAX_QUESTION_CHARS",
+    "MAX_REFERENCE_CHARS",
+    "MODES",
+    "SubmissionError",
+    "check_fields",
+    "validate",
+]
 
 # The search algorithms a question may name (the core registers one class per name; a test
 # holds the two lists equal).
 ALGORITHMS = ("ets", "rebase", "rest", "rstar")
 MODES = ("baseline", "spex")
+# Every job of a search repeats the question (and the path's steps) within the 1 MiB message
+# limit, so the question itself is held well below it.
+MAX_QUESTION_CHARS = 100_000
+MAX_REFERENCE_CHARS = 1_000
 
 # What a client may set, and its type; everything else is the envelope, set by the client code.
 CLIENT_FIELDS: dict[str, type] = {
@@ -60,6 +73,10 @@ def validate(req: SubmitQuestionRequest) -> SubmitQuestionRequest:
     first bad field."""
     if not req.question:
         raise SubmissionError("question", "required")
+    if len(req.question) > MAX_QUESTION_CHARS:
+        raise SubmissionError("question", f"{len(req.question):,} characters; at most {MAX_QUESTION_CHARS:,}")
+    if len(req.reference_answer) > MAX_REFERENCE_CHARS:
+        raise SubmissionError("reference_answer", f"at most {MAX_REFERENCE_CHARS:,} characters")
     if req.algorithm not in ALGORITHMS:
         raise SubmissionError("algorithm", f"unknown {req.algorithm!r}; known: {', '.join(ALGORITHMS)}")
     if req.target < 1:

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from spex.proto import (
+    CONTENTS,
     CancelRequest,
     GenerateRequest,
     GenerateResult,
@@ -90,6 +91,9 @@ class Generator:
             return
         if req.job_id in self.running:  # our own pending entry, redelivered after a reconnect
             return
+        if req.content not in CONTENTS:
+            await self.bus.dead_letter(d, GENERATOR_GROUP, f"content: unknown {req.content!r}")
+            return
         if req.content == "real" and self.template is None:
             await self.bus.dead_letter(
                 d, GENERATOR_GROUP, "real content needs a real engine (SPEX_ENGINE=hf)"
@@ -132,6 +136,10 @@ class Generator:
             return
         d, req, gen = entry
         JOBS.labels("generator", self.settings.consumer, c.reason).inc()
+        if c.reason == "error":  # the engine refused or failed it: park it with the reason
+            self.log.error("job_failed", job_id=req.job_id, query_id=req.query_id, error=c.text)
+            await self.bus.dead_letter(d, GENERATOR_GROUP, f"engine: {c.text}")
+            return
         if c.reason == "abort":
             self.aborted += 1
             self.log.info("job_cancelled", job_id=req.job_id, query_id=req.query_id, tokens=c.generated)

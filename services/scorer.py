@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 
-from spex.proto import ScoreRequest, ScoreResult
+from spex.proto import CONTENTS, ScoreRequest, ScoreResult
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox
 from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
@@ -59,6 +59,9 @@ class Scorer:
         rid = f"{req.job_id}:{d.entry_id}"
         if any(r.job_id == req.job_id for _, r in self.pending.values()):
             return
+        if req.content not in CONTENTS:
+            await self.bus.dead_letter(d, SCORER_GROUP, f"content: unknown {req.content!r}")
+            return
         if req.content == "real" and self.template is None:
             await self.bus.dead_letter(d, SCORER_GROUP, "real content needs a reward model (SPEX_PRM)")
             return
@@ -71,7 +74,11 @@ class Scorer:
 
     async def _on_complete(self, c: Completion) -> None:
         d, req = self.pending.pop(c.rid)
-        if req.content == "real" and c.reward is not None:
+        if c.reason == "error" or (req.content == "real" and c.reward is None):
+            await self.bus.dead_letter(d, SCORER_GROUP, f"reward engine: {c.text or 'no reward'}")
+            return
+        if req.content == "real":
+            assert c.reward is not None
             reward = c.reward
         else:
             workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed)

@@ -26,7 +26,6 @@ from spex.proto import (
     SubmitQuestionRequest,
 )
 from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
-from spex.shared.content.grading import grade
 from spex.shared.content.prompts import STEP_DELIMITER
 from spex.shared.core.commands import (
     CancelCommand,
@@ -110,7 +109,8 @@ class MarkCancelled:
 @dataclass(frozen=True)
 class Answer:
     """Write the query's answer (fenced by the lease) and let the query go. The service stamps
-    `latency_s` as it writes: a measurement of I/O time, not the machine's to know."""
+    `latency_s` as it writes (a measurement of I/O time, not the machine's to know) and grades
+    the answer against the request's reference (math-verify, off the event loop)."""
 
     message: AnswerResult
 
@@ -187,7 +187,6 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         trace_id=req.trace_id,
         epoch=q.epoch,
         answer=cmd.answer,
-        correct=grade(cmd.answer, req.reference_answer) if req.reference_answer else None,
         solution=_solution(m),
         nodes=len(m.tree) - 1,
         tokens_generated=m.stats.tokens_generated,

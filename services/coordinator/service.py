@@ -57,6 +57,7 @@ from spex.services.coordinator.handlers import (
     Publish,
     effects,
 )
+from spex.shared.content.grading import grade
 from spex.shared.core.commands import Command
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SearchConfig
@@ -71,6 +72,7 @@ __all__ = ["Coordinator", "main"]
 
 LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
 STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
+GRADE_TIMEOUT_S = 10.0  # math-verify on one answer
 
 
 @dataclass
@@ -243,8 +245,11 @@ class Coordinator:
             INGRESS_IN_FLIGHT,
             COORDINATORS_ACTIVE,
         ]
+        correct = await self._grade(effect.message.answer, query.request.reference_answer)
         # The latency is an I/O-time measurement: stamped here, as the answer is written.
-        answer = msgspec.structs.replace(effect.message, latency_s=self._now() - query.started_wall)
+        answer = msgspec.structs.replace(
+            effect.message, latency_s=self._now() - query.started_wall, correct=correct
+        )
         await self.r.eval(scripts.ANSWER, len(keys), *keys, self.owner, query.epoch, encode(answer), qid)
         self.queries.pop(qid, None)
         QUERIES_OWNED.labels(self.owner).set(len(self.queries))
@@ -252,6 +257,17 @@ class Coordinator:
         self.log.info(
             "query_answered", query_id=qid, answer=m.answer, nodes=effect.message.nodes, cancelled=m.cancelled
         )
+
+    async def _grade(self, answer: str | None, reference: str) -> bool | None:
+        """math-verify in a worker thread, so a slow parse never stalls the leases; None when
+        there is no reference, or grading took longer than GRADE_TIMEOUT_S."""
+        if not reference:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(grade, answer, reference), GRADE_TIMEOUT_S)
+        except TimeoutError:
+            self.log.warning("grading_timed_out", reference=reference[:80])
+            return None
 
     async def _checkpoint(self, query: _Query) -> None:
         qid, m = query.request.query_id, query.machine

@@ -31,8 +31,9 @@ def resolve_dataset(name: str) -> Path:
     return path
 
 
-def load_questions(name: str, limit: int | None = None) -> list[DatasetQuestion]:
-    """The first `limit` questions of a dataset; ValueError naming the line of a bad row."""
+def load_questions(name: str, limit: int | None = None, require_answer: bool = True) -> list[DatasetQuestion]:
+    """The first `limit` questions of a dataset; ValueError naming the line of a bad row.
+    Without `require_answer`, a row may lack its answer (its reference is then empty)."""
     path = resolve_dataset(name)
     out: list[DatasetQuestion] = []
     with path.open() as f:
@@ -45,17 +46,17 @@ def load_questions(name: str, limit: int | None = None) -> list[DatasetQuestion]
                 row = json.loads(line)
             except json.JSONDecodeError:
                 raise ValueError(f"dataset {path}: line {n} is not JSON") from None
-            out.append(_question(row, len(out), f"dataset {path}: line {n}"))
+            out.append(_question(row, len(out), f"dataset {path}: line {n}", require_answer))
     if not out:
         raise ValueError(f"dataset {path}: no questions")
     return out
 
 
-def _question(row: object, index: int, where: str) -> DatasetQuestion:
+def _question(row: object, index: int, where: str, require_answer: bool) -> DatasetQuestion:
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object")
     text = row.get("problem") or row.get("question")
-    answer = row.get("answer")
+    answer = row.get("answer", None if require_answer else "")
     if not isinstance(text, str) or not text or not isinstance(answer, str | int | float):
         raise ValueError(f"{where}: needs 'problem' (or 'question') and 'answer'")
     reference = str(answer)

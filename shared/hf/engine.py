@@ -13,10 +13,10 @@ Deterministic mode runs that last forward pass one sequence at a time instead. W
 pieces always computed alone (see `kvcache`), every number a sequence sees is then a function
 of its own tokens: outputs are batch-invariant and speculation is lossless on a real model.
 Its cost is the batching: decode compute grows linearly with the batch instead of riding on
-one weight read (measured in `tests/hf/test_engine.py`'s companion benchmark, README).
+one weight read (2.1× lower decode throughput at batch 8 on the README's tiny model).
 
-The engine's clock advances by the measured wall time of each step, so the virtual-time
-driver can run it beside other engines as if each had its own device.
+The engine's clock advances by the measured wall time of each step (`stepped`), so the
+virtual-time driver can run it beside other engines as if each had its own device.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import torch
 from transformers import DynamicCache
 
 from spex.proto.messages import PRIMARY
-from spex.shared.content.prompts import plain_template
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
 from spex.shared.hf.kvcache import KV, Entry, PrefixCache
 from spex.shared.hf.models import load_lm, load_tokenizer
+from spex.shared.hf.stepped import SteppedEngine
 
 __all__ = ["HFConfig", "HFEngine"]
 
@@ -74,8 +74,9 @@ class _Seq:
         return 0 if self.past is None else int(self.past[0][0].shape[2])
 
 
-class HFEngine:
+class HFEngine(SteppedEngine):
     def __init__(self, model: Any, tokenizer: Any, config: HFConfig | None = None) -> None:
+        super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or HFConfig()
@@ -83,29 +84,21 @@ class HFEngine:
         self.cache = PrefixCache()
         self.stats = EngineStats()
         self.trace: list[tuple[float, float, int]] | None = None
-        self.clock_s = 0.0
         self._waiting: list[_Seq] = []
         self._running: list[_Seq] = []
         self._by_rid: dict[str, _Seq] = {}
         self._seq = 0
         self._piece_ids: dict[str, tuple[int, ...]] = {}
-        self._eos = tokenizer.eos_token_id
+        self._eos = _eos_ids(model, tokenizer)
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        # Prefill needs only the last position's logits: not [tokens × vocab] of them.
+        self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
     @classmethod
     def from_dir(cls, path: str | Path, config: HFConfig | None = None) -> HFEngine:
         config = config or HFConfig()
         return cls(load_lm(path, config.device), load_tokenizer(path), config)
-
-    def template(self, message: str) -> str:
-        """The prompt head for a user message: the tokenizer's chat template if it has one."""
-        if getattr(self.tokenizer, "chat_template", None):
-            messages = [{"role": "user", "content": message}]
-            return str(
-                self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            )
-        return plain_template(message)
 
     def count_tokens(self, text: str) -> int:
         return len(self._ids(text))
@@ -139,17 +132,22 @@ class HFEngine:
         if s is not None and s.req.priority > priority:
             s.req.priority = priority
 
-    def next_event_s(self) -> float | None:
+    def ready_s(self) -> float | None:
         if self._running or any(s.arrival_s <= self.clock_s for s in self._waiting):
             return self.clock_s
         return min((s.arrival_s for s in self._waiting), default=None)
 
-    def advance_to(self, t_s: float) -> list[Completion]:
-        nxt = self.next_event_s()
-        if nxt is None or nxt > t_s:
-            return []
-        self.clock_s = max(self.clock_s, nxt)
-        return self.step()
+    def drop_all(self) -> list[str]:
+        """Forget every request (after a failed step); their ids."""
+        rids = list(self._by_rid)
+        for s in list(self._by_rid.values()):
+            if s.entries:
+                self.cache.unlock(s.entries)
+        self._by_rid.clear()
+        self._running.clear()
+        self._waiting.clear()
+        self._held = []
+        return rids
 
     def is_waiting(self, rid: str) -> bool:
         s = self._by_rid.get(rid)
@@ -171,7 +169,9 @@ class HFEngine:
 
     @property
     def used_tokens(self) -> int:
-        return self.cache.total_tokens + sum(len(s.ids) for s in self._by_rid.values() if s.prefilled)
+        """KV in memory: the prefix cache, and each admitted sequence's own copy of its
+        prompt's and generated tokens' KV (what it attends over)."""
+        return self.cache.total_tokens + sum(s.past_tokens for s in self._by_rid.values())
 
     @property
     def held_tokens(self) -> int:
@@ -231,29 +231,38 @@ class HFEngine:
         ready = sorted(
             (s for s in self._waiting if s.arrival_s <= self.clock_s), key=lambda s: (s.req.priority, s.seq)
         )
+        reserved = 0  # what this step's admissions will take once prefilled
         for s in ready:
-            if len(self._running) >= self.config.max_running and not self._pause_for(s):
-                break
-            if not s.prefilled and not self._make_room(self._prompt_estimate(s) + s.req.max_new_tokens):
+            victim = None
+            if len(self._running) >= self.config.max_running:
+                victim = self._victim_for(s)
+                if victim is None:
+                    break
+            # A new sequence: its prompt's cache entries, its own copy of them, its output.
+            need = 0 if s.prefilled else 2 * self._prompt_estimate(s) + s.req.max_new_tokens
+            if need and not self._make_room(reserved + need):
                 break  # strict order: a large head request is not overtaken
+            if victim is not None:  # a waiting primary takes the newest speculative slot
+                self._running.remove(victim)
+                self._waiting.append(victim)  # keeps its KV; resumes where it stopped
+            reserved += need
             self._waiting.remove(s)
             self._running.append(s)
 
-    def _pause_for(self, s: _Seq) -> bool:
-        """A waiting primary takes the slot of the newest running speculative sequence."""
+    def _victim_for(self, s: _Seq) -> _Seq | None:
         victims = [r for r in self._running if r.req.priority > s.req.priority and r.abort_s is None]
-        if not victims:
-            return False
-        victim = max(victims, key=lambda r: (r.req.priority, r.seq))
-        self._running.remove(victim)
-        self._waiting.append(victim)  # keeps its KV; resumes where it stopped
-        return True
+        return max(victims, key=lambda r: (r.req.priority, r.seq)) if victims else None
 
     def _make_room(self, tokens: int) -> bool:
-        short = tokens - (self.capacity_tokens - self.used_tokens)
-        if short > 0:
-            self.stats.evicted_tokens += self.cache.evict(short)
-        return tokens <= self.capacity_tokens - self.used_tokens or not self._running
+        """Evict unreferenced cache entries so `tokens` fit, if eviction can make them fit.
+        With nothing running, a request is admitted whatever it needs (it could never be)."""
+        free = self.capacity_tokens - self.used_tokens
+        if tokens <= free:
+            return True
+        if tokens > free + self.cache.evictable_tokens:
+            return not self._running
+        self.stats.evicted_tokens += self.cache.evict(tokens - free)
+        return True
 
     def _prompt_estimate(self, s: _Seq) -> int:
         return sum(len(self._ids(piece)) for piece in s.req.text)
@@ -302,7 +311,11 @@ class HFEngine:
         positions = torch.arange(offset, offset + len(ids), device=dev).unsqueeze(0)
         cache = DynamicCache(ddp_cache_data=[(k, v) for k, v in past]) if past else DynamicCache()
         out = self.model(
-            input_ids=input_ids, position_ids=positions, use_cache=True, **{self._cache_kw: cache}
+            input_ids=input_ids,
+            position_ids=positions,
+            use_cache=True,
+            **self._last_only,
+            **{self._cache_kw: cache},
         )
         kv = [(k[:, :, offset:].clone(), v[:, :, offset:].clone()) for k, v in _layers(cache)]
         return out.logits[0, -1].float(), kv
@@ -325,12 +338,14 @@ class HFEngine:
                 s.text = self.tokenizer.decode(s.ids, skip_special_tokens=True)
                 return False
             return True
-        if token == self._eos:
+        if token in self._eos:
             s.stop_reason = "eos"
             s.text = self.tokenizer.decode(s.ids[:-1], skip_special_tokens=True)
             return False
         s.text = self.tokenizer.decode(s.ids, skip_special_tokens=True)
-        cut = min((i for i in (s.text.find(stop) for stop in s.req.stop) if i >= 0), default=-1)
+        # A stop string counts after the step's first words: a step is never empty.
+        start = len(s.text) - len(s.text.lstrip())
+        cut = min((i for i in (s.text.find(stop, start) for stop in s.req.stop) if i >= 0), default=-1)
         if cut >= 0:
             s.text, s.stop_reason = s.text[:cut], "stop"
             return False
@@ -399,6 +414,21 @@ class HFEngine:
             logprob_mean=sum(logprobs) / len(logprobs),
             logprob_min=min(logprobs),
         )
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """Every token that ends the model's output: the tokenizer's EOS and the generation
+    config's (chat models end a turn with their own, e.g. `<|eot_id|>`, `<|im_end|>`)."""
+    ids: set[int] = set()
+    for source in (
+        tokenizer.eos_token_id,
+        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+    ):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, list | tuple):
+            ids.update(i for i in source if isinstance(i, int))
+    return frozenset(ids)
 
 
 def _layers(cache: Any) -> KV:

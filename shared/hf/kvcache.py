@@ -37,16 +37,6 @@ class Entry:
     def tokens(self) -> int:
         return len(self.ids)
 
-    def path(self) -> list[Entry]:
-        """Entries from the first piece down to this one."""
-        out: list[Entry] = []
-        node: Entry | None = self
-        while node is not None:
-            out.append(node)
-            node = node.parent
-        out.reverse()
-        return out
-
 
 class PrefixCache:
     def __init__(self) -> None:
@@ -79,7 +69,16 @@ class PrefixCache:
 
     @property
     def evictable_tokens(self) -> int:
-        return sum(e.tokens for e in self._all() if e.refs == 0 and not e.children)
+        """Tokens of the entries no request references, nor any entry below them."""
+
+        def free(e: Entry) -> tuple[bool, int]:
+            below = [free(c) for c in e.children.values()]
+            tokens = sum(t for _, t in below)
+            if e.refs == 0 and all(ok for ok, _ in below):
+                return True, tokens + e.tokens
+            return False, tokens
+
+        return sum(free(e)[1] for e in self._roots.values())
 
     def evict(self, tokens: int) -> int:
         """Drop unreferenced leaves, least recently used first, until `tokens` are free (or

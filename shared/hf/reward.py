@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from spex.proto.messages import PRIMARY
-from spex.shared.content.prompts import plain_template
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
 from spex.shared.hf.models import load_prm, load_tokenizer
+from spex.shared.hf.stepped import SteppedEngine
 
 __all__ = ["RewardConfig", "RewardEngine"]
 
@@ -39,15 +39,15 @@ class _Score:
     ids: list[int] = field(default_factory=list)
 
 
-class RewardEngine:
+class RewardEngine(SteppedEngine):
     def __init__(self, model: Any, tokenizer: Any, config: RewardConfig | None = None) -> None:
+        super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or RewardConfig()
         self.stats = EngineStats()
         self.capacity_tokens = 0
         self.trace: list[tuple[float, float, int]] | None = None
-        self.clock_s = 0.0
         self._waiting: list[_Score] = []
         self._by_rid: dict[str, _Score] = {}
         self._seq = 0
@@ -57,14 +57,6 @@ class RewardEngine:
     def from_dir(cls, path: str | Path, config: RewardConfig | None = None) -> RewardEngine:
         config = config or RewardConfig()
         return cls(load_prm(path, config.device), load_tokenizer(path), config)
-
-    def template(self, message: str) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            messages = [{"role": "user", "content": message}]
-            return str(
-                self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            )
-        return plain_template(message)
 
     # ------------------------------------------------------------------ the interface
     def submit(self, req: EngineRequest, now_s: float) -> None:
@@ -92,17 +84,18 @@ class RewardEngine:
         if s is not None and s.req.priority > priority:
             s.req.priority = priority
 
-    def next_event_s(self) -> float | None:
+    def ready_s(self) -> float | None:
         if any(s.arrival_s <= self.clock_s for s in self._waiting):
             return self.clock_s
         return min((s.arrival_s for s in self._waiting), default=None)
 
-    def advance_to(self, t_s: float) -> list[Completion]:
-        nxt = self.next_event_s()
-        if nxt is None or nxt > t_s:
-            return []
-        self.clock_s = max(self.clock_s, nxt)
-        return self.step()
+    def drop_all(self) -> list[str]:
+        """Forget every request (after a failed step); their ids."""
+        rids = list(self._by_rid)
+        self._by_rid.clear()
+        self._waiting.clear()
+        self._held = []
+        return rids
 
     def is_waiting(self, rid: str) -> bool:
         return rid in self._by_rid

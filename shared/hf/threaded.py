@@ -3,13 +3,17 @@
 reporting load while the model computes.
 
 Only the worker thread touches the engine: submissions and aborts are queued and applied at
-the next step boundary, and the load is a snapshot taken after each step.
+the next step boundary, and the load is a snapshot taken after each step. A request the
+engine refuses, or a step that fails (say, out of memory), ends its requests with
+`reason="error"` and the error's text in `Completion.text`: the service dead-letters those
+jobs and goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,6 +21,8 @@ from typing import Any
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
 
 __all__ = ["ThreadedEngine"]
+
+log = logging.getLogger(__name__)
 
 
 class ThreadedEngine:
@@ -68,11 +74,21 @@ class ThreadedEngine:
         out: list[Completion] = []
         for op, arg in ops:
             if op == "submit":
-                engine.submit(arg, engine.clock_s)
+                try:
+                    engine.submit(arg, engine.clock_s)
+                except ValueError as exc:  # refused: this request's fault alone
+                    out.append(_failed(arg.rid, engine.clock_s, str(exc)))
             else:
                 out += engine.abort(arg, engine.clock_s)
-        nxt = engine.next_event_s()
-        if nxt is not None:
-            out += engine.advance_to(nxt)
+        if engine.ready_s() is not None:
+            try:
+                out += engine.step()  # on the wall clock: what a step finished is reported at once
+            except Exception as exc:  # noqa: BLE001 - the engine failed: fail its requests, not the service
+                log.exception("engine_step_failed")
+                out += [_failed(rid, engine.clock_s, repr(exc)) for rid in engine.drop_all()]
         self._load = engine.load()
         return out
+
+
+def _failed(rid: str, now_s: float, error: str) -> Completion:
+    return Completion(rid, now_s, 0, 0, 0, "error", now_s, None, 0, text=error)

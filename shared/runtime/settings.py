@@ -83,7 +83,7 @@ class Settings:
             "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
             "engine": self.engine in ("sim", "hf"),
             "model": self.engine != "hf" or bool(self.model),
-            "content": self.content == "synthetic" or (self.content == "real" and self.engine == "hf"),
+            "content": self.content in ("synthetic", "real"),  # generators refuse what they cannot write
             "max_running": self.max_running >= 1,
             "max_step_tokens": self.max_step_tokens >= 1,
             "max_depth": self.max_depth >= 0,

@@ -24,6 +24,14 @@ def test_gsm8k_format_takes_the_number_after_the_marks(tmp_path):
     assert q.reference_answer == "1003"
 
 
+def test_an_answer_may_be_optional(tmp_path):
+    f = write(tmp_path / "q.jsonl", [{"question": "What is 2+2?"}])
+    (q,) = load_questions(f, require_answer=False)
+    assert (q.text, q.reference_answer) == ("What is 2+2?", "")
+    with pytest.raises(ValueError, match="needs"):
+        load_questions(f)
+
+
 def test_the_shipped_math500_loads_by_name():
     questions = load_questions("math500")
     assert len(questions) == 500

@@ -56,10 +56,10 @@ def test_an_abort_mid_generation_frees_its_slot(tiny_model):
     engine = HFEngine.from_dir(tiny_model)
     engine.submit(request(engine, "long", seed=1, max_new=200), 0.0)
     for _ in range(5):
-        assert engine.advance_to(engine.next_event_s()) == []
+        assert engine.step() == []
     assert engine.load().running == 1
     assert engine.abort("long", engine.clock_s) == []  # running: it leaves at the next step
-    (c,) = engine.advance_to(engine.next_event_s())
+    (c,) = engine.step()
     assert c.reason == "abort" and 0 < c.generated < 200
     assert engine.load().running == 0 and engine.next_event_s() is None
     assert engine.held_tokens == 0  # its prompt stays cached, unreferenced
@@ -69,7 +69,7 @@ def test_a_primary_behind_16_speculative_requests_finishes_first(tiny_model):
     engine = HFEngine.from_dir(tiny_model, HFConfig(max_running=8))
     for i in range(16):
         engine.submit(request(engine, f"s{i}", seed=i, priority=SPECULATIVE, max_new=48), 0.0)
-    engine.advance_to(engine.next_event_s())  # eight speculative sequences are running
+    engine.step()  # eight speculative sequences are running
     engine.submit(request(engine, "p", seed=99, priority=PRIMARY, max_new=8), engine.clock_s)
     done = drain(engine)
     assert done[0].rid == "p"
@@ -108,7 +108,7 @@ def test_the_reward_model_scores_paths_in_batches(tiny_model, tiny_prm):
     for i in range(16):
         req = request(engine, f"s{i}", seed=0, steps=[f"Step {j} of path {i}." for j in range(1 + i % 3)])
         engine.submit(EngineRequest(req.rid, req.prompt, req.rid + "/s", 0, text=req.text), 0.0)
-    done = engine.advance_to(engine.next_event_s())
+    done = engine.step()
     assert len(done) == 16 and engine.stats.prefill_steps == 1  # one forward pass for all
     assert all(0.0 < c.reward < 1.0 for c in done)
     alone = RewardEngine.from_dir(tiny_prm, RewardConfig(deterministic=True))

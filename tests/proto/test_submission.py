@@ -28,6 +28,8 @@ def test_defaults_come_from_the_request_struct_and_are_valid():
         ({"target": 0}, "target"),
         ({"mode": "fast"}, "mode"),
         ({"prompt_tokens": -1}, "prompt_tokens"),
+        ({"question": "x" * 100_001}, "question"),
+        ({"reference_answer": "1" * 1_001}, "reference_answer"),
     ],
 )
 def test_a_bad_value_names_its_field(fields, field):

@@ -1,0 +1,60 @@
+"""What the in-process engines share: a clock measured step by step, and prompts through the
+tokenizer's chat template.
+
+A step runs when the driver's time reaches the step's start, and what it finished is held
+back until the driver's time reaches the step's end — as the simulator reports a step at its
+end — so a driver that runs several engines in one loop never sees time go backwards. A
+service calls `step` directly instead, against the wall clock.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from spex.shared.content.prompts import plain_template
+from spex.shared.engine.api import Completion
+
+__all__ = ["SteppedEngine"]
+
+
+class SteppedEngine(ABC):
+    tokenizer: Any
+
+    def __init__(self) -> None:
+        self.clock_s = 0.0  # end of the last step, on the engine's measured clock
+        self._held: list[Completion] = []  # finished by the last step, released at its end
+
+    @abstractmethod
+    def ready_s(self) -> float | None:
+        """When the next step can start (None: no work)."""
+
+    @abstractmethod
+    def step(self) -> list[Completion]:
+        """Run one step at `clock_s`, advancing it by the step's measured duration."""
+
+    def template(self, message: str) -> str:
+        """The prompt head for a user message: the tokenizer's chat template if it has one."""
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = [{"role": "user", "content": message}]
+            return str(
+                self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            )
+        return plain_template(message)
+
+    def next_event_s(self) -> float | None:
+        return self.clock_s if self._held else self.ready_s()
+
+    def advance_to(self, t_s: float) -> list[Completion]:
+        if not self._held:
+            start = self.ready_s()
+            if start is None or start > t_s:
+                return []
+            self.clock_s = max(self.clock_s, start)
+            self._held = self.step()  # stamped with the step's end, the new clock
+            if not self._held:
+                return []
+        if self.clock_s > t_s:
+            return []
+        out, self._held = self._held, []
+        return out
