@@ -43,10 +43,6 @@ class ThreadedEngine:
     def load(self) -> EngineLoad:
         return self._load
 
-    @property
-    def cache_hit_rate(self) -> float:
-        return self._load.prefix_cache_hit_rate
-
     async def run(self, on_complete: Callable[[Completion], Awaitable[None]], stop: asyncio.Event) -> None:
         while not stop.is_set():
             if self._idle():
