@@ -101,6 +101,11 @@ def _parser() -> argparse.ArgumentParser:
 
     u = sub.add_parser("up", help="start Redis (embedded unless --redis) and every service")
     u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")
+    u.add_argument("--redis-password-file", default=None, help="file holding --redis's password")
+    u.add_argument("--data-dir", default=None, help="embedded Redis data (default ~/.local/share/spex)")
+    u.add_argument("--host", default=None, help="address the HTTP ingress binds (default 127.0.0.1)")
+    u.add_argument("--port", type=int, default=None, help="port of the HTTP ingress (default 8080)")
+    u.add_argument("--metrics-port", type=int, default=None, help="first /metrics port (one per service)")
     u.add_argument("--generators", type=int, default=1)
     u.add_argument("--time-scale", type=float, default=None, help="wall seconds per simulated second")
     u.add_argument("--engine", choices=list(BACKENDS), default=None, help="sim (default) or hf")
@@ -123,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
         "--file", default=None, help="JSONL, a 'problem' or 'question' per line (and 'answer': graded)"
     )
     sb.add_argument("--redis", required=True)
+    sb.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
     sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
     sb.add_argument("--target", type=int, default=16)
     sb.add_argument("--mode", choices=["baseline", "spex"], default="spex")
@@ -133,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("result", help="print a question's answer")
     rs.add_argument("query_id")
     rs.add_argument("--redis", required=True)
+    rs.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
     rs.add_argument("--wait", type=float, default=None)
 
     m = sub.add_parser("model", help="local models: `spex model init` builds a random-weight one")

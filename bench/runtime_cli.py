@@ -26,9 +26,15 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
     """`spex worker`, `up`, `demo`, `submit`, `result` (services are imported only here)."""
     import asyncio
     import importlib
+    from pathlib import Path
 
     from spex.shared.runtime.settings import Settings
 
+    if getattr(args, "redis", None) and "@" in args.redis.partition("://")[2].split("/")[0]:
+        raise ValueError(
+            "--redis: no password in the URL (other users see it in ps); use SPEX_REDIS_PASSWORD "
+            "or --redis-password-file"
+        )
     if args.command == "worker":
         return int(importlib.import_module(f"spex.services.{args.service}").main())
     if args.command in ("up", "demo"):
@@ -49,8 +55,13 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
                 deterministic=args.deterministic,
                 max_step_tokens=args.max_step_tokens,
                 max_depth=args.max_depth,
+                http_host=args.host,
+                http_port=args.port,
+                metrics_port=args.metrics_port,
+                redis_password_file=args.redis_password_file,
             )
-            return serve_forever(settings, args.redis, args.generators, console)
+            data_dir = Path(args.data_dir) if args.data_dir else None
+            return serve_forever(settings, args.redis, args.generators, console, data_dir)
         settings = Settings.from_env(None, time_scale=args.time_scale)
         if args.questions < 1 or args.target < 1:
             raise ValueError("--questions and --target: must be at least 1")
@@ -59,12 +70,13 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _client(args: argparse.Namespace, console: Console) -> int:
-    import redis.asyncio as aioredis
-
     from spex.shared.content.datasets import load_questions
     from spex.shared.runtime.client import IngressClient
+    from spex.shared.runtime.connect import redis_client
+    from spex.shared.runtime.settings import Settings
 
-    client = IngressClient(aioredis.Redis.from_url(args.redis))
+    settings = Settings.from_env(None, redis_url=args.redis, redis_password_file=args.redis_password_file)
+    client = IngressClient(redis_client(settings), limits=settings.limits)
     try:
         if args.command == "result":
             answer = await client.result(args.query_id, args.wait)

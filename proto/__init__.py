@@ -17,6 +17,7 @@ from spex.proto.messages import (
     CancelRequest,
     GenerateRequest,
     GenerateResult,
+    JobFailedEvent,
     LogprobSummary,
     Message,
     QueryStatsEvent,
@@ -25,9 +26,10 @@ from spex.proto.messages import (
     SubmitQuestionRequest,
     WorkerLoadEvent,
 )
-from spex.proto.submission import SubmissionError
+from spex.proto.submission import ALGORITHMS, Limits, SubmissionError, SubmissionTooLarge
 
 __all__ = [
+    "ALGORITHMS",
     "CONTENTS",
     "MAX_MESSAGE_BYTES",
     "PRIMARY",
@@ -38,11 +40,14 @@ __all__ = [
     "CancelRequest",
     "GenerateRequest",
     "GenerateResult",
+    "JobFailedEvent",
+    "Limits",
     "LogprobSummary",
     "Message",
     "ProtocolError",
     "QueryStatsEvent",
     "ScoreRequest",
+    "SubmissionTooLarge",
     "ScoreResult",
     "SubmissionError",
     "SubmitQuestionRequest",

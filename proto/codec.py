@@ -23,7 +23,10 @@ _encoder = msgspec.msgpack.Encoder()
 
 def encode(message: Message) -> bytes:
     """The message as MessagePack; ProtocolError if it exceeds MAX_MESSAGE_BYTES."""
-    payload = _encoder.encode(message)
+    try:
+        payload = _encoder.encode(message)
+    except (UnicodeEncodeError, OverflowError) as exc:  # a lone surrogate; an int past 64 bits
+        raise ProtocolError(f"{type(message).__name__} cannot be encoded: {exc}") from None
     if len(payload) > MAX_MESSAGE_BYTES:
         raise ProtocolError(
             f"{type(message).__name__} of {len(payload):,} bytes exceeds the {MAX_MESSAGE_BYTES:,}-byte limit"

@@ -22,6 +22,7 @@ __all__ = [
     "CancelRequest",
     "GenerateRequest",
     "GenerateResult",
+    "JobFailedEvent",
     "LogprobSummary",
     "Message",
     "QueryStatsEvent",
@@ -65,6 +66,7 @@ class SubmitQuestionRequest(Message, frozen=True):
     mode: str = "spex"  # "baseline" | "spex"
     prompt_tokens: int = 0  # the question's length in tokens (0: estimated from the text)
     reference_answer: str = ""  # if given, the answer is graded against it (math-verify)
+    client: str = ""  # who submitted it (the ingress token's name; "" without auth)
 
 
 class GenerateRequest(Message, frozen=True):
@@ -106,6 +108,16 @@ class GenerateResult(Message, frozen=True):
     finish_reason: str = "stop"  # "stop" (the step delimiter) | "eos" | "length" | "abort"
     logprobs: LogprobSummary = LogprobSummary()
     worker: str = ""
+
+
+class JobFailedEvent(Message, frozen=True):
+    """A job its service gave up on (the engine refused it, or its handler kept failing):
+    the coordinator drops a speculative job and fails the query for a job it waits on."""
+
+    job_id: str
+    node_id: str
+    kind: str  # "generate" | "score"
+    reason: str
 
 
 class CancelRequest(Message, frozen=True):
@@ -175,3 +187,4 @@ class AnswerResult(Message, frozen=True):
     tokens_generated: int = 0
     latency_s: float = 0.0
     tree_digest: str = ""
+    error: str = ""  # why the query failed (a job its service gave up on); "" if it did not

@@ -15,6 +15,7 @@ from spex.proto.messages import (
     CancelRequest,
     GenerateRequest,
     GenerateResult,
+    JobFailedEvent,
     Message,
     QueryStatsEvent,
     ScoreRequest,
@@ -40,6 +41,7 @@ __all__ = [
     "STREAMS",
     "Name",
     "cancel_key",
+    "client_in_flight",
     "dead_letter",
     "dedupe_key",
     "gen_jobs",
@@ -106,8 +108,9 @@ query_lease = Name("{q:<id>}:lease")  # the owning coordinator, with a TTL
 query_epoch = Name("{q:<id>}:epoch")  # fencing token, incremented per lease taken
 query_checkpoint = Name("{q:<id>}:ckpt")  # hash: epoch, last applied inbox entry, digest
 COORDINATORS_ACTIVE = "coord:active"  # zset: query id -> lease expiry (ms), for the reaper
-INGRESS_IN_FLIGHT = "ingress:inflight"  # questions submitted and not yet answered
-submitted_key = Name("submitted:<id>")  # client key -> query id (idempotent submission)
+INGRESS_IN_FLIGHT = "ingress:inflight"  # zset: query id -> submitted (ms), not yet answered
+client_in_flight = Name("ingress:inflight:<id>")  # the same, per client (token name)
+submitted_key = Name("submitted:<id>")  # <client>/<client key> -> query id and body hash
 dedupe_key = Name("dedupe:<id>")  # message id already published (idempotent publish)
 cancel_key = Name("cancel:<id>")  # job id cancelled (checked before a queued job starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness
@@ -119,7 +122,7 @@ STREAMS: dict[str | Name, tuple[type[Message], ...]] = {
     gen_jobs: (GenerateRequest, CancelRequest),
     GEN_CONTROL: (CancelRequest,),
     SCORE_JOBS: (ScoreRequest,),
-    query_inbox: (GenerateResult, ScoreResult, BudgetUpdateEvent, CancelRequest),
+    query_inbox: (GenerateResult, ScoreResult, BudgetUpdateEvent, CancelRequest, JobFailedEvent),
     QUERY_STATS: (QueryStatsEvent,),
     ANSWERS: (AnswerResult,),
 }

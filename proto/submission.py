@@ -8,7 +8,9 @@ defaults: those of `SubmitQuestionRequest`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from spex.proto.messages import SubmitQuestionRequest
@@ -19,7 +21,10 @@ __all__ = [
     "MAX_QUESTION_CHARS",
     "MAX_REFERENCE_CHARS",
     "MODES",
+    "Limits",
     "SubmissionError",
+    "SubmissionTooLarge",
+    "check_query_id",
     "check_fields",
     "validate",
 ]
@@ -32,6 +37,19 @@ MODES = ("baseline", "spex")
 # limit, so the question itself is held well below it.
 MAX_QUESTION_CHARS = 100_000
 MAX_REFERENCE_CHARS = 1_000
+MAX_KEY_CHARS = 200  # client keys and query ids
+MAX_INT = 2**63 - 1  # what MessagePack's int64 holds
+QUERY_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one question may ask for; the operator's settings (`spex.shared.runtime.settings`)."""
+
+    max_question_chars: int = MAX_QUESTION_CHARS
+    max_target: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(ALGORITHMS, 256))
+    client_in_flight: int = 1_000
+
 
 # What a client may set, and its type; everything else is the envelope, set by the client code.
 CLIENT_FIELDS: dict[str, type] = {
@@ -54,6 +72,17 @@ class SubmissionError(ValueError):
         self.field = field
 
 
+class SubmissionTooLarge(SubmissionError):
+    """A field (the question) longer than the operator allows: HTTP 413."""
+
+
+def check_query_id(qid: str) -> str:
+    """`qid` if it is a well-formed query id (letters, digits, `_.:-`, at most 64)."""
+    if not QUERY_ID.fullmatch(qid):
+        raise SubmissionError("query_id", "letters, digits and _.:- only, 1 to 64 characters")
+    return qid
+
+
 def check_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     """The client fields of `body` (a decoded JSON object, or keyword arguments), checked by
     name and type: an unknown name or a wrong type raises SubmissionError naming it."""
@@ -68,21 +97,45 @@ def check_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     return dict(body)
 
 
-def validate(req: SubmitQuestionRequest) -> SubmitQuestionRequest:
-    """`req` itself if every field holds a searchable value, else SubmissionError naming the
-    first bad field."""
+def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> SubmitQuestionRequest:
+    """`req` itself if every field holds a searchable value within `limits`, else
+    SubmissionError naming the first bad field."""
+    limits = limits or Limits()
     if not req.question:
         raise SubmissionError("question", "required")
-    if len(req.question) > MAX_QUESTION_CHARS:
-        raise SubmissionError("question", f"{len(req.question):,} characters; at most {MAX_QUESTION_CHARS:,}")
+    if len(req.question) > limits.max_question_chars:
+        raise SubmissionTooLarge(
+            "question", f"{len(req.question):,} characters; at most {limits.max_question_chars:,}"
+        )
+    for name in ("question", "reference_answer", "client_key"):
+        if not _utf8(getattr(req, name)):
+            raise SubmissionError(name, "not valid Unicode text (a lone surrogate?)")
+    check_query_id(req.query_id)
+    if len(req.client_key) > MAX_KEY_CHARS:
+        raise SubmissionError("client_key", f"at most {MAX_KEY_CHARS} characters")
     if len(req.reference_answer) > MAX_REFERENCE_CHARS:
         raise SubmissionError("reference_answer", f"at most {MAX_REFERENCE_CHARS:,} characters")
     if req.algorithm not in ALGORITHMS:
         raise SubmissionError("algorithm", f"unknown {req.algorithm!r}; known: {', '.join(ALGORITHMS)}")
     if req.target < 1:
         raise SubmissionError("target", f"must be at least 1, not {req.target}")
+    most = limits.max_target.get(req.algorithm, 256)
+    if req.target > most:
+        raise SubmissionError("target", f"at most {most} for {req.algorithm}, not {req.target}")
+    if not 0 <= req.seed <= MAX_INT:
+        raise SubmissionError("seed", f"must be from 0 to 2**63-1, not {req.seed}")
     if req.mode not in MODES:
         raise SubmissionError("mode", f"must be one of {', '.join(MODES)}, not {req.mode!r}")
     if req.prompt_tokens < 0:
         raise SubmissionError("prompt_tokens", f"must be at least 0, not {req.prompt_tokens}")
+    if req.prompt_tokens > 10_000_000:
+        raise SubmissionError("prompt_tokens", f"at most 10,000,000, not {req.prompt_tokens}")
     return req
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -12,12 +12,12 @@ import redis.asyncio as aioredis
 import structlog
 
 from spex.proto import BudgetUpdateEvent, ProtocolError, QueryStatsEvent, WorkerLoadEvent, decode
-from spex.proto.names import ALLOCATOR_LEASE, QUERY_STATS, query_inbox, worker_load
+from spex.proto.names import ALLOCATOR_LEASE, QUERY_STATS, query_inbox, query_request, worker_load
 from spex.shared.core.spec.budget import Demand, allocate
 from spex.shared.roofline.capacity import spare_concurrency, speculative_pool
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus
-from spex.shared.runtime.service import run_service
+from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["Allocator", "main"]
@@ -40,35 +40,38 @@ class Allocator:
         self.latest: dict[str, tuple[float, QueryStatsEvent]] = {}
         self.published: dict[str, int] = {}  # last share sent per query
         self.rounds = 0
+        self._last = "$"
         self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
     def summary(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "k_total": self.k_total}
 
     async def run(self, stop: asyncio.Event) -> None:
-        last = "$"
-        while not stop.is_set():
-            lease_ms = int(self.settings.lease_s * 1000)
-            mine = await self.r.set(ALLOCATOR_LEASE, self.settings.consumer, nx=True, px=lease_ms)
-            holder: Any = await self.r.get(ALLOCATOR_LEASE)
-            if not mine and (holder or b"").decode() != self.settings.consumer:
-                await asyncio.sleep(self.settings.lease_s / 3)  # another allocator is active
-                continue
-            await self.r.pexpire(ALLOCATOR_LEASE, lease_ms)
-            replies: Any = await self.r.xread({QUERY_STATS: last}, count=1000, block=self.settings.block_ms)
-            now = time.monotonic()
-            for _, entries in replies or []:
-                for entry_id, fields in entries:
-                    last = entry_id
-                    try:
-                        msg = decode(QUERY_STATS, fields[b"e"])
-                    except ProtocolError:
-                        continue  # telemetry: a bad sample is dropped, not dead-lettered
-                    if isinstance(msg, QueryStatsEvent):
-                        self.latest[msg.query_id] = (now, msg)
-            self.latest = {q: v for q, v in self.latest.items() if now - v[0] < STALE_S}
-            self.published = {q: v for q, v in self.published.items() if q in self.latest}
-            await self._publish()
+        await loop_forever(stop, self._round, self.log, lambda: None)
+
+    async def _round(self) -> None:
+        lease_ms = int(self.settings.lease_s * 1000)
+        mine = await self.r.set(ALLOCATOR_LEASE, self.settings.consumer, nx=True, px=lease_ms)
+        holder: Any = await self.r.get(ALLOCATOR_LEASE)
+        if not mine and (holder or b"").decode() != self.settings.consumer:
+            await asyncio.sleep(self.settings.lease_s / 3)  # another allocator is active
+            return
+        await self.r.pexpire(ALLOCATOR_LEASE, lease_ms)
+        replies: Any = await self.r.xread({QUERY_STATS: self._last}, count=1000, block=self.settings.block_ms)
+        now = time.monotonic()
+        for _, entries in replies or []:
+            for entry_id, fields in entries:
+                self._last = entry_id
+                try:
+                    msg = decode(QUERY_STATS, (fields or {}).get(b"e", b""))
+                except ProtocolError as exc:  # telemetry: a bad sample is dropped, not parked
+                    self.log.warning("query_stats_malformed", entry_id=str(entry_id), error=str(exc))
+                    continue
+                if isinstance(msg, QueryStatsEvent):
+                    self.latest[msg.query_id] = (now, msg)
+        self.latest = {q: v for q, v in self.latest.items() if now - v[0] < STALE_S}
+        self.published = {q: v for q, v in self.published.items() if q in self.latest}
+        await self._publish()
 
     async def _worker_loads(self) -> list[WorkerLoadEvent]:
         """The load of every live generator (a worker's key expires when it dies)."""
@@ -89,7 +92,7 @@ class Allocator:
     async def _pool(self, stats: list[QueryStatsEvent]) -> int:
         """Σ over live generators of what their roofline and KV leave for speculation (the
         same rule as the virtual-time bench); a static k_total while none reports its load."""
-        spec_ctx = sum(m.prefix_tokens for m in stats) / len(stats)
+        spec_ctx = sum(min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS) for m in stats) / len(stats)
         loads = await self._worker_loads()
         if not loads:
             return max(0, self.k_total - sum(m.active_jobs for m in stats))
@@ -112,9 +115,7 @@ class Allocator:
             return
         stats = [m for _, m in self.latest.values()]
         pool = await self._pool(stats)
-        demands = [
-            Demand(m.query_id, m.candidates, m.hit_rate, m.prefix_tokens * self.kv_bytes) for m in stats
-        ]
+        demands = [_demand(m, self.kv_bytes) for m in stats]
         shares = allocate(demands, pool, self.weight_bytes)
         self.rounds += 1
         for m in stats:
@@ -127,7 +128,19 @@ class Allocator:
                 share=shares[m.query_id],
                 k_total=self.k_total,
             )
-            await self.bus.publish(query_inbox(m.query_id), event)
+            await self.bus.publish(query_inbox(m.query_id), event, require=query_request(m.query_id))
+
+
+MAX_CANDIDATES = 1024  # more speculative branches than any engine runs for one query
+MAX_PREFIX_TOKENS = 10_000_000
+
+
+def _demand(m: QueryStatsEvent, kv_bytes: float) -> Demand:
+    """A query's demand, its telemetry clamped to sane ranges (a NaN hit rate counts as 0)."""
+    hit_rate = m.hit_rate if 0.0 <= m.hit_rate <= 1.0 else (1.0 if m.hit_rate > 1.0 else 0.0)
+    candidates = min(max(0, m.candidates), MAX_CANDIDATES)
+    prefix = min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS)
+    return Demand(m.query_id, candidates, hit_rate, prefix * kv_bytes)
 
 
 def main() -> int:

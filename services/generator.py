@@ -23,7 +23,10 @@ from spex.proto import (
     CancelRequest,
     GenerateRequest,
     GenerateResult,
+    JobFailedEvent,
     LogprobSummary,
+    Message,
+    ProtocolError,
     WorkerLoadEvent,
     decode,
     encode,
@@ -35,6 +38,8 @@ from spex.proto.names import (
     cancel_key,
     gen_jobs,
     query_inbox,
+    query_request,
+    reply_key,
     worker_load,
 )
 from spex.shared.content.prompts import STEP_DELIMITER, prompt_pieces
@@ -64,8 +69,10 @@ class Generator:
         self.running: dict[str, tuple[Delivery, GenerateRequest, Generation | None]] = {}
         self.log = structlog.get_logger().bind(service="generator", consumer=settings.consumer)
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
+        self.bus.on_dead = self._tell_query
         self.done = 0
         self.aborted = 0
+        self._control_last = "$"
 
     def summary(self) -> dict[str, Any]:
         return {"jobs_done": self.done, "jobs_aborted": self.aborted, "dead_lettered": self.bus.dead_lettered}
@@ -74,7 +81,7 @@ class Generator:
         await self.bus.ensure_group(self.stream, GENERATOR_GROUP)
         tasks = [
             self._intake(stop),
-            self.engine.run(self._on_complete, stop),
+            self.engine.run(self._completed, stop),
             self._control(stop),
             self._heartbeats(stop),
             self._load_reports(stop),
@@ -85,19 +92,21 @@ class Generator:
     async def on_generate(self, d: Delivery) -> None:
         req = d.message
         assert isinstance(req, GenerateRequest)
-        if await self.bus.r.exists(cancel_key(req.job_id)):
-            await self.bus.ack(d, GENERATOR_GROUP)  # cancelled while queued: never starts
-            self.aborted += 1
-            return
         if req.job_id in self.running:  # our own pending entry, redelivered after a reconnect
             return
-        if req.content not in CONTENTS:
-            await self.bus.dead_letter(d, GENERATOR_GROUP, f"content: unknown {req.content!r}")
+        async with self.bus.r.pipeline(transaction=False) as pipe:
+            pipe.exists(cancel_key(req.job_id))
+            pipe.exists(query_request(req.query_id))
+            pipe.exists(reply_key(req.query_id))
+            cancelled, known, answered = await pipe.execute()
+        if cancelled or not known or answered:
+            # Cancelled while queued, or its query is unknown or answered: never starts.
+            await self.bus.ack(d, GENERATOR_GROUP)
+            self.aborted += 1
             return
-        if req.content == "real" and self.template is None:
-            await self.bus.dead_letter(
-                d, GENERATOR_GROUP, "real content needs a real engine (SPEX_ENGINE=hf)"
-            )
+        problem = _job_problem(req, real_engine=self.template is not None)
+        if problem:
+            await self.bus.dead_letter(d, GENERATOR_GROUP, problem)
             return
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
         gen = None
@@ -120,8 +129,12 @@ class Generator:
         )
         if self.template is not None:
             request.text = tuple(prompt_pieces(req.question, req.steps, self.template))
+        try:
+            self.engine.submit(request)
+        except ValueError as exc:  # refused (e.g. more KV than the engine holds): this job's fault
+            await self.bus.dead_letter(d, GENERATOR_GROUP, f"engine: {exc}")
+            return
         self.running[req.job_id] = (d, req, gen)
-        self.engine.submit(request)
 
     async def on_cancel(self, d: Delivery) -> None:
         msg = d.message
@@ -129,6 +142,29 @@ class Generator:
         for completion in self.engine.abort(msg.job_id):
             await self._on_complete(completion)
         await self.bus.ack(d, GENERATOR_GROUP)
+
+    async def _completed(self, c: Completion) -> None:
+        """The engine loop's callback: a failure here is logged, never the engine loop's end
+        (the job stays pending, so it is reclaimed and retried, then dead-lettered)."""
+        try:
+            await self._on_complete(c)
+        except Exception as exc:
+            self.log.error("completion_failed", job_id=c.rid, error=str(exc) or repr(exc))
+
+    async def _tell_query(self, message: Message, reason: str) -> None:
+        """A job given up on: its query fails instead of waiting for it forever."""
+        if not isinstance(message, GenerateRequest):
+            return
+        event = JobFailedEvent(
+            msg_id=f"{message.query_id}/{message.job_id}/failed",
+            query_id=message.query_id,
+            epoch=message.epoch,
+            job_id=message.job_id,
+            node_id=message.node_id,
+            kind="generate",
+            reason=reason,
+        )
+        await self.bus.publish(query_inbox(message.query_id), event, require=query_request(message.query_id))
 
     async def _on_complete(self, c: Completion) -> None:
         entry = self.running.pop(c.rid, None)
@@ -162,7 +198,7 @@ class Generator:
         )
         # Result first, then the owner-checked ack: a crash in between redelivers the job and
         # the duplicate result (same message id) is dropped by the idempotent publish.
-        await self.bus.publish(query_inbox(req.query_id), result)
+        await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
         await self.bus.ack(d, GENERATOR_GROUP)
         self.done += 1
 
@@ -193,28 +229,31 @@ class Generator:
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 
     async def _control(self, stop: asyncio.Event) -> None:
-        last = "$"
-        while not stop.is_set():
+        async def once() -> None:
             replies: Any = await self.bus.r.xread(
-                {GEN_CONTROL: last}, count=100, block=self.settings.block_ms
+                {GEN_CONTROL: self._control_last}, count=100, block=self.settings.block_ms
             )
             for _, entries in replies or []:
                 for entry_id, fields in entries:
-                    last = entry_id
+                    self._control_last = entry_id
                     try:
-                        msg = decode(GEN_CONTROL, fields[b"e"])
-                    except Exception:  # a fan-out stream has no group to dead-letter from
-                        self.log.warning("control_message_malformed", entry_id=str(entry_id))
+                        msg = decode(GEN_CONTROL, (fields or {}).get(b"e", b""))
+                    except ProtocolError as exc:  # a fan-out stream has no group to park it in
+                        self.log.warning("control_message_malformed", entry_id=str(entry_id), error=str(exc))
                         continue
                     if isinstance(msg, CancelRequest):
                         for completion in self.engine.abort(msg.job_id):
-                            await self._on_complete(completion)
+                            await self._completed(completion)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
 
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         async def once() -> None:
             await asyncio.sleep(self.settings.heartbeat_s)
             ids = [d.entry_id for d, _, _ in self.running.values()]
-            await self.bus.heartbeat(self.stream, GENERATOR_GROUP, ids)
+            lost = await self.bus.heartbeat(self.stream, GENERATOR_GROUP, ids)
+            if lost:  # we stalled and a peer took these over: stop them here, rejoin the group
+                self._drop(lost)
             # Jobs of a peer that stopped heartbeating (three periods) are ours now.
             idle_ms = int(3 * self.settings.heartbeat_s * 1000)
             for d in await self.bus.reclaim(self.stream, GENERATOR_GROUP, idle_ms):
@@ -222,6 +261,13 @@ class Generator:
                 await self._dispatch(d)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
+
+    def _drop(self, entry_ids: set[str]) -> None:
+        for job_id, (d, req, _) in list(self.running.items()):
+            if d.entry_id in entry_ids:
+                del self.running[job_id]
+                self.engine.abort(job_id)
+                self.log.warning("job_taken_over", job_id=job_id, query_id=req.query_id)
 
     async def _load_reports(self, stop: asyncio.Event) -> None:
         async def once() -> None:
@@ -262,6 +308,19 @@ def _engine(settings: Settings) -> RealtimeEngine | Any:
 
     config = HFConfig(settings.max_running, deterministic=settings.deterministic, device=settings.device)
     return ThreadedEngine(HFEngine.from_dir(settings.model, config))
+
+
+def _job_problem(req: GenerateRequest, real_engine: bool) -> str:
+    """Why this worker cannot run `req` (a one-line reason), or "" if it can."""
+    if req.content not in CONTENTS:
+        return f"content: unknown {req.content!r}"
+    if req.content == "real" and not real_engine:
+        return "real content needs a real engine (SPEX_ENGINE=hf)"
+    if not req.prompt_node_ids or len(req.prompt_node_ids) != len(req.prompt_tokens):
+        return "prompt_node_ids: one entry per path node, as many as prompt_tokens, at least one"
+    if any(t < 0 for t in req.prompt_tokens) or req.max_new_tokens < 1:
+        return "prompt_tokens and max_new_tokens: must be positive"
+    return ""
 
 
 def _logprobs(gen: Generation | None, c: Completion) -> LogprobSummary:

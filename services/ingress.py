@@ -1,77 +1,180 @@
-"""HTTP ingress (`spex worker ingress`): POST /v1/questions, GET /v1/questions/{id}.
+"""HTTP ingress (`spex worker ingress`): POST /v1/questions, GET and DELETE /v1/questions/{id}.
 
 A thin HTTP face on the ingress client (`spex.shared.runtime.client`): the body's fields are
 checked and validated by `spex.proto.submission`, the one validator every way in shares.
+
+Security: it binds loopback unless `SPEX_HTTP_HOST` says otherwise. With tokens configured
+(`SPEX_AUTH_TOKENS` or `SPEX_AUTH_TOKENS_FILE`, never the command line) every request needs
+`Authorization: Bearer <token>`, and client keys and results are scoped to the token's name:
+one client can neither reuse another's key nor read or cancel another's question. Every
+refusal is a one-line JSON reason: 400 a bad field, 401 no or a wrong token, 404 no such
+question, 409 a client key reused for a different question, 413 too large, 429 too many in
+flight, 503 Redis unreachable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
+import json
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import redis.asyncio as aioredis
+import structlog
 from aiohttp import web
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from spex.proto import SubmissionError, submission
-from spex.shared.runtime.client import Backpressure, IngressClient
+from spex.proto import SubmissionError, SubmissionTooLarge, submission
+from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
 from spex.shared.runtime.service import run_service
 from spex.shared.runtime.settings import Settings
 
-__all__ = ["IngressService", "main"]
+__all__ = ["IngressService", "load_tokens", "main"]
+
+TOKEN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def load_tokens(settings: Settings) -> dict[str, str]:
+    """token -> client name, from `NAME=TOKEN,...` and a file of `NAME TOKEN` lines ('#'
+    comments). ValueError naming the variable on a malformed entry."""
+    entries: list[tuple[str, str, str]] = []
+    for item in filter(None, (i.strip() for i in settings.auth_tokens.split(","))):
+        name, _, token = item.partition("=")
+        entries.append(("SPEX_AUTH_TOKENS", name.strip(), token.strip()))
+    if settings.auth_tokens_file:
+        for line in Path(settings.auth_tokens_file).read_text().splitlines():
+            parts = line.split("#", 1)[0].split()
+            if parts:
+                entries.append(("SPEX_AUTH_TOKENS_FILE", parts[0], parts[1] if len(parts) == 2 else ""))
+    tokens: dict[str, str] = {}
+    for source, name, token in entries:
+        if not TOKEN_NAME.fullmatch(name) or len(token) < 16:
+            raise ValueError(f"{source}: each entry is NAME and a TOKEN of at least 16 characters")
+        tokens[token] = name
+    return tokens
 
 
 class IngressService:
-    """POST /v1/questions {"question", "algorithm", "target", "seed", "mode", "client_key"} →
-    202 {"query_id"} (429 when the backlog is full, 400 naming a bad field);
-    GET /v1/questions/{id} → 200 with the answer, or 202 while it is being searched."""
+    """POST /v1/questions {"question", "algorithm", "target", "seed", "mode", "client_key",
+    "reference_answer"} → 202 {"query_id"}; GET /v1/questions/{id} → 200 with the answer (or
+    its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        self.client = IngressClient(client, settings.backlog_limit)
-        self.port = settings.http_port
+        self.client = IngressClient(client, settings.backlog_limit, settings.limits, settings.result_ttl_s)
+        self.host, self.port = settings.http_host, settings.http_port
+        self.max_body = settings.max_message_bytes
+        self.tokens = load_tokens(settings)
         self.submitted = 0
+        self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
 
     def summary(self) -> dict[str, int]:
         return {"submitted": self.submitted}
 
     def app(self) -> web.Application:
-        app = web.Application()
-        app.add_routes([web.post("/v1/questions", self.post), web.get("/v1/questions/{qid}", self.get)])
+        app = web.Application(client_max_size=self.max_body, middlewares=[self._guard])
+        app.add_routes(
+            [
+                web.post("/v1/questions", self.post),
+                web.get("/v1/questions/{qid}", self.get),
+                web.delete("/v1/questions/{qid}", self.delete),
+            ]
+        )
         return app
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Authentication, then the handler; Redis trouble is a 503, never a crash."""
+        client = self._client_of(request)
+        if client is None:
+            return _error(
+                401, "authorization: a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
+            )
+        request["client"] = client
+        try:
+            return await handler(request)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            self.log.warning("redis_unavailable", error=str(exc))
+            return _error(503, "the queue is unreachable; retry later")
+
+    def _client_of(self, request: web.Request) -> str | None:
+        if not self.tokens:
+            return ""
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            return None
+        found = None
+        for token, name in self.tokens.items():  # compare with every token, in constant time
+            if hmac.compare_digest(token.encode(), given.strip().encode()):
+                found = name
+        return found
 
     async def post(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "body: not JSON")
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"body: larger than {self.max_body:,} bytes")
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
+            return _error(400, "body: not a JSON object")
         if not isinstance(body, dict):
             return _error(400, "body: expected a JSON object")
         try:
             fields = submission.check_fields(body)
-            qid = await self.client.submit(fields.pop("question", ""), **fields)
+            qid = await self.client.submit(fields.pop("question", ""), client=request["client"], **fields)
+        except SubmissionTooLarge as exc:
+            return _error(413, str(exc))
         except SubmissionError as exc:
             return _error(400, str(exc))
+        except KeyConflict as exc:
+            return _error(409, str(exc))
         except Backpressure as exc:
-            return _error(429, str(exc))
+            return _error(429, str(exc), {"Retry-After": "1"})
         self.submitted += 1
         return web.json_response({"query_id": qid}, status=202)
 
     async def get(self, request: web.Request) -> web.Response:
-        answer = await self.client.result(request.match_info["qid"])
+        qid = request.match_info["qid"]
+        try:
+            submission.check_query_id(qid)
+            await self.client.request(qid, request["client"])
+        except (SubmissionError, UnknownQuery):
+            return _error(404, f"query_id: no question {qid[:64]!r}")
+        answer = await self.client.result(qid)
         if answer is None:
             return web.json_response({"status": "searching"}, status=202)
-        return web.json_response({"status": "answered", "answer": answer.answer, "nodes": answer.nodes})
+        if answer.error:
+            return web.json_response({"status": "failed", "error": answer.error})
+        return web.json_response(
+            {"status": "answered", "answer": answer.answer, "correct": answer.correct, "nodes": answer.nodes}
+        )
+
+    async def delete(self, request: web.Request) -> web.Response:
+        qid = request.match_info["qid"]
+        try:
+            submission.check_query_id(qid)
+            await self.client.request(qid, request["client"])
+            await self.client.cancel(qid)
+        except (SubmissionError, UnknownQuery):
+            return _error(404, f"query_id: no question {qid[:64]!r}")
+        return web.json_response({"status": "cancelling"}, status=202)
 
     async def run(self, stop: asyncio.Event) -> None:
         runner = web.AppRunner(self.app())
         await runner.setup()
-        await web.TCPSite(runner, "0.0.0.0", self.port).start()
+        await web.TCPSite(runner, self.host, self.port).start()
         try:
             await stop.wait()
         finally:
             await runner.cleanup()
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
 
 
 def main() -> int:

@@ -1,31 +1,69 @@
 """`spex up` and `spex demo`: a real Redis (embedded by default) and every service as its own
-process, with health checks and a clean shutdown on Ctrl-C."""
+process under a supervisor (a crashed service is restarted with backoff, and says so), with
+health checks and a clean shutdown on Ctrl-C.
+
+The embedded Redis keeps its data in a directory (`--data-dir`, default
+`$XDG_DATA_HOME/spex`, else `~/.local/share/spex`) with an append-only file fsynced every
+second, so `spex up` on the same directory resumes every pending question. It is protected by
+a random password kept in that directory (mode 0600) and handed to the services as a file
+name, never on a command line and never printed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import redis.asyncio as aioredis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import RedisServer, free_port
 from spex.shared.runtime.settings import ENV, Settings
+from spex.shared.runtime.supervisor import Supervisor
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
-__all__ = ["demo", "up"]
+__all__ = ["default_data_dir", "demo", "service_env", "up"]
+
+PASSWORD_FILE = "redis.password"
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "spex"
+
+
+def embedded_redis(data_dir: Path) -> tuple[RedisServer, Path]:
+    """A durable, password-protected Redis on `data_dir` (created 0700 if missing)."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    secret = data_dir / PASSWORD_FILE
+    if not secret.exists():
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    password = secret.read_text().strip()
+    return RedisServer(data_dir=data_dir / "redis", password=password), secret
+
+
+def service_env(settings: Settings, name: str, **extra: str) -> dict[str, str]:
+    """A child's environment: this one's, with every setting (so children see one config)."""
+    env = dict(os.environ)
+    values = asdict(settings)
+    for var, (field, _) in ENV.items():
+        env[var] = str(values[field])
+    env["SPEX_CONSUMER"] = name
+    env.update(extra)
+    return env
 
 
 @contextlib.contextmanager
@@ -35,61 +73,84 @@ def up(
     generators: int = 1,
     coordinators: int = 1,
     console: Console | None = None,
+    data_dir: Path | None = None,
 ) -> Iterator[Settings]:
-    """Start Redis (unless `redis_url`) and the services; stop them all on exit."""
-    server = None if redis_url else RedisServer().start()
-    settings = replace(settings, redis_url=redis_url or server.url)  # type: ignore[union-attr]
-    logs = tempfile.TemporaryDirectory(prefix="spex-up-")
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    """Start Redis (unless `redis_url`) and the services under a supervisor; stop them all on
+    exit. Without `data_dir` the embedded Redis lives in a temporary directory."""
+    say = console.print if console else (lambda _msg: None)
+    scratch = tempfile.TemporaryDirectory(prefix="spex-up-")
+    server = None
+    if not redis_url:
+        server, secret = embedded_redis(data_dir or Path(scratch.name, "data"))
+        server.start()
+        settings = replace(settings, redis_url=server.url, redis_password="", redis_password_file=str(secret))
+    else:
+        settings = replace(settings, redis_url=redis_url)
+    logs = Path(scratch.name)
+    supervisor = Supervisor(logs, say=lambda msg: say(f"[yellow]spex up[/]: {msg}"))
     try:
         names = [("coordinator", f"coord-{i}") for i in range(coordinators)]
         names += [("generator", f"gen-{i}") for i in range(generators)]
         names += [("scorer", "scorer-0"), ("allocator", "allocator-0"), ("ingress", "ingress-0")]
-        for kind, name in names:
-            env = dict(os.environ)
-            for var, (field, _) in ENV.items():
-                env[var] = str(asdict(settings)[field])
-            env["SPEX_CONSUMER"] = name
-            log = Path(logs.name, f"{name}.log").open("wb")  # noqa: SIM115 - closed with the directory
-            procs[name] = subprocess.Popen(
-                [sys.executable, "-m", f"spex.services.{kind}"], env=env, stderr=log
-            )
-        _wait_healthy(procs, Path(logs.name))
-        if console:
-            console.print(f"[bold]spex up[/]: Redis at {settings.redis_url}; services: {', '.join(procs)}")
-            console.print(f"HTTP ingress: http://127.0.0.1:{settings.http_port}/v1/questions")
+        ports: dict[str, int] = {}
+        for i, (kind, name) in enumerate(names):
+            extra = {}
+            if settings.metrics_port:  # one port each: base, base + 1, ...
+                ports[name] = settings.metrics_port + i
+                extra["SPEX_METRICS_PORT"] = str(ports[name])
+            supervisor.add(kind, name, service_env(settings, name, **extra))
+        _wait_healthy(supervisor, logs)
+        supervisor.watch()
+        if server is not None:
+            _watch_redis(server, supervisor, say)
+        where = f"Redis at {settings.redis_url}"
+        if server is not None:
+            where += f" (data in {server.data_dir}, password in {settings.redis_password_file})"
+        say(f"[bold]spex up[/]: {where}; services: {', '.join(supervisor.children)}")
+        say(f"HTTP ingress: http://{settings.http_host}:{settings.http_port}/v1/questions")
+        if ports:
+            say("metrics: " + ", ".join(f"{n} :{p}" for n, p in ports.items()))
         yield settings
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        supervisor.stop()
         if server is not None:
             server.stop()
-        logs.cleanup()
+        scratch.cleanup()
 
 
-def _wait_healthy(procs: dict[str, subprocess.Popen[bytes]], logs: Path, timeout_s: float = 30.0) -> None:
+def _watch_redis(server: RedisServer, supervisor: Supervisor, say: object) -> None:
+    """Restart the embedded Redis (same port, data and password) if it dies."""
+    import threading
+
+    def loop() -> None:
+        while not supervisor.stopping(0.5):
+            if not server.running():
+                say(f"[yellow]spex up[/]: Redis exited; restarting it on {server.data_dir}")  # type: ignore[operator]
+                with contextlib.suppress(RuntimeError):
+                    server.start()
+
+    threading.Thread(target=loop, name="redis-watch", daemon=True).start()
+
+
+def _wait_healthy(supervisor: Supervisor, logs: Path, timeout_s: float = 60.0) -> None:
     """Every service has logged `service_started` (and none has exited)."""
     deadline = time.monotonic() + timeout_s
-    waiting = set(procs)
+    waiting = set(supervisor.children)
     while waiting and time.monotonic() < deadline:
         for name in list(waiting):
-            if procs[name].poll() is not None:
-                tail = (logs / f"{name}.log").read_text()[-400:]
-                raise RuntimeError(f"service {name} exited at start: {tail}")
-            if b"service_started" in (logs / f"{name}.log").read_bytes():
+            log = supervisor.log_path(name)
+            if name in supervisor.exited():
+                raise RuntimeError(f"service {name} exited at start: {log.read_text()[-400:]}")
+            if b"service_started" in log.read_bytes():
                 waiting.discard(name)
         time.sleep(0.05)
     if waiting:
         raise RuntimeError(f"services not healthy after {timeout_s} s: {', '.join(sorted(waiting))}")
 
 
-def serve_forever(settings: Settings, redis_url: str | None, generators: int, console: Console) -> int:
+def serve_forever(
+    settings: Settings, redis_url: str | None, generators: int, console: Console, data_dir: Path | None
+) -> int:
     stop = False
 
     def on_signal(*_: object) -> None:
@@ -98,7 +159,7 @@ def serve_forever(settings: Settings, redis_url: str | None, generators: int, co
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    with up(settings, redis_url, generators, console=console):
+    with up(settings, redis_url, generators, console=console, data_dir=data_dir or default_data_dir()):
         console.print("running; Ctrl-C stops every service")
         while not stop:
             time.sleep(0.2)
@@ -142,7 +203,7 @@ def demo(settings: Settings, questions: int, algorithm: str, target: int, consol
 async def _run_mode(
     settings: Settings, synthetic: list, algorithm: str, target: int, mode: str, console: Console
 ) -> dict:
-    client = IngressClient(aioredis.Redis.from_url(settings.redis_url))
+    client = IngressClient(redis_client(settings))
     start = time.monotonic()
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     answers = {}

@@ -16,8 +16,8 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 
-from spex.proto import CONTENTS, ScoreRequest, ScoreResult
-from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox
+from spex.proto import CONTENTS, JobFailedEvent, Message, ScoreRequest, ScoreResult
+from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox, query_request, reply_key
 from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
@@ -42,6 +42,7 @@ class Scorer:
         self.template = getattr(self.engine.engine, "template", None)  # a reward model reads text
         self.pending: dict[str, tuple[Delivery, ScoreRequest]] = {}
         self.scored = 0
+        self.bus.on_dead = self._tell_query
         self.log = structlog.get_logger().bind(service="scorer", consumer=settings.consumer)
 
     def summary(self) -> dict[str, Any]:
@@ -49,9 +50,7 @@ class Scorer:
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.ensure_group(SCORE_JOBS, SCORER_GROUP)
-        await asyncio.gather(
-            self._intake(stop), self.engine.run(self._on_complete, stop), self._reclaim(stop)
-        )
+        await asyncio.gather(self._intake(stop), self.engine.run(self._completed, stop), self._reclaim(stop))
 
     async def on_score(self, d: Delivery) -> None:
         req = d.message
@@ -59,21 +58,56 @@ class Scorer:
         rid = f"{req.job_id}:{d.entry_id}"
         if any(r.job_id == req.job_id for _, r in self.pending.values()):
             return
-        if req.content not in CONTENTS:
-            await self.bus.dead_letter(d, SCORER_GROUP, f"content: unknown {req.content!r}")
+        async with self.bus.r.pipeline(transaction=False) as pipe:
+            pipe.exists(query_request(req.query_id))
+            pipe.exists(reply_key(req.query_id))
+            known, answered = await pipe.execute()
+        if not known or answered:  # its query is unknown or answered: nothing to score for
+            await self.bus.ack(d, SCORER_GROUP)
             return
-        if req.content == "real" and self.template is None:
-            await self.bus.dead_letter(d, SCORER_GROUP, "real content needs a reward model (SPEX_PRM)")
+        problem = _job_problem(req, reward_model=self.template is not None)
+        if problem:
+            await self.bus.dead_letter(d, SCORER_GROUP, problem)
             return
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
         request = EngineRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority)
         if self.template is not None:
             request.text = tuple(prompt_pieces(req.question, req.steps, self.template))
+        try:
+            self.engine.submit(request)
+        except ValueError as exc:  # refused: this job's fault
+            await self.bus.dead_letter(d, SCORER_GROUP, f"reward engine: {exc}")
+            return
         self.pending[rid] = (d, req)
-        self.engine.submit(request)
+
+    async def _completed(self, c: Completion) -> None:
+        """The engine loop's callback: a failure is logged, never the loop's end (the job stays
+        pending: reclaimed, retried, then dead-lettered)."""
+        try:
+            await self._on_complete(c)
+        except Exception as exc:
+            self.log.error("completion_failed", job_id=c.rid, error=str(exc) or repr(exc))
+
+    async def _tell_query(self, message: Message, reason: str) -> None:
+        """A score job given up on: its query fails instead of waiting forever."""
+        if not isinstance(message, ScoreRequest):
+            return
+        event = JobFailedEvent(
+            msg_id=f"{message.query_id}/{message.job_id}/score-failed",
+            query_id=message.query_id,
+            epoch=message.epoch,
+            job_id=message.job_id,
+            node_id=message.node_id,
+            kind="score",
+            reason=reason,
+        )
+        await self.bus.publish(query_inbox(message.query_id), event, require=query_request(message.query_id))
 
     async def _on_complete(self, c: Completion) -> None:
-        d, req = self.pending.pop(c.rid)
+        entry = self.pending.pop(c.rid, None)
+        if entry is None:
+            return
+        d, req = entry
         if c.reason == "error" or (req.content == "real" and c.reward is None):
             await self.bus.dead_letter(d, SCORER_GROUP, f"reward engine: {c.text or 'no reward'}")
             return
@@ -92,7 +126,7 @@ class Scorer:
             node_id=req.node_id,
             reward=reward,
         )
-        await self.bus.publish(query_inbox(req.query_id), result)
+        await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
         await self.bus.ack(d, SCORER_GROUP)
         self.scored += 1
         JOBS.labels("scorer", self.settings.consumer, "finished").inc()
@@ -117,13 +151,29 @@ class Scorer:
     async def _reclaim(self, stop: asyncio.Event) -> None:
         async def once() -> None:
             await asyncio.sleep(self.settings.heartbeat_s)
-            await self.bus.heartbeat(SCORE_JOBS, SCORER_GROUP, [d.entry_id for d, _ in self.pending.values()])
+            held = [d.entry_id for d, _ in self.pending.values()]
+            lost = await self.bus.heartbeat(SCORE_JOBS, SCORER_GROUP, held)
+            for rid in [rid for rid, (d, _) in self.pending.items() if d.entry_id in lost]:
+                del self.pending[rid]  # we stalled and a peer took it over: its result is the peer's
             for d in await self.bus.reclaim(
                 SCORE_JOBS, SCORER_GROUP, int(3 * self.settings.heartbeat_s * 1000)
             ):
                 await self._dispatch(d)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
+
+
+def _job_problem(req: ScoreRequest, reward_model: bool) -> str:
+    """Why this scorer cannot score `req` (a one-line reason), or "" if it can."""
+    if req.content not in CONTENTS:
+        return f"content: unknown {req.content!r}"
+    if req.content == "real" and not reward_model:
+        return "real content needs a reward model (SPEX_PRM)"
+    if len(req.prompt_node_ids) < 2 or len(req.prompt_node_ids) != len(req.prompt_tokens):
+        return "prompt_node_ids: the question and the steps to the scored one, as many as prompt_tokens"
+    if any(t < 0 for t in req.prompt_tokens):
+        return "prompt_tokens: must not be negative"
+    return ""
 
 
 def _engine(settings: Settings) -> RealtimeEngine | Any:

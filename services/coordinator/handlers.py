@@ -20,6 +20,7 @@ from spex.proto import (
     CancelRequest,
     GenerateRequest,
     GenerateResult,
+    JobFailedEvent,
     Message,
     ScoreRequest,
     ScoreResult,
@@ -73,11 +74,16 @@ def on_cancel(m: QueryMachine, msg: CancelRequest, now_s: float) -> list[Command
     return m.cancel(now_s)
 
 
+def on_failed(m: QueryMachine, msg: JobFailedEvent, now_s: float) -> list[Command]:
+    return m.on_failed(msg.job_id, msg.node_id, msg.kind, msg.reason, now_s)
+
+
 EVENT_HANDLERS: dict[type[Message], Callable[[QueryMachine, Any, float], list[Command]]] = {
     GenerateResult: on_generated,
     ScoreResult: on_scored,
     BudgetUpdateEvent: on_budget,
     CancelRequest: on_cancel,
+    JobFailedEvent: on_failed,
 }
 
 # ---------------------------------------------------------------------------- commands out
@@ -191,6 +197,7 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         nodes=len(m.tree) - 1,
         tokens_generated=m.stats.tokens_generated,
         tree_digest=digest(m.tree.digest(), m.answer),
+        error=m.error,
     )
     return [Answer(message)]
 

@@ -1,7 +1,7 @@
 """The coordinator's Lua scripts: leases with a fencing epoch, the fenced checkpoint and the
 fenced answer. Each runs atomically on one query's keys (one hash tag, one cluster slot)."""
 
-__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "RENEW"]
+__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "REJECT", "RENEW"]
 
 # KEYS: lease, epoch, active zset. ARGV: owner, lease ms, expiry ms, query id. -> epoch | nil
 ACQUIRE = """
@@ -33,18 +33,35 @@ redis.call('HSET', KEYS[3], 'epoch', ARGV[2], 'last_id', ARGV[3], 'digest', ARGV
 return 1
 """
 
-# Writes the answer once, appends it to the answers stream, releases the in-flight count and
-# the lease. KEYS: lease, epoch, reply, answers, in-flight, active. ARGV: owner, epoch,
-# encoded answer, query id. -> 1 | 0
+# Writes the answer once, appends it to the answers stream, takes the query out of the
+# in-flight sets, releases the lease, and lets the query's keys expire after the result TTL.
+# KEYS: lease, epoch, reply, answers, in-flight, active, client in-flight, inbox, request,
+# checkpoint. ARGV: owner, epoch, encoded answer, query id, TTL s. -> 1 | 0
 ANSWER = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
   return 0
 end
-if redis.call('SET', KEYS[3], ARGV[3], 'NX') then
+if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', ARGV[5]) then
   redis.call('XADD', KEYS[4], '*', 'e', ARGV[3])
-  redis.call('DECR', KEYS[5])
 end
+redis.call('ZREM', KEYS[5], ARGV[4])
+redis.call('ZREM', KEYS[7], ARGV[4])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[6], ARGV[4])
+for i = 8, 10 do redis.call('EXPIRE', KEYS[i], ARGV[5]) end
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return 1
+"""
+
+# A question that cannot be searched gets a failed answer, so its client is told and its
+# in-flight place freed. KEYS: reply, answers, in-flight, client in-flight, request.
+# ARGV: encoded answer, query id, TTL s. -> 1
+REJECT = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3]) then
+  redis.call('XADD', KEYS[2], '*', 'e', ARGV[1])
+end
+redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('ZREM', KEYS[4], ARGV[2])
+redis.call('EXPIRE', KEYS[5], ARGV[3])
 return 1
 """

@@ -2,11 +2,19 @@
 fencing epoch, drives each query's pure state machine (`spex.shared.core.machine`), performs
 the effects of its commands (`handlers`), and publishes the answer.
 
-Checkpointing is event sourcing: a query's inbox stream (never trimmed) holds every result it
-received, in order, and the machine is a deterministic function of that sequence. Whoever
-holds the lease replays the inbox into a fresh machine and continues: the same tree, the same
-job ids (so re-dispatched jobs are dropped by the idempotent publish). The checkpoint hash
-records the epoch, the last applied entry and the tree digest so far.
+Checkpointing is event sourcing: a query's inbox stream (never trimmed while the query runs)
+holds every result it received, in order, and the machine is a deterministic function of
+that sequence. Whoever holds the lease replays the inbox into a fresh machine and continues:
+the same tree, the same job ids (so re-dispatched jobs are dropped by the idempotent
+publish). A query joins the live inbox reader only once its replay is done, and every entry
+is applied at most once (by id), so a restart never applies an event twice. The checkpoint
+hash records the epoch, the last applied entry and the tree digest so far.
+
+Faults: a query whose lease was not confirmed within `lease_s` (this process stalled) is not
+worked on until a renewal succeeds — its fenced writes would fail anyway. A question that
+cannot be searched, and a query whose job was given up on, get a failed answer (`error`), so
+no client waits forever. If Redis lost a query's state (restarted without persistence), the
+coordinator that held it searches it again from the request it holds.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import (
+    AnswerResult,
+    Message,
     ProtocolError,
     QueryStatsEvent,
     SubmissionError,
@@ -39,6 +49,7 @@ from spex.proto.names import (
     INGRESS_IN_FLIGHT,
     QUERY_STATS,
     cancel_key,
+    client_in_flight,
     dead_letter,
     query_checkpoint,
     query_epoch,
@@ -82,6 +93,7 @@ class _Query:
     epoch: int
     last_id: str = "0"
     started_wall: float = 0.0
+    renewed: float = 0.0  # monotonic time the lease was last confirmed
 
 
 class Coordinator:
@@ -95,6 +107,8 @@ class Coordinator:
         self.events = 0
         self.answered = 0
         self._stats_sent = 0.0
+        self._adopting: set[str] = set()
+        self.bus.on_dead = self._on_dead
 
     def summary(self) -> dict[str, Any]:
         return {"events": self.events, "answered": self.answered, "dead_lettered": self.bus.dead_lettered}
@@ -122,7 +136,7 @@ class Coordinator:
             await self.bus.dead_letter(d, COORDINATOR_GROUP, f"no handler for {type(req).__name__}")
             return
         try:
-            submission.validate(req)
+            submission.validate(req, self.settings.limits)
         except SubmissionError as exc:
             await self.bus.dead_letter(d, COORDINATOR_GROUP, str(exc))
             return
@@ -138,11 +152,43 @@ class Coordinator:
                 return
         await self.bus.ack(d, COORDINATOR_GROUP)
 
+    async def _on_dead(self, message: Message, reason: str) -> None:
+        """A submission given up on: answer it as failed (its client is told, its in-flight
+        place freed) — unless the id belongs to another, valid request."""
+        if not isinstance(message, SubmitQuestionRequest):
+            return
+        qid = message.query_id
+        held: Any = await self.r.get(query_request(qid))
+        if held is not None:
+            try:
+                if decode(query_request(qid), held).msg_id != message.msg_id:
+                    return
+            except ProtocolError:
+                pass
+        answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer=None, error=f"rejected: {reason}")
+        keys = [
+            reply_key(qid),
+            ANSWERS,
+            INGRESS_IN_FLIGHT,
+            client_in_flight(message.client),
+            query_request(qid),
+        ]
+        await self.r.eval(scripts.REJECT, len(keys), *keys, encode(answer), qid, self.settings.result_ttl_s)
+        self.log.warning("question_rejected", query_id=qid, reason=reason)
+
     async def adopt(self, req: SubmitQuestionRequest) -> bool:
         """Take the lease on a query and run it from its inbox (new or interrupted)."""
         qid = req.query_id
-        if qid in self.queries or await self.r.exists(reply_key(qid)):
+        if qid in self.queries or qid in self._adopting or await self.r.exists(reply_key(qid)):
             return False
+        self._adopting.add(qid)
+        try:
+            return await self._adopt(req)
+        finally:
+            self._adopting.discard(qid)
+
+    async def _adopt(self, req: SubmitQuestionRequest) -> bool:
+        qid = req.query_id
         lease_ms = int(self.settings.lease_s * 1000)
         expiry = int(time.time() * 1000) + lease_ms
         keys = [query_lease(qid), query_epoch(qid), COORDINATORS_ACTIVE]
@@ -162,14 +208,16 @@ class Coordinator:
             speculation=SpecPolicy(enabled=speculate),
             share=LOCAL_SHARE if speculate else 0,
         )
-        query = _Query(req, machine, int(epoch), started_wall=self._now())
-        self.queries[qid] = query
-        QUERIES_OWNED.labels(self.owner).set(len(self.queries))
+        query = _Query(req, machine, int(epoch), started_wall=self._now(), renewed=self._now())
         self.log.info("query_adopted", query_id=qid, epoch=int(epoch))
         await self._execute(query, machine.start(0.0))
-        # Replay whatever the inbox already holds (a previous owner's results).
+        # Replay whatever the inbox already holds (a previous owner's results), then join the
+        # live reader, which goes on from the last entry applied here.
         entries: Any = await self.r.xrange(query_inbox(qid), "-", "+")
         await self._apply(query, entries)
+        if not machine.done:
+            self.queries[qid] = query
+            QUERIES_OWNED.labels(self.owner).set(len(self.queries))
         return True
 
     # ------------------------------------------------------------------ inbox events
@@ -178,7 +226,13 @@ class Coordinator:
             if not self.queries:
                 await asyncio.sleep(self.settings.block_ms / 1000)
                 return
-            streams: dict[Any, Any] = {query_inbox(q): s.last_id for q, s in self.queries.items()}
+            fresh = self._now() - self.settings.lease_s
+            streams: dict[Any, Any] = {
+                query_inbox(q): s.last_id for q, s in self.queries.items() if s.renewed > fresh
+            }
+            if not streams:  # every lease is unconfirmed (we stalled): wait for the renewals
+                await asyncio.sleep(self.settings.block_ms / 1000)
+                return
             replies: Any = await self.r.xread(streams, count=256, block=self.settings.block_ms)
             for stream, entries in replies or []:
                 qid = query_inbox.parse(stream)
@@ -194,7 +248,10 @@ class Coordinator:
     async def _apply(self, query: _Query, entries: Any) -> None:
         stream = query_inbox(query.request.query_id)
         for entry_id, fields in entries:
-            query.last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            entry = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            if not _after(entry, query.last_id):
+                continue  # applied already: an entry is applied once
+            query.last_id = entry
             payload = (fields or {}).get(b"e", b"")
             try:
                 message = decode(stream, payload)
@@ -244,13 +301,22 @@ class Coordinator:
             ANSWERS,
             INGRESS_IN_FLIGHT,
             COORDINATORS_ACTIVE,
+            client_in_flight(query.request.client),
+            query_inbox(qid),
+            query_request(qid),
+            query_checkpoint(qid),
         ]
         correct = await self._grade(effect.message.answer, query.request.reference_answer)
         # The latency is an I/O-time measurement: stamped here, as the answer is written.
         answer = msgspec.structs.replace(
             effect.message, latency_s=self._now() - query.started_wall, correct=correct
         )
-        await self.r.eval(scripts.ANSWER, len(keys), *keys, self.owner, query.epoch, encode(answer), qid)
+        ttl = self.settings.result_ttl_s
+        if not await self.r.eval(
+            scripts.ANSWER, len(keys), *keys, self.owner, query.epoch, encode(answer), qid, ttl
+        ):
+            self._lost(qid)  # another coordinator holds the query now: it answers
+            return
         self.queries.pop(qid, None)
         QUERIES_OWNED.labels(self.owner).set(len(self.queries))
         self.answered += 1
@@ -285,12 +351,16 @@ class Coordinator:
         lease_ms = int(self.settings.lease_s * 1000)
         await asyncio.sleep(self.settings.lease_s / 3)
         now_ms = int(time.time() * 1000)
-        for qid in list(self.queries):
+        for qid, query in list(self.queries.items()):
             keys = [query_lease(qid), query_epoch(qid), COORDINATORS_ACTIVE]
             epoch = await self.r.eval(
                 scripts.RENEW, len(keys), *keys, self.owner, lease_ms, now_ms + lease_ms, qid
             )
-            if not epoch or int(epoch) != self.queries[qid].epoch:
+            if epoch and int(epoch) == query.epoch:
+                query.renewed = self._now()
+            elif not await self.r.exists(query_epoch(qid), reply_key(qid)):
+                await self._search_again(query)  # Redis lost the query's state
+            else:
                 self._lost(qid)
         # A coordinator that died between reading a question and taking its lease left the
         # question pending in the ingress group: take it over.
@@ -311,7 +381,7 @@ class Coordinator:
 
     async def _publish_stats(self) -> None:
         """What the budget allocator needs per speculating query (C_q, P_q, S_KV, load)."""
-        for qid, query in self.queries.items():
+        for qid, query in list(self.queries.items()):
             m = query.machine
             if not m.speculation.enabled:
                 continue
@@ -325,10 +395,33 @@ class Coordinator:
             )
             await self.r.xadd(QUERY_STATS, {"e": encode(stats)}, maxlen=10_000, approximate=True)
 
+    async def _search_again(self, query: _Query) -> None:
+        """Redis lost this query (no epoch, no answer: it restarted without persistence).
+        The request is here: store it again and search it from the start — the same seeds
+        give the same tree."""
+        req = query.request
+        self.queries.pop(req.query_id, None)
+        self.log.warning("query_state_lost", query_id=req.query_id)
+        now_ms = int(time.time() * 1000)
+        await self.r.set(query_request(req.query_id), encode(req), nx=True)
+        await self.r.zadd(INGRESS_IN_FLIGHT, {req.query_id: now_ms})
+        await self.r.zadd(client_in_flight(req.client), {req.query_id: now_ms})
+        await self.adopt(req)
+
     def _lost(self, qid: str) -> None:
         """Another coordinator holds the query now (our lease expired): stop working on it."""
         if self.queries.pop(qid, None) is not None:
             self.log.warning("lease_lost", query_id=qid)
+
+
+def _after(entry_id: str, last_id: str) -> bool:
+    """Whether stream entry `entry_id` comes after `last_id` ("0": before every entry)."""
+    return _stream_id(entry_id) > _stream_id(last_id)
+
+
+def _stream_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def main() -> int:

@@ -85,6 +85,7 @@ class QueryMachine:
     early_stopped: bool = False
     cancelled: bool = False
     answer: str | None = None
+    error: str = ""  # why the query failed: a job it waited on was given up on
     solutions: list[Node] = field(default_factory=list)
     started_s: float = 0.0
     finished_s: float = 0.0
@@ -200,6 +201,18 @@ class QueryMachine:
             return []
         self._scored(node, reward)
         return self._resume(now_s) + self._housekeeping(now_s)
+
+    def on_failed(self, job_id: str, node_id: str, kind: str, reason: str, now_s: float) -> list[Command]:
+        """A service gave up on a job (its engine refused it, or it kept failing). A job this
+        query still tracks fails the query — retrying the same job would fail the same way, and
+        a search with a hole in its tree is not the search asked for; a stale one is ignored."""
+        if self.done:
+            return []
+        tracked = node_id in self._scoring if kind == "score" else self.job_of(node_id) is not None
+        if not tracked or (kind != "score" and self._jobs[node_id].job_id != job_id):
+            return []
+        self.error = f"{kind} job {job_id} failed: {reason}"
+        return self._finish(now_s, None, early=False)
 
     def on_cancelled(self, tokens: int) -> None:
         """A cancelled speculative job stopped after `tokens` tokens (all of them waste)."""

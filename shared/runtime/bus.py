@@ -6,19 +6,26 @@ Semantics (measured on Redis 6.2 and 7.0, `../shared/reference/redis_streams.md`
 - Each entry has one field, `e`: a MessagePack `proto` message. Decoding failures (bad bytes,
   unknown type, unknown protocol version) go to `dlq:<stream>` at once, with the reason.
 - `publish` is idempotent by message id: a retried write (redis-py retries after a lost reply)
-  never adds a second entry. Work streams are never trimmed with MAXLEN.
+  never adds a second entry. Work streams are never trimmed with MAXLEN. A result for a query
+  is published only while the query exists (`require`): nothing re-creates the inbox of a
+  query that was never submitted or has expired.
 - A consumer first re-reads its own pending entries (`0`), on start and after a reconnect, then
-  new ones (`>`).
+  new ones (`>`). Re-reading counts as a delivery: an entry re-read more than
+  `max_deliveries` times (a handler that crashes the process on it) is dead-lettered.
+- A group that vanished (a Redis restarted without persistence) is re-created on the next
+  call that finds it missing (`NOGROUP`), and own pending entries are re-read.
 - `XACK` does not check the owner, so `ack` does, in one script: a stalled consumer whose entry
   was reclaimed by a peer cannot acknowledge it.
 - Long jobs `heartbeat` (`XCLAIM … JUSTID` to oneself resets the idle time without counting a
-  delivery); peers `reclaim` entries idle past a few heartbeats; an entry delivered
-  `max_deliveries` times is dead-lettered instead of retried forever.
+  delivery) — owner-checked too, so a consumer that stalled past its heartbeats cannot take
+  back entries a peer reclaimed meanwhile (it learns which it lost); peers `reclaim` entries
+  idle past a few heartbeats; an entry delivered `max_deliveries` times is dead-lettered
+  instead of retried forever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +40,9 @@ __all__ = ["Bus", "Delivery"]
 
 DEDUPE_TTL_S = 86_400  # how long a message id is remembered for idempotent publishing
 
+# KEYS: stream, dedupe key[, a key that must exist]. ARGV: payload, dedupe TTL.
 _PUBLISH = """
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 0 then return false end
 if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then
   return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
 end
@@ -46,6 +55,20 @@ if #p == 1 and p[1][2] == ARGV[3] then
   return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 end
 return 0
+"""
+
+# KEYS: stream. ARGV: group, consumer, ids... -> the ids this consumer no longer owns.
+_HEARTBEAT = """
+local lost = {}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p == 1 and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
 """
 
 _DEAD_LETTER = """
@@ -74,20 +97,25 @@ class Bus:
         self._publish = client.register_script(_PUBLISH)
         self._ack = client.register_script(_ACK_IF_OWNER)
         self._dead_letter = client.register_script(_DEAD_LETTER)
+        self._heartbeat = client.register_script(_HEARTBEAT)
         self._own_pending_read: set[tuple[str, str]] = set()
+        self._groups: set[tuple[str, str]] = set()
         self.dead_lettered = 0
+        # Told of every message given up on (the service tells its query, so nothing hangs).
+        self.on_dead: Callable[[Message, str], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------ producing
-    async def publish(self, stream: str, message: Message) -> str | None:
-        """Append `message`; None if a message with its id was already published."""
-        entry = await self._publish(
-            keys=[stream, dedupe_key(message.msg_id)], args=[encode(message), DEDUPE_TTL_S]
-        )
+    async def publish(self, stream: str, message: Message, require: str | None = None) -> str | None:
+        """Append `message`; None if a message with its id was already published, or if the
+        key `require` (the query's request, for a result) does not exist."""
+        keys = [stream, dedupe_key(message.msg_id), *([require] if require else [])]
+        entry = await self._publish(keys=keys, args=[encode(message), DEDUPE_TTL_S])
         return _s(entry) if entry else None
 
     # ------------------------------------------------------------------ consuming
     async def ensure_group(self, stream: str, group: str) -> None:
         """Create the group (and the stream) unless it exists: safe to call on every start."""
+        self._groups.add((stream, group))
         try:
             await self.r.xgroup_create(stream, group, id="0", mkstream=True)
         except ResponseError as exc:
@@ -98,6 +126,18 @@ class Bus:
         """After a reconnect, re-read own pending entries first (a lost reply leaves them)."""
         self._own_pending_read.clear()
 
+    async def _regrouping(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        """`call()`, re-creating every group of this consumer once if Redis lost them."""
+        try:
+            return await call()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+        for stream, group in list(self._groups):
+            await self.ensure_group(stream, group)
+        self.reconnected()
+        return await call()
+
     async def read(
         self, streams: Sequence[str], group: str, count: int, block_ms: int = 2000
     ) -> list[Delivery]:
@@ -107,20 +147,47 @@ class Bus:
         for stream in streams:
             if (stream, group) in self._own_pending_read:
                 continue
-            replies: Any = await self.r.xreadgroup(group, self.consumer, {stream: "0"}, count=count)
+            own: dict[Any, Any] = {stream: "0"}
+            replies: Any = await self._regrouping(
+                lambda: self.r.xreadgroup(group, self.consumer, own, count=count)  # noqa: B023 - awaited here
+            )
             entries = replies[0][1] if replies else []
             if len(entries) < count:
                 self._own_pending_read.add((stream, group))
-            out += await self._decode_all(stream, group, entries)
+            out += await self._own_pending(stream, group, entries)
             if out:
                 return out
         if count <= 0:
             return out
-        replies_new: Any = await self.r.xreadgroup(
-            group, self.consumer, dict.fromkeys(streams, ">"), count=count, block=block_ms
+        replies_new: Any = await self._regrouping(
+            lambda: self.r.xreadgroup(
+                group, self.consumer, dict.fromkeys(streams, ">"), count=count, block=block_ms
+            )
         )
         for stream, entries in replies_new or []:
             out += await self._decode_all(_s(stream), group, entries)
+        return out
+
+    async def _own_pending(self, stream: str, group: str, entries: Any) -> list[Delivery]:
+        """Own pending entries, re-read: each with its delivery count; those re-read more than
+        `max_deliveries` times are dead-lettered (this consumer keeps dying on them)."""
+        if not entries:
+            return []
+        ids = [_s(entry_id) for entry_id, _ in entries]
+        pending: Any = await self.r.xpending_range(
+            stream, group, min=ids[0], max=ids[-1], count=len(ids), consumername=self.consumer
+        )
+        counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        out: list[Delivery] = []
+        for entry_id, fields in entries:
+            deliveries = counts.get(_s(entry_id), 1)
+            if deliveries > self.max_deliveries:
+                payload = (fields or {}).get(b"e", b"")
+                await self._dead(
+                    stream, group, _s(entry_id), f"delivered {deliveries} times", deliveries, payload
+                )
+                continue
+            out += await self._decode_all(stream, group, [(entry_id, fields)], deliveries)
         return out
 
     async def ack(self, delivery: Delivery, group: str) -> bool:
@@ -128,16 +195,21 @@ class Bus:
         done = await self._ack(keys=[delivery.stream], args=[group, delivery.entry_id, self.consumer])
         return bool(done)
 
-    async def heartbeat(self, stream: str, group: str, entry_ids: Sequence[str]) -> None:
-        """Reset the idle time of entries this consumer is still working on."""
-        if entry_ids:
-            await self.r.xclaim(stream, group, self.consumer, 0, list(entry_ids), justid=True)
+    async def heartbeat(self, stream: str, group: str, entry_ids: Sequence[str]) -> set[str]:
+        """Reset the idle time of entries this consumer is still working on; returns those it
+        no longer owns (a peer reclaimed them while this consumer was stalled)."""
+        if not entry_ids:
+            return set()
+        lost: Any = await self._regrouping(
+            lambda: self._heartbeat(keys=[stream], args=[group, self.consumer, *entry_ids])
+        )
+        return {_s(entry_id) for entry_id in lost}
 
     async def reclaim(self, stream: str, group: str, min_idle_ms: int, count: int = 100) -> list[Delivery]:
         """Take over entries idle for `min_idle_ms` (their consumer stopped heartbeating);
         entries already delivered `max_deliveries` times go to the dead-letter stream."""
-        pending: Any = await self.r.xpending_range(
-            stream, group, min="-", max="+", count=count, idle=min_idle_ms
+        pending: Any = await self._regrouping(
+            lambda: self.r.xpending_range(stream, group, min="-", max="+", count=count, idle=min_idle_ms)
         )
         out: list[Delivery] = []
         for p in pending:
@@ -188,6 +260,12 @@ class Bus:
         await self._dead_letter(
             keys=[stream, dead_letter(stream)], args=[group, entry_id, reason, deliveries, payload]
         )
+        if self.on_dead is not None and payload:
+            try:
+                message = decode(stream, payload)
+            except ProtocolError:
+                return  # no query to tell: the bytes name none
+            await self.on_dead(message, reason)
 
 
 def _s(value: bytes | str) -> str:

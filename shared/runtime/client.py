@@ -1,25 +1,34 @@
 """The ingress client: submit questions, wait for answers, cancel.
 
-`submit` is one script — remember the client key, count the question in flight, append to
-the ingress stream — so a retried submission with the same client key is answered once, and
-a backlog over `backlog_limit` questions in flight is refused (backpressure) instead of
-queued without bound. Answers come back on the query's reply key. The HTTP ingress, the
-Celery adapter, the launcher and the `spex submit` command all go through this client.
+`submit` is one script — remember the client key, record the question as in flight (for
+everyone and for its client), store the request, append it to the ingress stream — so a
+retried submission with the same client key is answered once, a different question under a
+used key is refused (`KeyConflict`), and a backlog over `backlog_limit` questions in flight
+(or a client over its own limit) is refused (`Backpressure`) instead of queued without bound.
+In-flight sets are sets, not counters: releasing a question twice cannot drift them.
+
+Client keys and results are scoped by `client` (the ingress token's name): one client can
+neither reuse another's key nor read another's answer. Answers come back on the query's reply
+key. The HTTP ingress, the Celery adapter, the launcher and `spex submit` all use this client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
+from typing import Any
 
+import msgspec
 import redis.asyncio as aioredis
 
 from spex.proto import (
     AnswerResult,
     CancelRequest,
+    Limits,
     ProtocolError,
-    SubmissionError,
+    SubmissionTooLarge,
     SubmitQuestionRequest,
     decode,
     encode,
@@ -27,29 +36,64 @@ from spex.proto import (
     submission,
 )
 
-__all__ = ["Backpressure", "IngressClient"]
+__all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery"]
 
+# KEYS: submitted, ingress, in-flight, client in-flight, request.
+# ARGV: query id, payload, backlog limit, client limit, body hash, now ms, key TTL s.
 _SUBMIT = """
 local existing = redis.call('GET', KEYS[1])
-if existing then return {0, existing} end
-local inflight = tonumber(redis.call('GET', KEYS[3]) or '0')
+if existing then
+  local qid, hash = string.match(existing, '^([^|]*)|(.*)$')
+  if hash ~= ARGV[5] then return {-3, qid} end
+  return {0, qid}
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then return {-4, ARGV[1]} end
+local inflight = redis.call('ZCARD', KEYS[3])
 if inflight >= tonumber(ARGV[3]) then return {-1, tostring(inflight)} end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', 86400)
-redis.call('INCR', KEYS[3])
+local mine = redis.call('ZCARD', KEYS[4])
+if mine >= tonumber(ARGV[4]) then return {-2, tostring(mine)} end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[5], 'EX', ARGV[7])
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
+redis.call('SET', KEYS[5], ARGV[2])
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
 return {1, ARGV[1]}
 """
 
+# KEYS: request, inbox. ARGV: payload. -> 1, or 0 if the query is unknown.
+_CANCEL = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], '*', 'e', ARGV[1])
+return 1
+"""
+
 
 class Backpressure(RuntimeError):
-    """The ingress backlog is full. Recoverable: retry later."""
+    """The ingress backlog (or this client's share of it) is full. Recoverable: retry later."""
+
+
+class KeyConflict(ValueError):
+    """The client key was used before for a different question (HTTP 409)."""
+
+
+class UnknownQuery(LookupError):
+    """No such query for this client (HTTP 404)."""
 
 
 class IngressClient:
-    def __init__(self, client: aioredis.Redis, backlog_limit: int = 10_000) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        backlog_limit: int = 10_000,
+        limits: Limits | None = None,
+        key_ttl_s: int = 86_400,
+    ) -> None:
         self.r = client
         self.backlog_limit = backlog_limit
+        self.limits = limits or Limits()
+        self.key_ttl_s = key_ttl_s
         self._submit = client.register_script(_SUBMIT)
+        self._cancel = client.register_script(_CANCEL)
 
     async def submit(
         self,
@@ -63,6 +107,7 @@ class IngressClient:
         mode: str | None = None,
         prompt_tokens: int | None = None,
         reference_answer: str | None = None,
+        client: str = "",
     ) -> str:
         """Submit a question; returns its query id (the first one's, for a repeated client
         key). A field left None takes `SubmitQuestionRequest`'s default; a bad one raises
@@ -80,26 +125,62 @@ class IngressClient:
         key = client_key or qid
         req = submission.validate(
             SubmitQuestionRequest(
-                msg_id=f"submit/{key}",
+                msg_id=f"submit/{client}/{key}",
                 query_id=qid,
                 trace_id=uuid.uuid4().hex,
                 created_ms=int(time.time() * 1000),
                 question=question,
                 client_key=key,
+                client=client,
                 **fields,
-            )
+            ),
+            self.limits,
         )
         try:
             payload = encode(req)
         except ProtocolError as exc:
-            raise SubmissionError("question", f"too long: {exc}") from None
-        keys = [names.submitted_key(key), names.INGRESS, names.INGRESS_IN_FLIGHT]
-        status, value = await self._submit(keys=keys, args=[qid, payload, self.backlog_limit])
+            raise SubmissionTooLarge("question", f"too long: {exc}") from None
+        body = hashlib.sha256(encode(_body(req))).hexdigest()[:32]
+        keys = [
+            names.submitted_key(f"{client}/{key}"),
+            names.INGRESS,
+            names.INGRESS_IN_FLIGHT,
+            names.client_in_flight(client),
+            names.query_request(qid),
+        ]
+        args = [
+            qid,
+            payload,
+            self.backlog_limit,
+            self.limits.client_in_flight,
+            body,
+            req.created_ms,
+            self.key_ttl_s,
+        ]
+        status, value = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
+        value = value.decode() if isinstance(value, bytes) else str(value)
         if int(status) == -1:
-            raise Backpressure(
-                f"{value.decode()} questions in flight (limit {self.backlog_limit}); retry later"
-            )
-        return value.decode() if isinstance(value, bytes) else str(value)
+            raise Backpressure(f"{value} questions in flight (limit {self.backlog_limit}); retry later")
+        if int(status) == -2:
+            limit = self.limits.client_in_flight
+            raise Backpressure(f"this client has {value} questions in flight (limit {limit}); retry later")
+        if int(status) == -3:
+            raise KeyConflict(f"client_key: already used for a different question (query {value})")
+        if int(status) == -4:
+            raise KeyConflict(f"query_id: {value} is taken")
+        return value
+
+    async def request(self, query_id: str, client: str | None = None) -> SubmitQuestionRequest:
+        """The query's request; UnknownQuery if there is none (or it belongs to another
+        client, when `client` is given)."""
+        key = names.query_request(query_id)
+        blob: Any = await self.r.get(key)
+        if blob is None:
+            raise UnknownQuery(query_id)
+        req = decode(key, blob)
+        if not isinstance(req, SubmitQuestionRequest) or (client is not None and req.client != client):
+            raise UnknownQuery(query_id)
+        return req
 
     async def result(self, query_id: str, timeout_s: float | None = None) -> AnswerResult | None:
         """The answer, waiting up to `timeout_s` (None: only look)."""
@@ -116,8 +197,16 @@ class IngressClient:
             await asyncio.sleep(0.05)
 
     async def cancel(self, query_id: str) -> None:
+        """Cancel a query; UnknownQuery if there is no such query."""
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
-        await self.r.xadd(names.query_inbox(query_id), {"e": encode(msg)})
+        keys = [names.query_request(query_id), names.query_inbox(query_id)]
+        if not await self._cancel(keys=keys, args=[encode(msg)]):
+            raise UnknownQuery(query_id)
 
     async def aclose(self) -> None:
         await self.r.aclose()
+
+
+def _body(req: SubmitQuestionRequest) -> SubmitQuestionRequest:
+    """What makes two submissions the same question: the request without its envelope."""
+    return msgspec.structs.replace(req, msg_id="", query_id="", trace_id="", created_ms=0)

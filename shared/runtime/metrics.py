@@ -19,7 +19,13 @@ JOBS_IN_FLIGHT = Gauge("spex_jobs_in_flight", "jobs on this worker's engine", ["
 QUERIES_OWNED = Gauge("spex_queries_owned", "queries this coordinator holds the lease on", ["consumer"])
 
 
-def serve_metrics(port: int) -> None:
-    """Serve /metrics over HTTP on `port` (a daemon thread; 0 = do not serve)."""
-    if port:
-        start_http_server(port, addr="0.0.0.0")
+def serve_metrics(port: int, host: str = "127.0.0.1") -> str | None:
+    """Serve /metrics over HTTP on `host:port` (a daemon thread; 0 = do not serve). A port
+    already taken is not fatal: returns the error, and the service runs without metrics."""
+    if not port:
+        return None
+    try:
+        start_http_server(port, addr=host)
+    except OSError as exc:
+        return f"metrics port {port}: {exc.strerror or exc}"
+    return None

@@ -2,7 +2,9 @@
 
 An entry point's shape: configure logging → build settings → build the service → run →
 clean up in `finally`. SIGTERM (and Ctrl-C) is a state change: the service stops taking work
-and returns from `run`.
+and returns from `run` (exit status 0). A loop that fails on something it cannot handle ends
+the process with status 1, so its supervisor (`spex up`, Kubernetes) restarts it — a service
+never lingers half-alive.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from spex.shared.runtime import connect
 from spex.shared.runtime.metrics import serve_metrics
 from spex.shared.runtime.settings import Settings
 
@@ -60,13 +63,13 @@ async def loop_forever(
             backoff = min(2.0, backoff * 2)
             on_reconnect()
         except Exception as exc:  # noqa: BLE001 - the one place failures are handled
-            log.error("loop_failed", error=repr(exc))
+            log.error("loop_failed", error=str(exc) or repr(exc), error_type=type(exc).__name__)
             await asyncio.sleep(backoff)
+            backoff = min(2.0, backoff * 2)
 
 
 def redis_client(settings: Settings) -> aioredis.Redis:
-    # Blocking reads stay far below the socket timeout (redis_streams.md §3.8).
-    return aioredis.Redis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=30)
+    return connect.redis_client(settings)
 
 
 def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **overrides: object) -> int:
@@ -77,22 +80,32 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
         print(f"spex {name}: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    serve_metrics(settings.metrics_port)
     log = structlog.get_logger().bind(service=name, consumer=settings.consumer)
+    problem = serve_metrics(settings.metrics_port, settings.http_host)
+    if problem:
+        log.warning("metrics_not_served", error=problem)
 
-    async def main() -> None:
-        client = redis_client(settings)
+    async def main() -> int:
+        try:  # a bad token file, password file or engine directory: one line, exit status 2
+            client = redis_client(settings)
+            service = build(client, settings)
+        except (ValueError, OSError) as exc:
+            print(f"spex {name}: error: {exc}", file=sys.stderr)
+            return 2
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        service = build(client, settings)
         log.info("service_started")
+        status = 0
         try:
             await service.run(stop)
+        except Exception as exc:  # a loop died: exit, and let the supervisor restart us
+            log.error("service_failed", error=str(exc) or repr(exc), error_type=type(exc).__name__)
+            status = 1
         finally:
-            log.info("service_stopped", **getattr(service, "summary", dict)())
+            log.info("service_stopped", status=status, **getattr(service, "summary", dict)())
             await client.aclose()
+        return status
 
-    asyncio.run(main())
-    return 0
+    return asyncio.run(main())

@@ -8,9 +8,13 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
-__all__ = ["ENV", "Settings"]
+from spex.proto import ALGORITHMS, MAX_MESSAGE_BYTES, Limits
+
+__all__ = ["ENV", "Settings", "parse_targets"]
+
+DEFAULT_MAX_TARGET = 256
 
 # name -> (Settings field, meaning)
 ENV: dict[str, tuple[str, str]] = {
@@ -37,6 +41,20 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_MAX_STEP_TOKENS": ("max_step_tokens", "longest step a search asks for, tokens"),
     "SPEX_MAX_DEPTH": ("max_depth", "deepest step a search goes to (0: the algorithm's default)"),
     "SPEX_DEVICE": ("device", "hf: torch device (cpu, cuda)"),
+    # Security and limits.
+    "SPEX_REDIS_PASSWORD": ("redis_password", "Redis password (never put it in the URL)"),
+    "SPEX_REDIS_PASSWORD_FILE": ("redis_password_file", "file holding the Redis password"),
+    "SPEX_REDIS_CA": ("redis_ca", "rediss://: CA bundle that signed the server's certificate"),
+    "SPEX_REDIS_CERT": ("redis_cert", "rediss://: client certificate (mutual TLS)"),
+    "SPEX_REDIS_KEY": ("redis_key", "rediss://: client certificate's private key"),
+    "SPEX_HTTP_HOST": ("http_host", "address the HTTP ingress binds (default loopback only)"),
+    "SPEX_AUTH_TOKENS": ("auth_tokens", "ingress bearer tokens, NAME=TOKEN,... (empty: no auth)"),
+    "SPEX_AUTH_TOKENS_FILE": ("auth_tokens_file", "file of ingress bearer tokens, one NAME TOKEN per line"),
+    "SPEX_MAX_QUESTION_CHARS": ("max_question_chars", "longest question accepted, characters"),
+    "SPEX_MAX_TARGET": ("max_target", "largest target: N for every algorithm, or ALGO=N,..."),
+    "SPEX_CLIENT_IN_FLIGHT": ("client_in_flight", "questions one client may have in flight"),
+    "SPEX_MAX_MESSAGE_BYTES": ("max_message_bytes", "largest HTTP body and wire message, bytes"),
+    "SPEX_RESULT_TTL_S": ("result_ttl_s", "how long an answered query's keys are kept, seconds"),
 }
 
 
@@ -65,6 +83,19 @@ class Settings:
     max_step_tokens: int = 256
     max_depth: int = 0
     device: str = "cpu"
+    redis_password: str = field(default="", repr=False)
+    redis_password_file: str = ""
+    redis_ca: str = ""
+    redis_cert: str = ""
+    redis_key: str = ""
+    http_host: str = "127.0.0.1"
+    auth_tokens: str = field(default="", repr=False)
+    auth_tokens_file: str = ""
+    max_question_chars: int = 100_000
+    max_target: str = "256"
+    client_in_flight: int = 1_000
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    result_ttl_s: int = 86_400
 
     def __post_init__(self) -> None:
         if not self.consumer:
@@ -87,6 +118,12 @@ class Settings:
             "max_running": self.max_running >= 1,
             "max_step_tokens": self.max_step_tokens >= 1,
             "max_depth": self.max_depth >= 0,
+            "max_question_chars": 1 <= self.max_question_chars <= 1_000_000,
+            "max_target": _targets_ok(self.max_target),
+            "client_in_flight": self.client_in_flight >= 1,
+            "max_message_bytes": 1024 <= self.max_message_bytes <= MAX_MESSAGE_BYTES,
+            "result_ttl_s": self.result_ttl_s >= 1,
+            "http_host": bool(self.http_host),
         }
         for name, ok in checks.items():
             if not ok:
@@ -111,6 +148,39 @@ class Settings:
                     raise ValueError(f"{name}: {env[name]!r} is not a {what}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def limits(self) -> Limits:
+        """The submission limits these settings set (the ingress and coordinator share them)."""
+        return Limits(self.max_question_chars, parse_targets(self.max_target), self.client_in_flight)
+
+    def password(self) -> str:
+        """The Redis password: SPEX_REDIS_PASSWORD, else the first line of the password file."""
+        if self.redis_password or not self.redis_password_file:
+            return self.redis_password
+        with open(self.redis_password_file) as f:
+            return f.readline().strip()
+
+
+def parse_targets(raw: str) -> dict[str, int]:
+    """`256` (every algorithm) or `rebase=256,rstar=64` (the rest unbounded by name: 256)."""
+    raw = raw.strip()
+    if "=" not in raw:
+        return dict.fromkeys(ALGORITHMS, int(raw))
+    out = dict.fromkeys(ALGORITHMS, DEFAULT_MAX_TARGET)
+    for item in raw.split(","):
+        name, _, value = item.partition("=")
+        if name.strip() not in ALGORITHMS:
+            raise ValueError(name)
+        out[name.strip()] = int(value)
+    return out
+
+
+def _targets_ok(raw: str) -> bool:
+    try:
+        return all(v >= 1 for v in parse_targets(raw).values())
+    except ValueError:
+        return False
 
 
 def _flag(raw: str) -> bool:

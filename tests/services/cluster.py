@@ -9,25 +9,23 @@ failed test's report. (In-process services log to this process: pytest captures 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-import redis.asyncio as aioredis
 
 from spex.proto.names import ALLOCATOR_LEASE
 from spex.services.allocator import Allocator
 from spex.services.coordinator import Coordinator
 from spex.services.generator import Generator
 from spex.services.ingress import IngressService
+from spex.services.launcher import service_env
 from spex.services.scorer import Scorer
 from spex.shared.runtime.client import IngressClient
-from spex.shared.runtime.settings import ENV, Settings
+from spex.shared.runtime.connect import redis_client
+from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.supervisor import Supervisor
 
 SERVICES = {
     "coordinator": Coordinator,
@@ -42,18 +40,33 @@ CLUSTERS: list[Cluster] = []  # the clusters of the running test (cleared by tes
 
 
 class Cluster:
-    def __init__(self, url: str, mode: str, **settings: Any) -> None:
+    """Services on one Redis. Processes run under the `spex up` supervisor (a killed one is
+    restarted, as in production) unless `supervise=False`; `urls` gives a service its own
+    Redis URL (a fault proxy in front of Redis, say)."""
+
+    def __init__(self, url: str, mode: str, supervise: bool = True, **settings: Any) -> None:
         self.url, self.mode = url, mode
         self.settings = Settings(redis_url=url, **{"time_scale": 0.002, "block_ms": 50, **settings})
         self.tasks: dict[str, tuple[asyncio.Task[None], asyncio.Event, Any]] = {}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.client = IngressClient(aioredis.Redis.from_url(url))
+        self.client = IngressClient(
+            redis_client(self.settings), self.settings.backlog_limit, self.settings.limits
+        )
         self._log_dir = tempfile.TemporaryDirectory(prefix="spex-services-")
+        self.supervisor = Supervisor(Path(self._log_dir.name), say=lambda _msg: None)
+        self.urls: dict[str, str] = {}
+        if supervise:
+            self.supervisor.watch(every_s=0.05)
         self._logs: dict[str, str] = {}  # kept after stop(), for the failure report
         CLUSTERS.append(self)
 
+    @property
+    def procs(self) -> dict[str, Any]:
+        return {name: child.proc for name, child in self.supervisor.children.items()}
+
     def _settings(self, name: str) -> Settings:
-        return Settings(**{**asdict(self.settings), "consumer": name})
+        return Settings(
+            **{**asdict(self.settings), "consumer": name, "redis_url": self.urls.get(name, self.url)}
+        )
 
     def _log_path(self, name: str) -> Path:
         return Path(self._log_dir.name, f"{name}.log")
@@ -61,16 +74,11 @@ class Cluster:
     async def start(self, kind: str, name: str) -> None:
         if self.mode == "inprocess":
             stop = asyncio.Event()
-            service = SERVICES[kind](aioredis.Redis.from_url(self.url), self._settings(name))
+            settings = self._settings(name)
+            service = SERVICES[kind](redis_client(settings), settings)
             self.tasks[name] = (asyncio.create_task(service.run(stop)), stop, service)
             return
-        env = dict(os.environ)
-        for var, (field, _) in ENV.items():
-            env[var] = str(getattr(self._settings(name), field))
-        with self._log_path(name).open("ab") as log:
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", f"spex.services.{kind}"], env=env, stdout=log, stderr=log
-            )
+        self.supervisor.add(kind, name, service_env(self._settings(name), name))
 
     async def start_all(self, generators: int = 1, coordinators: int = 1) -> None:
         for i in range(coordinators):
@@ -89,23 +97,22 @@ class Cluster:
             await asyncio.sleep(0.02)
 
     def kill(self, name: str) -> None:
-        """SIGKILL a process (no cleanup, no acks): what a crash looks like."""
-        self.procs[name].send_signal(signal.SIGKILL)
-        self.procs[name].wait()
+        """SIGKILL a process (no cleanup, no acks): what a crash looks like. The supervisor
+        restarts it (unless held down)."""
+        self.supervisor.signal(name, signal.SIGKILL)
+
+    def stall(self, name: str) -> None:
+        self.supervisor.signal(name, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        self.supervisor.signal(name, signal.SIGCONT)
 
     async def stop(self) -> None:
         for _task, stop, _ in self.tasks.values():
             stop.set()
         if self.tasks:
             await asyncio.gather(*(t for t, _, _ in self.tasks.values()))
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        self.supervisor.stop()
         await self.client.aclose()
         self._logs = {name: self._read_log(name) for name in self.procs}
         self._log_dir.cleanup()

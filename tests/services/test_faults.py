@@ -16,6 +16,7 @@ from spex.proto.names import (
     gen_jobs,
     query_inbox,
     query_lease,
+    query_request,
     worker_load,
 )
 from tests.services.cluster import Cluster
@@ -144,7 +145,7 @@ async def _has_results(r: aioredis.Redis, qid: str) -> bool:
 
 
 def test_a_real_content_job_on_a_simulated_engine_is_dead_lettered_with_the_reason(redis_url):
-    from spex.proto import GenerateRequest
+    from spex.proto import GenerateRequest, SubmitQuestionRequest
 
     async def go():
         cluster = Cluster(redis_url, "inprocess")
@@ -164,6 +165,9 @@ def test_a_real_content_job_on_a_simulated_engine_is_dead_lettered_with_the_reas
                 seed=1,
                 content="real",
                 question="What is 2+2?",
+            )
+            await r.set(
+                query_request("q"), encode(SubmitQuestionRequest(msg_id="s", query_id="q", question="?"))
             )
             await r.xadd(gen_jobs(DEFAULT_POOL), {"e": encode(job)})
             assert await wait_for(lambda: r.xlen(dead_letter(gen_jobs(DEFAULT_POOL))))

@@ -1,0 +1,1 @@
+"""Fault injection: a TCP proxy that cuts connections, and `spex chaos`."""

@@ -1,0 +1,51 @@
+"""Redis clients built from Settings: the password and TLS files in one place.
+
+Every service and tool connects through here, so a password (SPEX_REDIS_PASSWORD or the first
+line of SPEX_REDIS_PASSWORD_FILE) and a `rediss://` URL's CA and client certificate apply
+everywhere alike. The password is passed to redis-py as an option, never put into a URL, and
+never logged. A URL that carries its own password still works: redis-py reads it from the URL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from spex.shared.runtime.settings import Settings
+
+__all__ = ["redis_client", "redis_options", "sync_client"]
+
+# Blocking reads stay far below the socket timeout (redis_streams.md §3.8).
+TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "health_check_interval": 30}
+
+
+def redis_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for redis-py's `from_url`: the password, and TLS files for `rediss://`."""
+    options: dict[str, Any] = {}
+    password = settings.password()
+    if password:
+        options["password"] = password
+    if settings.redis_url.startswith("rediss://"):
+        options |= _tls_options(settings)
+    return options
+
+
+def redis_client(settings: Settings) -> aioredis.Redis:
+    return aioredis.Redis.from_url(settings.redis_url, **TIMEOUTS, **redis_options(settings))
+
+
+def sync_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(settings.redis_url, **TIMEOUTS, **redis_options(settings))
+
+
+def _tls_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if settings.redis_ca:
+        options |= {"ssl_ca_certs": settings.redis_ca, "ssl_cert_reqs": "required"}
+    if settings.redis_cert:
+        options["ssl_certfile"] = settings.redis_cert
+    if settings.redis_key:
+        options["ssl_keyfile"] = settings.redis_key
+    return options

@@ -1,0 +1,150 @@
+"""A process supervisor for `spex up` and `spex chaos`: every service is a child process,
+restarted with exponential backoff when it exits unasked, and each restart is reported.
+
+A child that ran for `STABLE_S` before it died starts again after `FIRST_BACKOFF_S`; one that
+keeps dying waits twice as long each time, up to `MAX_BACKOFF_S`. Its log file is appended to
+across restarts (the supervisor never reads a pipe, so a chatty child cannot block on it).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Supervisor"]
+
+FIRST_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+STABLE_S = 30.0  # a child that ran this long before it died was healthy: backoff starts over
+
+
+@dataclass
+class _Child:
+    kind: str
+    name: str
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    restarts: int = 0
+    failures: int = 0  # consecutive quick deaths
+    due: float | None = None  # when a restart is scheduled
+    paused: bool = False  # told to stay down (chaos: a kill that is not restarted yet)
+    history: list[str] = field(default_factory=list)
+
+
+class Supervisor:
+    """`add` services, `watch()` in a thread (or call `poll()`), `stop()` at the end."""
+
+    def __init__(self, log_dir: Path, say: Callable[[str], None] = print) -> None:
+        self.log_dir = log_dir
+        self.say = say
+        self.children: dict[str, _Child] = {}
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, kind: str, name: str, env: dict[str, str]) -> None:
+        with self._lock:
+            child = self.children[name] = _Child(kind, name, env)
+            self._start(child)
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def _start(self, child: _Child) -> None:
+        with self.log_path(child.name).open("ab") as log:
+            child.proc = subprocess.Popen(
+                [sys.executable, "-m", f"spex.services.{child.kind}"],
+                env=child.env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # Ctrl-C reaches the supervisor, which stops children in order
+            )
+        child.started, child.due = time.monotonic(), None
+
+    def poll(self) -> None:
+        """Restart every child that exited unasked, once its backoff has passed."""
+        now = time.monotonic()
+        with self._lock:
+            for child in self.children.values():
+                if self._stopping.is_set() or child.paused or child.proc is None:
+                    continue
+                status = child.proc.poll()
+                if status is None:
+                    continue
+                if child.due is None:
+                    quick = now - child.started < STABLE_S
+                    child.failures = child.failures + 1 if quick else 1
+                    wait = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (child.failures - 1))
+                    child.due = now + wait
+                    note = f"{child.name} exited (status {status}); restarting in {wait:.1f} s"
+                    child.history.append(note)
+                    self.say(note)
+                elif now >= child.due:
+                    child.restarts += 1
+                    self._start(child)
+                    self.say(f"{child.name} restarted (restart {child.restarts})")
+
+    def watch(self, every_s: float = 0.2) -> None:
+        """Poll in a daemon thread until `stop()`."""
+
+        def loop() -> None:
+            while not self._stopping.wait(every_s):
+                self.poll()
+
+        self._thread = threading.Thread(target=loop, name="supervisor", daemon=True)
+        self._thread.start()
+
+    def stopping(self, wait_s: float = 0.0) -> bool:
+        """Whether `stop()` was called (waiting up to `wait_s` for it)."""
+        return self._stopping.wait(wait_s)
+
+    def exited(self) -> list[str]:
+        """Children that are down now (exited and not restarted yet)."""
+        with self._lock:
+            return [
+                c.name for c in self.children.values() if c.proc is not None and c.proc.poll() is not None
+            ]
+
+    def pid(self, name: str) -> int:
+        proc = self.children[name].proc
+        assert proc is not None
+        return proc.pid
+
+    def signal(self, name: str, sig: int) -> None:
+        """Send `sig` to a child (SIGKILL: a crash, restarted like any other exit)."""
+        with self._lock:
+            proc = self.children[name].proc
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(sig)
+                if sig == signal.SIGKILL:
+                    proc.wait()
+
+    def hold(self, name: str, down: bool) -> None:
+        """Keep a child down (`down`) or let the supervisor restart it again."""
+        with self._lock:
+            self.children[name].paused = down
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM every child (SIGCONT first, in case one is stopped), then SIGKILL stragglers."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            procs = [c.proc for c in self.children.values() if c.proc is not None and c.proc.poll() is None]
+            for proc in procs:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
