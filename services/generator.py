@@ -199,7 +199,8 @@ class Generator:
         # Result first, then the owner-checked ack: a crash in between redelivers the job and
         # the duplicate result (same message id) is dropped by the idempotent publish.
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
-        await self.bus.ack(d, GENERATOR_GROUP)
+        if not await self.bus.ack(d, GENERATOR_GROUP):  # we stalled; a peer owns the job now
+            self.log.warning("job_taken_over", job_id=req.job_id, query_id=req.query_id)
         self.done += 1
 
     # ------------------------------------------------------------------ loops

@@ -22,6 +22,8 @@ from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import (
     AnswerResult,
@@ -183,11 +185,18 @@ class IngressClient:
         return req
 
     async def result(self, query_id: str, timeout_s: float | None = None) -> AnswerResult | None:
-        """The answer, waiting up to `timeout_s` (None: only look)."""
+        """The answer, waiting up to `timeout_s` (None: only look). While waiting, a lost
+        connection to Redis is waited out too."""
         key = names.reply_key(query_id)
         deadline = time.monotonic() + (timeout_s or 0.0)
         while True:
-            blob = await self.r.get(key)
+            try:
+                blob = await self.r.get(key)
+            except (RedisConnectionError, RedisTimeoutError):
+                if timeout_s is None or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+                continue
             if blob is not None:
                 answer = decode(key, bytes(blob) if isinstance(blob, bytes) else blob.encode())
                 assert isinstance(answer, AnswerResult)

@@ -11,10 +11,10 @@ from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.cluster import Cluster
 
 
-async def submit_all(cluster, algorithm, target, questions, mode, seed=0):
+async def submit_all(cluster, algorithm, target, questions, mode, seed=0, first=0):
     workload = SyntheticWorkload(WorkloadKnobs(), seed)
     qids = []
-    for i in range(questions):
+    for i in range(first, first + questions):
         question = workload.query(i)
         qids.append(
             await cluster.client.submit(

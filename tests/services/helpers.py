@@ -1,0 +1,62 @@
+"""Small helpers of the service tests: polling, HTTP, dead letters, answers."""
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+
+from spex.proto import AnswerResult, decode
+from spex.proto.names import ANSWERS, dead_letter
+
+
+async def wait_for(predicate, timeout_s=20.0, every_s=0.05):
+    """Poll `await predicate()` until it is truthy (returns True) or `timeout_s` passes."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(every_s)
+    return False
+
+
+def http(method, url, body=None, token=None, raw=None, timeout_s=5):
+    """(status, decoded JSON body) of one real HTTP request."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def wait_http(url, timeout_s=15.0):
+    """Wait until an HTTP server answers on `url` (any status)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            http("GET", url)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+async def reasons(r, stream):
+    """The reasons of every entry dead-lettered from `stream`."""
+    return [f[b"reason"].decode() for _, f in await r.xrange(dead_letter(stream))]
+
+
+async def answers_by_query(r):
+    """query id -> how many answers the answers stream holds for it."""
+    counts: dict[str, int] = {}
+    for _, fields in await r.xrange(ANSWERS):
+        answer = decode(ANSWERS, fields[b"e"])
+        assert isinstance(answer, AnswerResult)
+        counts[answer.query_id] = counts.get(answer.query_id, 0) + 1
+    return counts
