@@ -116,6 +116,17 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--max-step-tokens", type=int, default=None, help="longest step a search asks for")
     u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
 
+    c = sub.add_parser("chaos", help="run the pipeline under seeded random faults and check nothing is lost")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
+    c.add_argument("--questions", type=int, default=20, help="submitted evenly over the run")
+    c.add_argument("--faults-per-minute", type=float, default=6.0)
+    c.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
+    c.add_argument("--target", type=int, default=8)
+    c.add_argument("--mode", choices=["baseline", "spex"], default="spex")
+    c.add_argument("--time-scale", type=float, default=0.01, help="wall seconds per simulated second")
+    c.add_argument("--json", default=None, help="write the report here")
+
     d = sub.add_parser("demo", help="run a small question set through the pipeline, baseline and SPEX")
     d.add_argument("--questions", type=int, default=6)
     d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rstar")

@@ -35,6 +35,8 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
             "--redis: no password in the URL (other users see it in ps); use SPEX_REDIS_PASSWORD "
             "or --redis-password-file"
         )
+    if args.command == "chaos":
+        return _chaos(args, console)
     if args.command == "worker":
         return int(importlib.import_module(f"spex.services.{args.service}").main())
     if args.command in ("up", "demo"):
@@ -67,6 +69,50 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
             raise ValueError("--questions and --target: must be at least 1")
         return demo(settings, args.questions, args.algorithm, args.target, console)
     return asyncio.run(_client(args, console))
+
+
+def _chaos(args: argparse.Namespace, console: Console) -> int:
+    import asyncio
+    import json
+    from dataclasses import asdict
+
+    from spex.bench.chaos.run import run_chaos
+
+    if args.duration <= 0 or args.questions < 1 or args.faults_per_minute <= 0:
+        raise ValueError("--duration, --questions and --faults-per-minute: must be positive")
+    say = lambda msg: console.print(msg, markup=False, highlight=False)  # noqa: E731
+    report = asyncio.run(
+        run_chaos(
+            args.seed,
+            args.duration,
+            args.questions,
+            args.algorithm,
+            args.target,
+            args.mode,
+            args.faults_per_minute,
+            args.time_scale,
+            say,
+        )  # fmt: skip
+    )
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(report.by_kind().items()))
+    console.print(
+        f"[bold]chaos seed {report.seed}[/]: {len(report.faults)} faults ({kinds}) in {report.wall_s:.0f} s"
+    )
+    restarted = {n: c for n, c in report.restarts.items() if c}
+    console.print(f"restarts by the supervisor: {restarted or 'none'}")
+    console.print(
+        f"questions {report.questions}: lost {len(report.lost)}, duplicated {len(report.duplicated)}, "
+        f"differing trees {len(report.differing)}"
+    )
+    for what in ("lost", "duplicated", "differing"):
+        if getattr(report, what):
+            console.print(f"  {what}: {', '.join(getattr(report, what))}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {**asdict(report), "faults": [asdict(x) for x in report.faults], "ok": report.ok}, f, indent=2
+            )
+    return 0 if report.ok else 1
 
 
 async def _client(args: argparse.Namespace, console: Console) -> int:

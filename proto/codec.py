@@ -52,6 +52,8 @@ def decode(name: str, payload: bytes) -> Message:
         head = _peek.decode(payload)
     except msgspec.DecodeError as exc:
         raise ProtocolError(f"not a MessagePack map: {exc}") from None
+    except RecursionError:  # arrays or maps nested deeper than the interpreter's stack allows
+        raise ProtocolError("nested too deeply to decode") from None
     version = head.get("v", PROTOCOL_VERSION)
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"unknown protocol version {version!r} (this service speaks {PROTOCOL_VERSION})")
@@ -63,3 +65,5 @@ def decode(name: str, payload: bytes) -> Message:
         return _decoder(types).decode(payload)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {name}: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {name}: nested too deeply") from None

@@ -1,0 +1,131 @@
+"""A pipeline to break on purpose: a durable Redis, a fault proxy in front of it for every
+service (so one service can be cut off alone), and every service a supervised process.
+
+Faults, each one call: `kill` (SIGKILL; the supervisor restarts it), `stall`/`resume`
+(SIGSTOP/SIGCONT), `partition`/`heal` (the service's link to Redis reset and refused),
+`restart_redis` (SIGKILL, then the same port and data). `heal_all` undoes whatever is still
+in effect. The Redis fsyncs every write (`appendfsync always`), so a SIGKILL of Redis loses
+nothing acknowledged: the invariants the chaos run checks are the pipeline's, not a
+consequence of the everysec loss window (documented in the README).
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from spex.bench.chaos.proxy import FaultProxy
+from spex.services.launcher import service_env
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.connect import redis_client
+from spex.shared.runtime.redis_server import RedisServer
+from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.supervisor import Supervisor
+
+__all__ = ["KINDS", "Rig"]
+
+KINDS = ("coordinator", "generator", "scorer", "allocator")
+SHORT = {"coordinator": "coord", "generator": "gen", "scorer": "scorer", "allocator": "alloc"}
+
+
+class Rig:
+    def __init__(
+        self,
+        settings: Settings,
+        counts: dict[str, int] | None = None,
+        workdir: Path | None = None,
+        say=lambda _msg: None,  # noqa: ANN001 - a print-like callable
+    ) -> None:
+        self.counts = {"coordinator": 2, "generator": 2, "scorer": 1, "allocator": 1, **(counts or {})}
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="spex-chaos-")
+        self.workdir = workdir or Path(self._tmp.name)  # type: ignore[union-attr]
+        password = secrets.token_urlsafe(24)
+        secret = self.workdir / "redis.password"
+        secret.write_text(password + "\n")
+        secret.chmod(0o600)
+        self.redis = RedisServer(data_dir=self.workdir / "redis", password=password, fsync="always")
+        self.settings = replace(settings, redis_password="", redis_password_file=str(secret))
+        self.supervisor = Supervisor(self.workdir, say=say)
+        self.proxies: dict[str, FaultProxy] = {}
+        self.stalled: set[str] = set()
+        self.client: IngressClient | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.supervisor.children)
+
+    def kind(self, name: str) -> str:
+        return self.supervisor.children[name].kind
+
+    def start(self) -> Rig:
+        self.redis.start()
+        self.settings = replace(self.settings, redis_url=self.redis.url)
+        for kind in KINDS:
+            for i in range(self.counts[kind]):
+                name = f"{SHORT[kind]}-{i}"
+                proxy = self.proxies[name] = FaultProxy("127.0.0.1", self.redis.port).start()
+                own = replace(self.settings, redis_url=proxy.url())
+                self.supervisor.add(kind, name, service_env(own, name))
+        self.supervisor.watch(every_s=0.1)
+        self.client = IngressClient(
+            redis_client(self.settings), self.settings.backlog_limit, self.settings.limits
+        )
+        return self
+
+    def wait_started(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for name in self.names:
+            while b"service_started" not in self.supervisor.log_path(name).read_bytes():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} did not start: {self.log(name)[-400:]}")
+                time.sleep(0.05)
+
+    # ---------------------------------------------------------------- faults
+    def kill(self, name: str) -> None:
+        self.stalled.discard(name)
+        self.supervisor.signal(name, signal.SIGKILL)
+
+    def stall(self, name: str) -> None:
+        self.stalled.add(name)
+        self.supervisor.signal(name, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        self.stalled.discard(name)
+        self.supervisor.signal(name, signal.SIGCONT)
+
+    def partition(self, name: str) -> None:
+        self.proxies[name].partition()
+
+    def heal(self, name: str) -> None:
+        self.proxies[name].heal()
+
+    def restart_redis(self, down_s: float = 0.3) -> None:
+        self.redis.kill()
+        time.sleep(down_s)
+        self.redis.start()
+
+    def heal_all(self) -> None:
+        for name in list(self.stalled):
+            self.resume(name)
+        for proxy in self.proxies.values():
+            if proxy.mode != "pass":
+                proxy.heal()
+        if not self.redis.running():
+            self.redis.start()
+
+    # ---------------------------------------------------------------- the end
+    def log(self, name: str) -> str:
+        path = self.supervisor.log_path(name)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        self.supervisor.stop()
+        for proxy in self.proxies.values():
+            proxy.stop()
+        self.redis.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()

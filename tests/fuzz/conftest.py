@@ -1,0 +1,11 @@
+"""The fuzz tests report how many cases each one ran."""
+
+from tests.fuzz.harness import CASES
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not CASES:
+        return
+    terminalreporter.section("fuzz cases")
+    for test, c in sorted(CASES.items()):
+        terminalreporter.write_line(f"{test}: {c['examples']} examples, {c['entries']} fuzzed inputs")
