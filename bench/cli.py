@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")
     u.add_argument("--redis-password-file", default=None, help="file holding --redis's password")
     u.add_argument("--data-dir", default=None, help="embedded Redis data (default ~/.local/share/spex)")
+    u.add_argument(
+        "--fsync", choices=["everysec", "always"], default="everysec", help="embedded Redis: AOF fsync policy"
+    )
     u.add_argument("--host", default=None, help="address the HTTP ingress binds (default 127.0.0.1)")
     u.add_argument("--port", type=int, default=None, help="port of the HTTP ingress (default 8080)")
     u.add_argument("--metrics-port", type=int, default=None, help="first /metrics port (one per service)")

@@ -63,7 +63,7 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
                 redis_password_file=args.redis_password_file,
             )
             data_dir = Path(args.data_dir) if args.data_dir else None
-            return serve_forever(settings, args.redis, args.generators, console, data_dir)
+            return serve_forever(settings, args.redis, args.generators, console, data_dir, args.fsync)
         settings = Settings.from_env(None, time_scale=args.time_scale)
         if args.questions < 1 or args.target < 1:
             raise ValueError("--questions and --target: must be at least 1")

@@ -65,5 +65,3 @@ def decode(name: str, payload: bytes) -> Message:
         return _decoder(types).decode(payload)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {name}: {exc}") from None
-    except RecursionError:
-        raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {name}: nested too deeply") from None

@@ -43,7 +43,7 @@ def default_data_dir() -> Path:
     return Path(base) / "spex"
 
 
-def embedded_redis(data_dir: Path) -> tuple[RedisServer, Path]:
+def embedded_redis(data_dir: Path, fsync: str = "everysec") -> tuple[RedisServer, Path]:
     """A durable, password-protected Redis on `data_dir` (created 0700 if missing)."""
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     secret = data_dir / PASSWORD_FILE
@@ -52,7 +52,7 @@ def embedded_redis(data_dir: Path) -> tuple[RedisServer, Path]:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
     password = secret.read_text().strip()
-    return RedisServer(data_dir=data_dir / "redis", password=password), secret
+    return RedisServer(data_dir=data_dir / "redis", password=password, fsync=fsync), secret
 
 
 def service_env(settings: Settings, name: str, **extra: str) -> dict[str, str]:
@@ -74,6 +74,7 @@ def up(
     coordinators: int = 1,
     console: Console | None = None,
     data_dir: Path | None = None,
+    fsync: str = "everysec",
 ) -> Iterator[Settings]:
     """Start Redis (unless `redis_url`) and the services under a supervisor; stop them all on
     exit. Without `data_dir` the embedded Redis lives in a temporary directory."""
@@ -81,7 +82,7 @@ def up(
     scratch = tempfile.TemporaryDirectory(prefix="spex-up-")
     server = None
     if not redis_url:
-        server, secret = embedded_redis(data_dir or Path(scratch.name, "data"))
+        server, secret = embedded_redis(data_dir or Path(scratch.name, "data"), fsync)
         server.start()
         settings = replace(settings, redis_url=server.url, redis_password="", redis_password_file=str(secret))
     else:
@@ -149,7 +150,12 @@ def _wait_healthy(supervisor: Supervisor, logs: Path, timeout_s: float = 60.0) -
 
 
 def serve_forever(
-    settings: Settings, redis_url: str | None, generators: int, console: Console, data_dir: Path | None
+    settings: Settings,
+    redis_url: str | None,
+    generators: int,
+    console: Console,
+    data_dir: Path | None,
+    fsync: str = "everysec",
 ) -> int:
     stop = False
 
@@ -159,7 +165,9 @@ def serve_forever(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    with up(settings, redis_url, generators, console=console, data_dir=data_dir or default_data_dir()):
+    with up(
+        settings, redis_url, generators, console=console, data_dir=data_dir or default_data_dir(), fsync=fsync
+    ):
         console.print("running; Ctrl-C stops every service")
         while not stop:
             time.sleep(0.2)

@@ -38,7 +38,9 @@ __all__ = [
     "floats",
     "ints",
     "message",
+    "plausible",
     "same",
+    "weighted",
     "strings",
 ]
 
@@ -190,6 +192,55 @@ def message(
     """Extreme-but-valid instances of the message `cls` (valid to msgspec: every field has its
     declared type; the services' own rules are what is being fuzzed)."""
     return struct(cls, ids=ids, surrogates=surrogates, **overrides)
+
+
+# In `plausible` messages: values that pass a service's first checks, by field name (any
+# message, any new field of that name), still reaching the extremes where they may.
+_counts = st.one_of(st.integers(0, 300), st.sampled_from([0, 1, 4_096, 2**31, INT64_MAX]))
+PLAUSIBLE_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "content": st.sampled_from(CONTENTS),
+    "algorithm": st.sampled_from(ALGORITHMS),
+    "mode": st.sampled_from(MODES),
+    "sim_style": st.sampled_from(["bfs", "dfs"]),
+    "finish_reason": st.sampled_from(["stop", "eos", "length", "abort"]),
+    "kind": st.sampled_from(["generate", "score"]),
+    "reward": st.one_of(st.sampled_from(["prm", "sim"]), floats()),
+    "target": st.integers(1, 4),
+    "seed": st.one_of(st.integers(0, 2**16), st.just(INT64_MAX)),
+    "prompt_tokens": _counts,
+    "max_new_tokens": st.one_of(st.integers(1, 300), st.just(INT64_MAX)),
+    "priority": st.sampled_from([0, 1]),
+    "tokens": _counts,
+    "reference_answer": st.sampled_from(["", "4", "\\frac{1}{2}"]),
+}
+
+
+@st.composite
+def _plausible(draw: st.DrawFn, cls: type[Message], ids: Sequence[str]) -> Message:
+    msg = draw(message(cls, ids=ids))
+    types_ = {f.name: f.type for f in msgspec.structs.fields(cls)}
+    changes: dict[str, Any] = {}
+    for name, values in PLAUSIBLE_VALUES.items():
+        kind = types_.get(name)
+        if isinstance(kind, type) and draw(st.integers(0, 3)):  # a scalar field: three times in four
+            value = draw(values)
+            if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+                changes[name] = value
+    if types_.get("prompt_node_ids") == list[str] and types_.get("prompt_tokens") == list[int]:
+        if draw(st.integers(0, 3)):  # a path with one token count per node
+            path = list(getattr(msg, "prompt_node_ids")) or draw(
+                st.lists(st.sampled_from(list(ids)) if ids else strings(short=True), min_size=1, max_size=6)
+            )
+            changes["prompt_node_ids"] = path
+            changes["prompt_tokens"] = draw(st.lists(_counts, min_size=len(path), max_size=len(path)))
+    return msgspec.structs.replace(msg, **changes)
+
+
+def plausible(cls: type[Message], ids: Sequence[str] = ()) -> st.SearchStrategy[Message]:
+    """Messages of `cls` that mostly pass a service's first checks (its words, a path with a
+    token count per node, counts that are not negative) while the other fields stay extreme:
+    what reaches the code past validation."""
+    return _plausible(cls, ids)
 
 
 def _subclasses(cls: type) -> Iterable[type]:
@@ -358,26 +409,33 @@ def arbitrary_payload(
     return st.one_of(parts)
 
 
+def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+    """One of the strategies, each `weight` times as likely (`st.one_of` flattens nested
+    one_ofs and weighs every leaf alike, so it cannot say this)."""
+    return st.sampled_from([s for weight, s in choices for _ in range(weight)]).flatmap(lambda s: s)
+
+
 def entry_fields(
     types: Sequence[type[Message]], ids: Sequence[str] = ()
 ) -> st.SearchStrategy[dict[str, bytes]]:
-    """The fields of one stream entry: mostly `{"e": payload}` (a message of `types`, of any
-    type, or arbitrary bytes), sometimes no `e` at all."""
-    payload = st.one_of(
-        encoded(st.one_of([message(t, ids=ids) for t in types])),
-        encoded(st.one_of([message(t, ids=ids) for t in types])),
-        encoded(any_message(ids)),
-        arbitrary_payload(types),
-        arbitrary_payload(types),
+    """The fields of one stream entry: mostly `{"e": payload}` — a message of `types` (most
+    of them plausible), of any type, or arbitrary bytes — sometimes no `e` at all."""
+    payload = weighted(
+        (4, encoded(st.one_of([plausible(t, ids=ids) for t in types]))),
+        (2, encoded(st.one_of([message(t, ids=ids) for t in types]))),
+        (1, encoded(any_message(ids))),
+        (3, arbitrary_payload(types)),
     )
-    with_e = st.builds(lambda p: {"e": p}, payload)
-    extra = st.builds(lambda p, x: {"e": p, "x": x}, payload, st.binary(max_size=8))
     without_e = st.one_of(
         st.builds(lambda x: {"x": x}, st.binary(max_size=16)),
         st.builds(lambda p: {"E": p}, payload),
         st.builds(lambda p: {"e ": p}, payload),
     )
-    return st.one_of(with_e, with_e, with_e, with_e, with_e, extra, without_e)
+    return weighted(
+        (16, st.builds(lambda p: {"e": p}, payload)),
+        (2, st.builds(lambda p, x: {"e": p, "x": x}, payload, st.binary(max_size=8))),
+        (1, without_e),
+    )
 
 
 # ---------------------------------------------------------------------------- helpers
