@@ -222,8 +222,9 @@ class Generator:
             if free <= 0:
                 await asyncio.sleep(0.01)
                 return
+            held = {d.entry_id for d, _, _ in self.running.values()}
             for d in await self.bus.read(
-                [self.stream], GENERATOR_GROUP, count=free, block_ms=self.settings.block_ms
+                [self.stream], GENERATOR_GROUP, count=free, block_ms=self.settings.block_ms, held=held
             ):
                 await self._dispatch(d)
 
@@ -317,10 +318,14 @@ def _job_problem(req: GenerateRequest, real_engine: bool) -> str:
         return f"content: unknown {req.content!r}"
     if req.content == "real" and not real_engine:
         return "real content needs a real engine (SPEX_ENGINE=hf)"
+    if req.content == "synthetic" and req.sim_style not in ("dfs", "bfs"):
+        return f"sim_style: unknown {req.sim_style!r}; known: dfs, bfs"
     if not req.prompt_node_ids or len(req.prompt_node_ids) != len(req.prompt_tokens):
         return "prompt_node_ids: one entry per path node, as many as prompt_tokens, at least one"
     if any(t < 0 for t in req.prompt_tokens) or req.max_new_tokens < 1:
         return "prompt_tokens and max_new_tokens: must be positive"
+    if sum(req.prompt_tokens) < 1:  # the question has a token; an empty prompt upsets the engine
+        return "prompt_tokens: the path holds no tokens (the question has at least one)"
     return ""
 
 

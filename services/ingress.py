@@ -99,6 +99,11 @@ class IngressService:
         except (RedisConnectionError, RedisTimeoutError) as exc:
             self.log.warning("redis_unavailable", error=str(exc))
             return _error(503, "the queue is unreachable; retry later")
+        except web.HTTPException as exc:  # aiohttp's own refusals (no such route, wrong method)
+            if exc.status < 400:
+                raise
+            allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+            return _error(exc.status, f"{request.method} {request.path[:64]}: {exc.reason.lower()}", allow)
 
     def _client_of(self, request: web.Request) -> str | None:
         if not self.tokens:
@@ -106,9 +111,12 @@ class IngressService:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
             return None
+        # aiohttp decodes header bytes as UTF-8 with surrogateescape: encoding back the same way
+        # gives the bytes sent, whatever they are (a strict encode fails on non-UTF-8 bytes).
+        sent = given.strip().encode("utf-8", "surrogateescape")
         found = None
         for token, name in self.tokens.items():  # compare with every token, in constant time
-            if hmac.compare_digest(token.encode(), given.strip().encode()):
+            if hmac.compare_digest(token.encode(), sent):
                 found = name
         return found
 

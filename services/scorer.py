@@ -143,7 +143,10 @@ class Scorer:
     async def _intake(self, stop: asyncio.Event) -> None:
         async def once() -> None:
             block = self.settings.block_ms
-            for d in await self.bus.read([SCORE_JOBS], SCORER_GROUP, count=MAX_BATCH, block_ms=block):
+            held = {d.entry_id for d, _ in self.pending.values()}
+            for d in await self.bus.read(
+                [SCORE_JOBS], SCORER_GROUP, count=MAX_BATCH, block_ms=block, held=held
+            ):
                 await self._dispatch(d)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)

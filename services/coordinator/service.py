@@ -11,7 +11,9 @@ is applied at most once (by id), so a restart never applies an event twice. The 
 hash records the epoch, the last applied entry and the tree digest so far.
 
 Faults: a query whose lease was not confirmed within `lease_s` (this process stalled) is not
-worked on until a renewal succeeds — its fenced writes would fail anyway. A question that
+worked on until a renewal succeeds — its fenced writes would fail anyway. A query whose
+events were being applied when Redis went away is released (its commands may not all have
+been published) and adopted again from its inbox once its lease lapses. A question that
 cannot be searched, and a query whose job was given up on, get a failed answer (`error`), so
 no client waits forever. If Redis lost a query's state (restarted without persistence), the
 coordinator that held it searches it again from the request it holds.
@@ -237,8 +239,17 @@ class Coordinator:
             for stream, entries in replies or []:
                 qid = query_inbox.parse(stream)
                 query = self.queries.get(qid) if qid is not None else None
-                if query is not None:
+                if query is None:
+                    continue
+                try:
                     await self._apply(query, entries)
+                except (RedisConnectionError, RedisTimeoutError):
+                    # Commands the machine issued may not have been published: its memory is
+                    # ahead of Redis. Let the query go; once its lease lapses, whoever adopts
+                    # it replays the inbox and re-issues them (publishing is idempotent).
+                    self.queries.pop(qid, None)
+                    self.log.warning("query_released", query_id=qid, reason="redis_unavailable")
+                    raise
             if time.monotonic() - self._stats_sent >= STATS_EVERY_S:
                 self._stats_sent = time.monotonic()
                 await self._publish_stats()

@@ -25,12 +25,14 @@ Semantics (measured on Redis 6.2 and 7.0, `../shared/reference/redis_streams.md`
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.names import dead_letter, dedupe_key
@@ -99,6 +101,7 @@ class Bus:
         self._dead_letter = client.register_script(_DEAD_LETTER)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._own_pending_read: set[tuple[str, str]] = set()
+        self._own_cursor: dict[tuple[str, str], str] = {}  # paging through own pending entries
         self._groups: set[tuple[str, str]] = set()
         self.dead_lettered = 0
         # Told of every message given up on (the service tells its query, so nothing hangs).
@@ -114,17 +117,21 @@ class Bus:
 
     # ------------------------------------------------------------------ consuming
     async def ensure_group(self, stream: str, group: str) -> None:
-        """Create the group (and the stream) unless it exists: safe to call on every start."""
+        """Create the group (and the stream) unless it exists: safe to call on every start. With
+        Redis unreachable it is remembered, and created by the first call that finds it missing."""
         self._groups.add((stream, group))
         try:
             await self.r.xgroup_create(stream, group, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        except (RedisConnectionError, RedisTimeoutError):
+            pass
 
     def reconnected(self) -> None:
         """After a reconnect, re-read own pending entries first (a lost reply leaves them)."""
         self._own_pending_read.clear()
+        self._own_cursor.clear()
 
     async def _regrouping(self, call: Callable[[], Awaitable[Any]]) -> Any:
         """`call()`, re-creating every group of this consumer once if Redis lost them."""
@@ -139,22 +146,30 @@ class Bus:
         return await call()
 
     async def read(
-        self, streams: Sequence[str], group: str, count: int, block_ms: int = 2000
+        self,
+        streams: Sequence[str],
+        group: str,
+        count: int,
+        block_ms: int = 2000,
+        held: Collection[str] = (),
     ) -> list[Delivery]:
         """Up to `count` deliveries: own pending entries first, then new ones. Undecodable
-        entries are dead-lettered here and never returned."""
+        entries are dead-lettered here and never returned. `held`: entry ids the caller is
+        still working on — re-read after a reconnect, they are neither returned nor counted."""
         out: list[Delivery] = []
         for stream in streams:
             if (stream, group) in self._own_pending_read:
                 continue
-            own: dict[Any, Any] = {stream: "0"}
+            own: dict[Any, Any] = {stream: self._own_cursor.get((stream, group), "0")}
             replies: Any = await self._regrouping(
                 lambda: self.r.xreadgroup(group, self.consumer, own, count=count)  # noqa: B023 - awaited here
             )
             entries = replies[0][1] if replies else []
             if len(entries) < count:
                 self._own_pending_read.add((stream, group))
-            out += await self._own_pending(stream, group, entries)
+            else:  # a full page: the next read goes on after it
+                self._own_cursor[(stream, group)] = _s(entries[-1][0])
+            out += await self._own_pending(stream, group, entries, held)
             if out:
                 return out
         if count <= 0:
@@ -168,9 +183,12 @@ class Bus:
             out += await self._decode_all(_s(stream), group, entries)
         return out
 
-    async def _own_pending(self, stream: str, group: str, entries: Any) -> list[Delivery]:
+    async def _own_pending(
+        self, stream: str, group: str, entries: Any, held: Collection[str] = ()
+    ) -> list[Delivery]:
         """Own pending entries, re-read: each with its delivery count; those re-read more than
-        `max_deliveries` times are dead-lettered (this consumer keeps dying on them)."""
+        `max_deliveries` times are dead-lettered (this consumer keeps dying on them). An entry
+        still `held` gets its count back (the re-read was a reconnect, not a retry)."""
         if not entries:
             return []
         ids = [_s(entry_id) for entry_id, _ in entries]
@@ -181,6 +199,17 @@ class Bus:
         out: list[Delivery] = []
         for entry_id, fields in entries:
             deliveries = counts.get(_s(entry_id), 1)
+            if _s(entry_id) in held:
+                await self.r.xclaim(
+                    stream,
+                    group,
+                    self.consumer,
+                    0,
+                    [entry_id],
+                    retrycount=max(1, deliveries - 1),
+                    justid=True,
+                )
+                continue
             if deliveries > self.max_deliveries:
                 payload = (fields or {}).get(b"e", b"")
                 await self._dead(
