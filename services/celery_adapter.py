@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote
 
-import redis.asyncio as aioredis
 from celery import Celery
 
 from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["app", "make_app"]
@@ -24,6 +25,10 @@ __all__ = ["app", "make_app"]
 def make_app(settings: Settings) -> Celery:
     """A Celery app whose broker and result backend are the SPEX Redis (database 1)."""
     base = settings.redis_url.rsplit("/", 1)[0]
+    password = settings.password()
+    if password:  # in memory only: Celery takes the broker's password in its URL
+        scheme, _, rest = base.partition("://")
+        base = f"{scheme}://:{quote(password, safe='')}@{rest}"
     celery = Celery("spex", broker=f"{base}/1", backend=f"{base}/1")
     celery.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
 
@@ -37,7 +42,7 @@ def make_app(settings: Settings) -> Celery:
         timeout_s: float = 600.0,
     ) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            client = IngressClient(aioredis.Redis.from_url(settings.redis_url), settings.backlog_limit)
+            client = IngressClient(redis_client(settings), settings.backlog_limit, settings.limits)
             try:
                 qid = await client.submit(
                     question, client_key=client_key, algorithm=algorithm, target=target, mode=mode
@@ -47,7 +52,7 @@ def make_app(settings: Settings) -> Celery:
                 await client.r.aclose()
             if result is None:
                 raise TimeoutError(f"question {qid} not answered within {timeout_s} s")
-            return {"query_id": qid, "answer": result.answer, "nodes": result.nodes}
+            return {"query_id": qid, "answer": result.answer, "nodes": result.nodes, "error": result.error}
 
         return asyncio.run(run())
 

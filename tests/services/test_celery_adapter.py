@@ -49,5 +49,5 @@ def test_celery_task_forwards_to_the_ingress_and_returns_the_answer(redis_url, t
         worker.terminate()
         worker.wait(timeout=20)
         log.close()
-    assert first["answer"] is not None and first["nodes"] > 0
+    assert first["answer"] is not None and first["nodes"] > 0, first
     assert again == first  # the same client key is one question, answered once
