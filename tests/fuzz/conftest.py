@@ -1,6 +1,6 @@
 """The fuzz tests report how many cases each one ran."""
 
-from tests.fuzz.harness import CASES
+from tests.fuzz.harness import CASES, NOTES
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -9,3 +9,5 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("fuzz cases")
     for test, c in sorted(CASES.items()):
         terminalreporter.write_line(f"{test}: {c['examples']} examples, {c['entries']} fuzzed inputs")
+        if test in NOTES:
+            terminalreporter.write_line(f"    {NOTES[test]}")

@@ -9,13 +9,14 @@ from collections import Counter
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["CASES", "Loop", "count"]
+__all__ = ["CASES", "NOTES", "Loop", "count"]
 
 T = TypeVar("T")
 
 # test name -> examples (hypothesis cases) and entries (fuzzed messages) it ran; the fuzz
 # conftest prints them at the end of the session.
 CASES: dict[str, Counter[str]] = {}
+NOTES: dict[str, str] = {}  # test name -> one line more for the summary (what the fuzzing reached)
 
 
 def count(test: str, examples: int = 0, entries: int = 0) -> None:

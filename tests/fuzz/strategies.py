@@ -77,6 +77,12 @@ SURROGATES = ("\ud800", "\udbff", "\udc00", "\udfff", "\udc80")  # cannot be UTF
 # ---------------------------------------------------------------------------- scalars
 
 
+def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+    """One of the strategies, each `weight` times as likely (`st.one_of` flattens nested
+    one_ofs and weighs every leaf alike, so it cannot say this)."""
+    return st.sampled_from([s for weight, s in choices for _ in range(weight)]).flatmap(lambda s: s)
+
+
 def ints() -> st.SearchStrategy[int]:
     """Integers at and inside the MessagePack bounds, biased to the edges."""
     return st.one_of(st.sampled_from(EXTREME_INTS), st.integers(INT64_MIN, UINT64_MAX), st.integers(-2, 300))
@@ -161,16 +167,18 @@ def struct(
     cls: type[msgspec.Struct],
     *,
     ids: Sequence[str] = (),
+    query_ids: Sequence[str] = (),
     surrogates: bool = False,
     **overrides: st.SearchStrategy[Any],
 ) -> st.SearchStrategy[Any]:
     """Instances of `cls`: every field from its type; optional fields sometimes left at their
-    default; `ids` (if given) are drawn often for id-like fields, so fuzzed messages can name
-    queries and jobs that exist; `overrides` replace a field's strategy."""
+    default; `ids` (if given) are drawn often for id-like fields and `query_ids` for
+    `query_id`, so fuzzed messages can name queries and jobs that exist; `overrides` replace
+    a field's strategy."""
     text, short_text = strings(surrogates), strings(surrogates, short=True)
     if ids:
         known = st.sampled_from(list(ids))
-        id_text, id_short = st.one_of(known, known, text), st.one_of(known, known, short_text)
+        id_text, id_short = weighted((3, known), (1, text)), weighted((3, known), (1, short_text))
     required: dict[str, st.SearchStrategy[Any]] = {}
     optional: dict[str, st.SearchStrategy[Any]] = {}
     for f in msgspec.structs.fields(cls):
@@ -178,6 +186,8 @@ def struct(
             strategy = overrides[f.name]
         elif f.name == "v":
             strategy = st.just(PROTOCOL_VERSION)  # a wrong version is arbitrary_payload's
+        elif f.name == "query_id" and query_ids:
+            strategy = weighted((3, st.sampled_from(list(query_ids))), (1, text))
         elif ids and _is_id(f.name):
             strategy = for_type(f.type, text=id_text, short_text=id_short)
         else:
@@ -187,18 +197,23 @@ def struct(
 
 
 def message(
-    cls: type[Message], *, ids: Sequence[str] = (), surrogates: bool = False, **overrides: Any
+    cls: type[Message],
+    *,
+    ids: Sequence[str] = (),
+    query_ids: Sequence[str] = (),
+    surrogates: bool = False,
+    **overrides: Any,
 ) -> st.SearchStrategy[Message]:
     """Extreme-but-valid instances of the message `cls` (valid to msgspec: every field has its
     declared type; the services' own rules are what is being fuzzed)."""
-    return struct(cls, ids=ids, surrogates=surrogates, **overrides)
+    return struct(cls, ids=ids, query_ids=query_ids, surrogates=surrogates, **overrides)
 
 
 # In `plausible` messages: values that pass a service's first checks, by field name (any
 # message, any new field of that name), still reaching the extremes where they may.
-_counts = st.one_of(st.integers(0, 300), st.sampled_from([0, 1, 4_096, 2**31, INT64_MAX]))
+_counts = weighted((12, st.integers(1, 2_000)), (1, st.sampled_from([0, 1, 4_096, 2**31, INT64_MAX])))
 PLAUSIBLE_VALUES: dict[str, st.SearchStrategy[Any]] = {
-    "content": st.sampled_from(CONTENTS),
+    "content": weighted((3, st.just("synthetic")), (1, st.sampled_from(CONTENTS))),
     "algorithm": st.sampled_from(ALGORITHMS),
     "mode": st.sampled_from(MODES),
     "sim_style": st.sampled_from(["bfs", "dfs"]),
@@ -216,31 +231,34 @@ PLAUSIBLE_VALUES: dict[str, st.SearchStrategy[Any]] = {
 
 
 @st.composite
-def _plausible(draw: st.DrawFn, cls: type[Message], ids: Sequence[str]) -> Message:
-    msg = draw(message(cls, ids=ids))
+def _plausible(draw: st.DrawFn, cls: type[Message], ids: Sequence[str], query_ids: Sequence[str]) -> Message:
+    msg = draw(message(cls, ids=ids, query_ids=query_ids))
     types_ = {f.name: f.type for f in msgspec.structs.fields(cls)}
+    tamed = [name for name in PLAUSIBLE_VALUES if isinstance(types_.get(name), type)]
+    paired = types_.get("prompt_node_ids") == list[str] and types_.get("prompt_tokens") == list[int]
+    # One of the fields (or none) keeps its extreme value: each first check is met alone.
+    wild = draw(st.sampled_from([None, None, *tamed, *(["path"] if paired else [])]))
     changes: dict[str, Any] = {}
-    for name, values in PLAUSIBLE_VALUES.items():
-        kind = types_.get(name)
-        if isinstance(kind, type) and draw(st.integers(0, 3)):  # a scalar field: three times in four
-            value = draw(values)
-            if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
-                changes[name] = value
-    if types_.get("prompt_node_ids") == list[str] and types_.get("prompt_tokens") == list[int]:
-        if draw(st.integers(0, 3)):  # a path with one token count per node
-            path = list(getattr(msg, "prompt_node_ids")) or draw(
-                st.lists(st.sampled_from(list(ids)) if ids else strings(short=True), min_size=1, max_size=6)
-            )
-            changes["prompt_node_ids"] = path
-            changes["prompt_tokens"] = draw(st.lists(_counts, min_size=len(path), max_size=len(path)))
+    for name in tamed:
+        kind = types_[name]
+        value = draw(PLAUSIBLE_VALUES[name])
+        if name != wild and isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+            changes[name] = value
+    if paired and wild != "path":  # a path with one token count per node
+        nodes = st.sampled_from(list(ids)) if ids else strings(short=True)
+        path = list(msg.prompt_node_ids)[:6] or draw(st.lists(nodes, min_size=1, max_size=6))
+        changes["prompt_node_ids"] = path
+        changes["prompt_tokens"] = draw(st.lists(_counts, min_size=len(path), max_size=len(path)))
     return msgspec.structs.replace(msg, **changes)
 
 
-def plausible(cls: type[Message], ids: Sequence[str] = ()) -> st.SearchStrategy[Message]:
-    """Messages of `cls` that mostly pass a service's first checks (its words, a path with a
-    token count per node, counts that are not negative) while the other fields stay extreme:
-    what reaches the code past validation."""
-    return _plausible(cls, ids)
+def plausible(
+    cls: type[Message], ids: Sequence[str] = (), query_ids: Sequence[str] = ()
+) -> st.SearchStrategy[Message]:
+    """Messages of `cls` that pass a service's first checks (its words, a path with a token
+    count per node, counts that are not negative) but for at most one field, while the other
+    fields stay extreme: what reaches the code past validation, and each check on its own."""
+    return _plausible(cls, ids, query_ids)
 
 
 def _subclasses(cls: type) -> Iterable[type]:
@@ -258,8 +276,10 @@ ALL_MESSAGES: tuple[type[Message], ...] = tuple(
 )
 
 
-def any_message(ids: Sequence[str] = (), surrogates: bool = False) -> st.SearchStrategy[Message]:
-    return st.one_of([message(t, ids=ids, surrogates=surrogates) for t in ALL_MESSAGES])
+def any_message(
+    ids: Sequence[str] = (), query_ids: Sequence[str] = (), surrogates: bool = False
+) -> st.SearchStrategy[Message]:
+    return st.one_of([message(t, ids=ids, query_ids=query_ids, surrogates=surrogates) for t in ALL_MESSAGES])
 
 
 def encoded(messages: st.SearchStrategy[Message]) -> st.SearchStrategy[bytes]:
@@ -409,21 +429,15 @@ def arbitrary_payload(
     return st.one_of(parts)
 
 
-def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
-    """One of the strategies, each `weight` times as likely (`st.one_of` flattens nested
-    one_ofs and weighs every leaf alike, so it cannot say this)."""
-    return st.sampled_from([s for weight, s in choices for _ in range(weight)]).flatmap(lambda s: s)
-
-
 def entry_fields(
-    types: Sequence[type[Message]], ids: Sequence[str] = ()
+    types: Sequence[type[Message]], ids: Sequence[str] = (), query_ids: Sequence[str] = ()
 ) -> st.SearchStrategy[dict[str, bytes]]:
     """The fields of one stream entry: mostly `{"e": payload}` — a message of `types` (most
     of them plausible), of any type, or arbitrary bytes — sometimes no `e` at all."""
     payload = weighted(
-        (4, encoded(st.one_of([plausible(t, ids=ids) for t in types]))),
-        (2, encoded(st.one_of([message(t, ids=ids) for t in types]))),
-        (1, encoded(any_message(ids))),
+        (4, encoded(st.one_of([plausible(t, ids, query_ids) for t in types]))),
+        (2, encoded(st.one_of([message(t, ids=ids, query_ids=query_ids) for t in types]))),
+        (1, encoded(any_message(ids, query_ids))),
         (3, arbitrary_payload(types)),
     )
     without_e = st.one_of(
