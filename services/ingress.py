@@ -55,6 +55,9 @@ def load_tokens(settings: Settings) -> dict[str, str]:
         if not TOKEN_NAME.fullmatch(name) or len(token) < 16:
             raise ValueError(f"{source}: each entry is NAME and a TOKEN of at least 16 characters")
         tokens[token] = name
+    if (settings.auth_tokens.strip() or settings.auth_tokens_file) and not tokens:
+        # Asked for auth and given none: refuse to start rather than let everyone in.
+        raise ValueError("SPEX_AUTH_TOKENS / SPEX_AUTH_TOKENS_FILE: set, but holds no tokens")
     return tokens
 
 
@@ -70,6 +73,8 @@ class IngressService:
         self.tokens = load_tokens(settings)
         self.submitted = 0
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
+        if not self.tokens and self.host not in ("127.0.0.1", "localhost", "::1"):
+            self.log.warning("ingress_unauthenticated", host=self.host, hint="set SPEX_AUTH_TOKENS_FILE")
 
     def summary(self) -> dict[str, int]:
         return {"submitted": self.submitted}

@@ -46,13 +46,22 @@ def default_data_dir() -> Path:
 def embedded_redis(data_dir: Path, fsync: str = "everysec") -> tuple[RedisServer, Path]:
     """A durable, password-protected Redis on `data_dir` (created 0700 if missing)."""
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _private(data_dir, "--data-dir")
     secret = data_dir / PASSWORD_FILE
     if not secret.exists():
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
+    _private(secret, "the Redis password file")
     password = secret.read_text().strip()
     return RedisServer(data_dir=data_dir / "redis", password=password, fsync=fsync), secret
+
+
+def _private(path: Path, what: str) -> None:
+    """`path` is ours and nobody else's: another user must not plant or read the password."""
+    st = path.lstat()
+    if path.is_symlink() or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ValueError(f"{what}: {path} must be owned by you and private (chmod go-rwx), not a link")
 
 
 def service_env(settings: Settings, name: str, **extra: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -65,7 +66,8 @@ class ChaosReport:
 def schedule(seed: int, duration_s: float, names: list[str], faults_per_min: float) -> list[Fault]:
     """Faults at exponential gaps over `duration_s`, kinds by FAULT_KINDS' weights."""
     rng = random.Random(seed)
-    out, t = [], 0.0
+    out: list[Fault] = []
+    t = 0.0
     kinds, weights = zip(*FAULT_KINDS.items(), strict=True)
     while True:
         t += rng.expovariate(faults_per_min / 60.0)
@@ -186,7 +188,8 @@ async def _answers(rig: Rig, qids: list[str]) -> dict[str, AnswerResult | None]:
 async def _answer_counts(rig: Rig) -> Counter[str]:
     assert rig.client is not None
     counts: Counter[str] = Counter()
-    for _, fields in await rig.client.r.xrange(ANSWERS):
+    entries: Any = await rig.client.r.xrange(ANSWERS)
+    for _, fields in entries:
         answer = decode(ANSWERS, fields[b"e"])
         counts[answer.query_id] += 1
     return counts

@@ -1,7 +1,7 @@
 """The coordinator's Lua scripts: leases with a fencing epoch, the fenced checkpoint and the
 fenced answer. Each runs atomically on one query's keys (one hash tag, one cluster slot)."""
 
-__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "REJECT", "RENEW"]
+__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "REJECT", "RELEASE", "RENEW"]
 
 # KEYS: lease, epoch, active zset. ARGV: owner, lease ms, expiry ms, query id. -> epoch | nil
 ACQUIRE = """
@@ -21,6 +21,17 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return tonumber(redis.call('GET', KEYS[2]))
 end
 return false
+"""
+
+# Gives a lease up and makes the query due for the reaper at once. KEYS: lease, active zset.
+# ARGV: owner, query id. -> 1 | 0
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZADD', KEYS[2], 0, ARGV[2])
+  return 1
+end
+return 0
 """
 
 # Fenced: only the lease holder at the current epoch may write the checkpoint or the answer.
@@ -54,14 +65,18 @@ return 1
 """
 
 # A question that cannot be searched gets a failed answer, so its client is told and its
-# in-flight place freed. KEYS: reply, answers, in-flight, client in-flight, request.
-# ARGV: encoded answer, query id, TTL s. -> 1
+# in-flight place freed; whatever a coordinator took for it is let go and expires.
+# KEYS: reply, answers, in-flight, client in-flight, request, active, lease, epoch, inbox,
+# checkpoint. ARGV: encoded answer, query id, TTL s. -> 1
 REJECT = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3]) then
   redis.call('XADD', KEYS[2], '*', 'e', ARGV[1])
 end
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[4], ARGV[2])
+redis.call('ZREM', KEYS[6], ARGV[2])
+redis.call('DEL', KEYS[7])
+for i = 8, 10 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 redis.call('EXPIRE', KEYS[5], ARGV[3])
 return 1
 """

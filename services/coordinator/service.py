@@ -30,6 +30,7 @@ import msgspec
 import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import (
@@ -85,7 +86,7 @@ __all__ = ["Coordinator", "main"]
 
 LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
 STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
-GRADE_TIMEOUT_S = 10.0  # math-verify on one answer
+GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
 
 
 @dataclass
@@ -96,6 +97,7 @@ class _Query:
     last_id: str = "0"
     started_wall: float = 0.0
     renewed: float = 0.0  # monotonic time the lease was last confirmed
+    replaying: bool = True  # its inbox is being replayed: the live reader leaves it alone
 
 
 class Coordinator:
@@ -110,6 +112,8 @@ class Coordinator:
         self.answered = 0
         self._stats_sent = 0.0
         self._adopting: set[str] = set()
+        self._takeovers: set[asyncio.Task[None]] = set()
+        self._redis_run: str | None = None  # Redis's run id: a new one means it restarted
         self.bus.on_dead = self._on_dead
 
     def summary(self) -> dict[str, Any]:
@@ -146,11 +150,11 @@ class Coordinator:
             try:
                 await self.r.set(query_request(req.query_id), encode(req), nx=True)
                 await self.adopt(req)
-            except (RedisConnectionError, RedisTimeoutError):
-                raise  # not the message's fault: retried after the reconnect
+            except (RedisConnectionError, RedisTimeoutError, ResponseError):
+                raise  # Redis's trouble, not the message's: retried
             except Exception as exc:  # the question itself cannot be searched: park it
-                self.log.error("question_rejected", error=repr(exc))
-                await self.bus.dead_letter(d, COORDINATOR_GROUP, repr(exc))
+                self.log.error("question_unsearchable", error=repr(exc))
+                await self.bus.dead_letter(d, COORDINATOR_GROUP, "the question could not be searched")
                 return
         await self.bus.ack(d, COORDINATOR_GROUP)
 
@@ -174,6 +178,11 @@ class Coordinator:
             INGRESS_IN_FLIGHT,
             client_in_flight(message.client),
             query_request(qid),
+            COORDINATORS_ACTIVE,
+            query_lease(qid),
+            query_epoch(qid),
+            query_inbox(qid),
+            query_checkpoint(qid),
         ]
         await self.r.eval(scripts.REJECT, len(keys), *keys, encode(answer), qid, self.settings.result_ttl_s)
         self.log.warning("question_rejected", query_id=qid, reason=reason)
@@ -211,15 +220,21 @@ class Coordinator:
             share=LOCAL_SHARE if speculate else 0,
         )
         query = _Query(req, machine, int(epoch), started_wall=self._now(), renewed=self._now())
+        # Held (and renewed) from now on; the live reader joins once the replay is done and
+        # goes on from the last entry applied here.
+        self.queries[qid] = query
+        QUERIES_OWNED.labels(self.owner).set(len(self.queries))
         self.log.info("query_adopted", query_id=qid, epoch=int(epoch))
-        await self._execute(query, machine.start(0.0))
-        # Replay whatever the inbox already holds (a previous owner's results), then join the
-        # live reader, which goes on from the last entry applied here.
-        entries: Any = await self.r.xrange(query_inbox(qid), "-", "+")
-        await self._apply(query, entries)
-        if not machine.done:
-            self.queries[qid] = query
-            QUERIES_OWNED.labels(self.owner).set(len(self.queries))
+        try:
+            await self._execute(query, machine.start(0.0))
+            entries: Any = await self.r.xrange(query_inbox(qid), "-", "+")
+            await self._apply(query, entries)  # a previous owner's results
+        except _Unpublishable as exc:
+            await self._fail(query, str(exc))
+        except BaseException:
+            self._release(query)
+            raise
+        query.replaying = False
         return True
 
     # ------------------------------------------------------------------ inbox events
@@ -230,7 +245,9 @@ class Coordinator:
                 return
             fresh = self._now() - self.settings.lease_s
             streams: dict[Any, Any] = {
-                query_inbox(q): s.last_id for q, s in self.queries.items() if s.renewed > fresh
+                query_inbox(q): s.last_id
+                for q, s in self.queries.items()
+                if s.renewed > fresh and not s.replaying
             }
             if not streams:  # every lease is unconfirmed (we stalled): wait for the renewals
                 await asyncio.sleep(self.settings.block_ms / 1000)
@@ -243,12 +260,13 @@ class Coordinator:
                     continue
                 try:
                     await self._apply(query, entries)
-                except (RedisConnectionError, RedisTimeoutError):
+                except _Unpublishable as exc:
+                    await self._fail(query, str(exc))
+                except Exception:
                     # Commands the machine issued may not have been published: its memory is
-                    # ahead of Redis. Let the query go; once its lease lapses, whoever adopts
-                    # it replays the inbox and re-issues them (publishing is idempotent).
-                    self.queries.pop(qid, None)
-                    self.log.warning("query_released", query_id=qid, reason="redis_unavailable")
+                    # ahead of Redis. Let the query go: whoever adopts it next replays the
+                    # inbox and re-issues them (publishing is idempotent).
+                    self._release(query)
                     raise
             if time.monotonic() - self._stats_sent >= STATS_EVERY_S:
                 self._stats_sent = time.monotonic()
@@ -297,7 +315,10 @@ class Coordinator:
 
     async def _perform(self, query: _Query, effect: Effect) -> None:
         if isinstance(effect, Publish):
-            await self.bus.publish(effect.stream, effect.message)
+            try:
+                await self.bus.publish(effect.stream, effect.message)
+            except ProtocolError as exc:  # e.g. the path's text past the message limit
+                raise _Unpublishable(f"{type(effect.message).__name__}: {exc}") from None
         elif isinstance(effect, MarkCancelled):
             await self.r.set(cancel_key(effect.job_id), 1, ex=3600)
         elif isinstance(effect, Answer):
@@ -326,7 +347,7 @@ class Coordinator:
         if not await self.r.eval(
             scripts.ANSWER, len(keys), *keys, self.owner, query.epoch, encode(answer), qid, ttl
         ):
-            self._lost(qid)  # another coordinator holds the query now: it answers
+            self._lost(qid, query)  # another coordinator holds the query now: it answers
             return
         self.queries.pop(qid, None)
         QUERIES_OWNED.labels(self.owner).set(len(self.queries))
@@ -341,7 +362,8 @@ class Coordinator:
         if not reference:
             return None
         try:
-            return await asyncio.wait_for(asyncio.to_thread(grade, answer, reference), GRADE_TIMEOUT_S)
+            limit = min(GRADE_TIMEOUT_S, self.settings.lease_s / 3)
+            return await asyncio.wait_for(asyncio.to_thread(grade, answer, reference), limit)
         except TimeoutError:
             self.log.warning("grading_timed_out", reference=reference[:80])
             return None
@@ -351,7 +373,24 @@ class Coordinator:
         keys = [query_lease(qid), query_epoch(qid), query_checkpoint(qid)]
         args = (self.owner, query.epoch, query.last_id, m.tree.digest(), len(m.tree))
         if not await self.r.eval(scripts.CHECKPOINT, len(keys), *keys, *args):
-            self._lost(qid)
+            self._lost(qid, query)
+
+    async def _fail(self, query: _Query, reason: str) -> None:
+        """The query cannot go on (a job it needs cannot be sent): answer it as failed."""
+        req = query.request
+        self.log.error("query_failed", query_id=req.query_id, reason=reason)
+        message = AnswerResult(
+            msg_id=f"{req.query_id}/answer", query_id=req.query_id, trace_id=req.trace_id,
+            epoch=query.epoch, answer=None, error=f"failed: {reason}",
+        )  # fmt: skip
+        await self._answer(query, Answer(message))
+
+    def _release(self, query: _Query) -> None:
+        """Let a query go without touching Redis (it may be unreachable): its lease lapses and
+        whoever adopts it next replays its inbox."""
+        if self.queries.get(query.request.query_id) is query:
+            del self.queries[query.request.query_id]
+            self.log.warning("query_released", query_id=query.request.query_id)
 
     # ------------------------------------------------------------------ leases
     async def _leases(self, stop: asyncio.Event) -> None:
@@ -361,6 +400,7 @@ class Coordinator:
         """Renew our leases; adopt queries whose owner stopped renewing (the reaper)."""
         lease_ms = int(self.settings.lease_s * 1000)
         await asyncio.sleep(self.settings.lease_s / 3)
+        await self._check_redis_restart()
         now_ms = int(time.time() * 1000)
         for qid, query in list(self.queries.items()):
             keys = [query_lease(qid), query_epoch(qid), COORDINATORS_ACTIVE]
@@ -370,25 +410,65 @@ class Coordinator:
             if epoch and int(epoch) == query.epoch:
                 query.renewed = self._now()
             elif not await self.r.exists(query_epoch(qid), reply_key(qid)):
-                await self._search_again(query)  # Redis lost the query's state
+                self.queries.pop(qid, None)  # Redis lost the query's state
+                self._spawn(self._search_again(query))
             else:
-                self._lost(qid)
+                self._lost(qid, query)
         # A coordinator that died between reading a question and taking its lease left the
         # question pending in the ingress group: take it over.
         for d in await self.bus.reclaim(INGRESS, COORDINATOR_GROUP, 2 * lease_ms):
             await self._on_submitted(d)
         expired: Any = await self.r.zrangebyscore(COORDINATORS_ACTIVE, 0, now_ms)
         for raw in expired:
-            qid = raw.decode()
-            if qid in self.queries or await self.r.exists(query_lease(qid)):
-                continue
-            key = query_request(qid)
-            blob: Any = await self.r.get(key)
-            if blob is not None:
-                req = decode(key, blob)
-                assert isinstance(req, SubmitQuestionRequest)
-                if await self.adopt(req):
-                    self.log.info("query_taken_over", query_id=qid)
+            await self._reap(raw.decode())
+
+    async def _reap(self, qid: str) -> None:
+        """Take over `qid` if its owner stopped renewing — in a task of its own, so a long
+        replay never holds up the renewal of the leases we have."""
+        if qid in self.queries or qid in self._adopting or await self.r.exists(query_lease(qid)):
+            return
+        key = query_request(qid)
+        blob: Any = await self.r.get(key)
+        if blob is None or await self.r.exists(reply_key(qid)):
+            await self.r.zrem(COORDINATORS_ACTIVE, qid)  # answered or expired: nothing to reap
+            return
+        try:
+            req = decode(key, blob)
+        except ProtocolError as exc:  # e.g. written by a newer version: not ours to run
+            self.log.error("request_unreadable", query_id=qid, error=str(exc))
+            await self.r.zrem(COORDINATORS_ACTIVE, qid)
+            return
+        if isinstance(req, SubmitQuestionRequest):
+            self._spawn(self._take_over(req))
+
+    async def _take_over(self, req: SubmitQuestionRequest) -> None:
+        try:
+            if await self.adopt(req):
+                self.log.info("query_taken_over", query_id=req.query_id)
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            self.log.warning("takeover_failed", query_id=req.query_id, error=str(exc))
+        except Exception as exc:  # the question itself cannot be searched
+            self.log.error("question_unsearchable", query_id=req.query_id, error=repr(exc))
+            await self._on_dead(req, "the question could not be searched")
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._takeovers.add(task)
+        task.add_done_callback(self._takeovers.discard)
+
+    async def _check_redis_restart(self) -> None:
+        """A Redis that restarted may have lost its last writes (the AOF's fsync window):
+        jobs we published may be gone. Let every query go and adopt it again from its
+        inbox — the replay re-publishes exactly what is missing."""
+        info: Any = await self.r.info("server")
+        run = str(info.get("run_id", ""))
+        if self._redis_run is not None and run != self._redis_run and self.queries:
+            self.log.warning("redis_restarted", queries=len(self.queries))
+            for qid, query in list(self.queries.items()):
+                self._release(query)
+                keys = [query_lease(qid), COORDINATORS_ACTIVE]
+                await self.r.eval(scripts.RELEASE, len(keys), *keys, self.owner, qid)
+        self._redis_run = run
 
     async def _publish_stats(self) -> None:
         """What the budget allocator needs per speculating query (C_q, P_q, S_KV, load)."""
@@ -411,7 +491,6 @@ class Coordinator:
         The request is here: store it again and search it from the start — the same seeds
         give the same tree."""
         req = query.request
-        self.queries.pop(req.query_id, None)
         self.log.warning("query_state_lost", query_id=req.query_id)
         now_ms = int(time.time() * 1000)
         await self.r.set(query_request(req.query_id), encode(req), nx=True)
@@ -419,10 +498,15 @@ class Coordinator:
         await self.r.zadd(client_in_flight(req.client), {req.query_id: now_ms})
         await self.adopt(req)
 
-    def _lost(self, qid: str) -> None:
+    def _lost(self, qid: str, query: _Query) -> None:
         """Another coordinator holds the query now (our lease expired): stop working on it."""
-        if self.queries.pop(qid, None) is not None:
+        if self.queries.get(qid) is query:
+            del self.queries[qid]
             self.log.warning("lease_lost", query_id=qid)
+
+
+class _Unpublishable(Exception):
+    """A command whose message cannot be encoded (over the size limit): the query fails."""
 
 
 def _after(entry_id: str, last_id: str) -> bool:

@@ -106,6 +106,7 @@ class QueryMachine:
         self._attempts: dict[str, int] = {}
         self._scoring: set[str] = set()
         self._answers_seen = 0
+        self._spec_failed: set[str] = set()  # speculative nodes a service gave up on: not retried
         self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
 
     # ------------------------------------------------------------------ the SpecView
@@ -203,14 +204,24 @@ class QueryMachine:
         return self._resume(now_s) + self._housekeeping(now_s)
 
     def on_failed(self, job_id: str, node_id: str, kind: str, reason: str, now_s: float) -> list[Command]:
-        """A service gave up on a job (its engine refused it, or it kept failing). A job this
-        query still tracks fails the query — retrying the same job would fail the same way, and
-        a search with a hole in its tree is not the search asked for; a stale one is ignored."""
+        """A service gave up on a job (its engine refused it, or it kept failing). A speculative
+        job the search has not asked for is dropped (and not issued again); a job the search
+        waits on fails the query — retrying it would fail the same way, and a search with a
+        hole in its tree is not the search asked for; a stale one is ignored."""
         if self.done:
             return []
         tracked = node_id in self._scoring if kind == "score" else self.job_of(node_id) is not None
         if not tracked or (kind != "score" and self._jobs[node_id].job_id != job_id):
             return []
+        if node_id not in self._requested:  # speculation the search has not asked for: drop it
+            self._spec_failed.add(node_id)
+            if kind == "score":
+                self._scoring.discard(node_id)
+            else:
+                del self._jobs[node_id]
+            self._cache.drop(node_id)  # asked for later, it is generated (and scored) afresh
+            self.stats.spec_cancelled += 1
+            return self._housekeeping(now_s)
         self.error = f"{kind} job {job_id} failed: {reason}"
         return self._finish(now_s, None, early=False)
 
@@ -350,7 +361,7 @@ class QueryMachine:
         free = self.share - self.spec_in_flight
         if free > 0:
             for node in self._predictor.predict(self, free):
-                if node.id in self._jobs or node.generated:
+                if node.id in self._jobs or node.generated or node.id in self._spec_failed:
                     continue
                 if self._over_amplification():
                     break

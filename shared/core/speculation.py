@@ -90,6 +90,11 @@ class SpecCache:
         """The speculative generation of `node_id`, predicted `distance` ahead, is done."""
         self._distance[node_id] = distance
 
+    def drop(self, node_id: str) -> None:
+        """Forget `node_id`'s handle (its speculative work failed)."""
+        self._handles.pop(node_id, None)
+        self._distance.pop(node_id, None)
+
     def take(self, node_id: str) -> tuple[Node | None, int]:
         """The search asks for `node_id`: remove its handle; returns it (None if there is
         none) and the distance it was predicted at (0 if unknown)."""

@@ -25,6 +25,7 @@ Semantics (measured on Redis 6.2 and 7.0, `../shared/reference/redis_streams.md`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,8 @@ class Bus:
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._own_pending_read: set[tuple[str, str]] = set()
         self._own_cursor: dict[tuple[str, str], str] = {}  # paging through own pending entries
+        self._first_pass: set[tuple[str, str]] = set()  # own pending read once since we started
+        self._reconnected_at = -1e9  # monotonic
         self._groups: set[tuple[str, str]] = set()
         self.dead_lettered = 0
         # Told of every message given up on (the service tells its query, so nothing hangs).
@@ -129,9 +132,12 @@ class Bus:
             pass
 
     def reconnected(self) -> None:
-        """After a reconnect, re-read own pending entries first (a lost reply leaves them)."""
+        """After a reconnect, re-read own pending entries first (a lost reply leaves them);
+        for a few heartbeats, reclaim nothing (peers reconnect and heartbeat first — Redis
+        counts its own downtime as idle time)."""
         self._own_pending_read.clear()
         self._own_cursor.clear()
+        self._reconnected_at = time.monotonic()
 
     async def _regrouping(self, call: Callable[[], Awaitable[Any]]) -> Any:
         """`call()`, re-creating every group of this consumer once if Redis lost them."""
@@ -165,11 +171,15 @@ class Bus:
                 lambda: self.r.xreadgroup(group, self.consumer, own, count=count)  # noqa: B023 - awaited here
             )
             entries = replies[0][1] if replies else []
+            # The first pass after a start re-reads what a crash left (each read a retry); a
+            # later one follows a reconnect, which is no fault of the entries.
+            retry = (stream, group) not in self._first_pass
             if len(entries) < count:
                 self._own_pending_read.add((stream, group))
+                self._first_pass.add((stream, group))
             else:  # a full page: the next read goes on after it
                 self._own_cursor[(stream, group)] = _s(entries[-1][0])
-            out += await self._own_pending(stream, group, entries, held)
+            out += await self._own_pending(stream, group, entries, held, retry)
             if out:
                 return out
         if count <= 0:
@@ -184,11 +194,12 @@ class Bus:
         return out
 
     async def _own_pending(
-        self, stream: str, group: str, entries: Any, held: Collection[str] = ()
+        self, stream: str, group: str, entries: Any, held: Collection[str] = (), retry: bool = True
     ) -> list[Delivery]:
         """Own pending entries, re-read: each with its delivery count; those re-read more than
-        `max_deliveries` times are dead-lettered (this consumer keeps dying on them). An entry
-        still `held` gets its count back (the re-read was a reconnect, not a retry)."""
+        `max_deliveries` times are dead-lettered (this consumer keeps dying on them). After a
+        reconnect (`retry` False) every entry gets its count back, and those still `held` are
+        not handed out again."""
         if not entries:
             return []
         ids = [_s(entry_id) for entry_id, _ in entries]
@@ -199,17 +210,13 @@ class Bus:
         out: list[Delivery] = []
         for entry_id, fields in entries:
             deliveries = counts.get(_s(entry_id), 1)
-            if _s(entry_id) in held:
+            if _s(entry_id) in held or not retry:
+                deliveries = max(1, deliveries - 1)
                 await self.r.xclaim(
-                    stream,
-                    group,
-                    self.consumer,
-                    0,
-                    [entry_id],
-                    retrycount=max(1, deliveries - 1),
-                    justid=True,
+                    stream, group, self.consumer, 0, [entry_id], retrycount=deliveries, justid=True
                 )
-                continue
+                if _s(entry_id) in held:
+                    continue
             if deliveries > self.max_deliveries:
                 payload = (fields or {}).get(b"e", b"")
                 await self._dead(
@@ -237,6 +244,8 @@ class Bus:
     async def reclaim(self, stream: str, group: str, min_idle_ms: int, count: int = 100) -> list[Delivery]:
         """Take over entries idle for `min_idle_ms` (their consumer stopped heartbeating);
         entries already delivered `max_deliveries` times go to the dead-letter stream."""
+        if time.monotonic() - self._reconnected_at < min_idle_ms / 1000:
+            return []  # just reconnected: owners may not have heartbeated since Redis came back
         pending: Any = await self._regrouping(
             lambda: self.r.xpending_range(stream, group, min="-", max="+", count=count, idle=min_idle_ms)
         )
@@ -284,17 +293,20 @@ class Bus:
     async def _dead(
         self, stream: str, group: str, entry_id: str, reason: str, deliveries: int, payload: bytes
     ) -> None:
+        # Tell the query first (idempotent): if that fails, the entry stays pending and is
+        # given up on again later — acknowledged first, its query would never hear of it.
+        if self.on_dead is not None and payload:
+            try:
+                message: Message | None = decode(stream, payload)
+            except ProtocolError:
+                message = None  # no query to tell: the bytes name none
+            if message is not None:
+                await self.on_dead(message, reason)
         self.dead_lettered += 1
         DEAD_LETTERS.labels(self.consumer, stream).inc()
         await self._dead_letter(
             keys=[stream, dead_letter(stream)], args=[group, entry_id, reason, deliveries, payload]
         )
-        if self.on_dead is not None and payload:
-            try:
-                message = decode(stream, payload)
-            except ProtocolError:
-                return  # no query to tell: the bytes name none
-            await self.on_dead(message, reason)
 
 
 def _s(value: bytes | str) -> str:

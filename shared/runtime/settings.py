@@ -128,7 +128,11 @@ class Settings:
         for name, ok in checks.items():
             if not ok:
                 env = next(k for k, (f, _) in ENV.items() if f == name)
-                raise ValueError(f"{env} ({name}): invalid value {getattr(self, name)!r}")
+                value = getattr(self, name)
+                if name == "redis_url":  # never echo a password someone put in the URL
+                    scheme, _, rest = str(value).partition("://")
+                    value = f"{scheme}://{rest.rpartition('@')[2]}" if "@" in rest else value
+                raise ValueError(f"{env} ({name}): invalid value {value!r}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
