@@ -35,6 +35,7 @@ from spex.shared.runtime.settings import Settings
 __all__ = ["IngressService", "load_tokens", "main"]
 
 TOKEN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+CLIENT = web.RequestKey("client", str)  # the token's name ("" without auth)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -98,7 +99,7 @@ class IngressService:
             return _error(
                 401, "authorization: a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
             )
-        request["client"] = client
+        request[CLIENT] = client
         try:
             return await handler(request)
         except (RedisConnectionError, RedisTimeoutError) as exc:
@@ -138,7 +139,7 @@ class IngressService:
             return _error(400, "body: expected a JSON object")
         try:
             fields = submission.check_fields(body)
-            qid = await self.client.submit(fields.pop("question", ""), client=request["client"], **fields)
+            qid = await self.client.submit(fields.pop("question", ""), client=request[CLIENT], **fields)
         except SubmissionTooLarge as exc:
             return _error(413, str(exc))
         except SubmissionError as exc:
@@ -154,7 +155,7 @@ class IngressService:
         qid = request.match_info["qid"]
         try:
             submission.check_query_id(qid)
-            await self.client.request(qid, request["client"])
+            await self.client.request(qid, request[CLIENT])
         except (SubmissionError, UnknownQuery):
             return _error(404, f"query_id: no question {qid[:64]!r}")
         answer = await self.client.result(qid)
@@ -170,7 +171,7 @@ class IngressService:
         qid = request.match_info["qid"]
         try:
             submission.check_query_id(qid)
-            await self.client.request(qid, request["client"])
+            await self.client.request(qid, request[CLIENT])
             await self.client.cancel(qid)
         except (SubmissionError, UnknownQuery):
             return _error(404, f"query_id: no question {qid[:64]!r}")
