@@ -162,7 +162,7 @@ class IngressClient:
         status, value = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
         value = value.decode() if isinstance(value, bytes) else str(value)
         if int(status) == -1:
-            raise Backpressure(f"{value} questions in flight (limit {self.backlog_limit}); retry later")
+            raise Backpressure("the backlog is full; retry later")  # not how full: that is not the client's
         if int(status) == -2:
             limit = self.limits.client_in_flight
             raise Backpressure(f"this client has {value} questions in flight (limit {limit}); retry later")
