@@ -261,6 +261,7 @@ class Generator:
             for d in await self.bus.reclaim(self.stream, GENERATOR_GROUP, idle_ms):
                 self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
                 await self._dispatch(d)
+            await self.bus.trim_now_and_then(self.stream)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 

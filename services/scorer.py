@@ -162,6 +162,7 @@ class Scorer:
                 SCORE_JOBS, SCORER_GROUP, int(3 * self.settings.heartbeat_s * 1000)
             ):
                 await self._dispatch(d)
+            await self.bus.trim_now_and_then(SCORE_JOBS)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 

@@ -418,6 +418,7 @@ class Coordinator:
         # question pending in the ingress group: take it over.
         for d in await self.bus.reclaim(INGRESS, COORDINATOR_GROUP, 2 * lease_ms):
             await self._on_submitted(d)
+        await self.bus.trim_now_and_then(INGRESS)
         expired: Any = await self.r.zrangebyscore(COORDINATORS_ACTIVE, 0, now_ms)
         for raw in expired:
             await self._reap(raw.decode())

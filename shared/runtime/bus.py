@@ -42,6 +42,7 @@ from spex.shared.runtime.metrics import DEAD_LETTERS
 __all__ = ["Bus", "Delivery"]
 
 DEDUPE_TTL_S = 86_400  # how long a message id is remembered for idempotent publishing
+TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
 
 # KEYS: stream, dedupe key[, a key that must exist]. ARGV: payload, dedupe TTL.
 _PUBLISH = """
@@ -105,6 +106,7 @@ class Bus:
         self._own_cursor: dict[tuple[str, str], str] = {}  # paging through own pending entries
         self._first_pass: set[tuple[str, str]] = set()  # own pending read once since we started
         self._reconnected_at = -1e9  # monotonic
+        self._trimmed: dict[str, float] = {}  # stream -> when this consumer last trimmed it
         self._groups: set[tuple[str, str]] = set()
         self.dead_lettered = 0
         # Told of every message given up on (the service tells its query, so nothing hangs).
@@ -265,6 +267,35 @@ class Bus:
             out += await self._decode_all(stream, group, claimed, deliveries + 1)
         return out
 
+    async def trim_now_and_then(self, stream: str) -> int:
+        """`trim`, at most every TRIM_EVERY_S."""
+        now = time.monotonic()
+        if now - self._trimmed.get(stream, -1e9) < TRIM_EVERY_S:
+            return 0
+        self._trimmed[stream] = now
+        return await self.trim(stream)
+
+    async def trim(self, stream: str) -> int:
+        """Drop the entries every group of `stream` has delivered and had acknowledged
+        (`XTRIM MINID` below the oldest one still pending or not yet delivered), so work
+        streams stay bounded without ever losing work — never MAXLEN. Returns how many."""
+        try:
+            groups: Any = await self.r.xinfo_groups(stream)
+        except ResponseError:  # no such stream yet
+            return 0
+        floor: tuple[int, int] | None = None
+        for g in groups:
+            ms, seq = _parse_id(_s(g["last-delivered-id"]))
+            need = (ms, seq + 1)  # everything up to the last delivered entry, unless pending
+            if int(g["pending"]):
+                oldest: Any = await self.r.xpending(stream, g["name"])
+                if oldest["min"] is not None:
+                    need = min(need, _parse_id(_s(oldest["min"])))
+            floor = need if floor is None else min(floor, need)
+        if floor is None or floor <= (0, 1):
+            return 0
+        return int(await self.r.xtrim(stream, minid=f"{floor[0]}-{floor[1]}", approximate=False))
+
     async def dead_letter(self, delivery: Delivery, group: str, reason: str) -> None:
         """Give up on an entry whose handler keeps failing: park it with the reason."""
         await self._dead(
@@ -307,6 +338,11 @@ class Bus:
         await self._dead_letter(
             keys=[stream, dead_letter(stream)], args=[group, entry_id, reason, deliveries, payload]
         )
+
+
+def _parse_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _s(value: bytes | str) -> str:
