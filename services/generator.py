@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -23,9 +24,7 @@ from spex.proto import (
     CancelRequest,
     GenerateRequest,
     GenerateResult,
-    JobFailedEvent,
     LogprobSummary,
-    Message,
     ProtocolError,
     WorkerLoadEvent,
     decode,
@@ -35,19 +34,18 @@ from spex.proto.names import (
     DEFAULT_POOL,
     GEN_CONTROL,
     GENERATOR_GROUP,
-    cancel_key,
     gen_jobs,
     query_inbox,
     query_request,
-    reply_key,
     worker_load,
 )
 from spex.shared.content.prompts import STEP_DELIMITER, prompt_pieces
 from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus, Delivery
+from spex.shared.runtime.jobs import job_wanted, tell_query
 from spex.shared.runtime.metrics import EVENTS, JOBS, JOBS_IN_FLIGHT
-from spex.shared.runtime.service import loop_forever, run_service
+from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.engine import EngineConfig, SimEngine
 from spex.shared.sim.realtime import RealtimeEngine
@@ -69,7 +67,7 @@ class Generator:
         self.running: dict[str, tuple[Delivery, GenerateRequest, Generation | None]] = {}
         self.log = structlog.get_logger().bind(service="generator", consumer=settings.consumer)
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
-        self.bus.on_dead = self._tell_query
+        self.bus.on_dead = partial(tell_query, self.bus)
         self.done = 0
         self.aborted = 0
         self._control_last = "$"
@@ -81,7 +79,7 @@ class Generator:
         await self.bus.ensure_group(self.stream, GENERATOR_GROUP)
         tasks = [
             self._intake(stop),
-            self.engine.run(self._completed, stop),
+            self.engine.run(guarded(self._on_complete, self.log), stop),
             self._control(stop),
             self._heartbeats(stop),
             self._load_reports(stop),
@@ -94,12 +92,7 @@ class Generator:
         assert isinstance(req, GenerateRequest)
         if req.job_id in self.running:  # our own pending entry, redelivered after a reconnect
             return
-        async with self.bus.r.pipeline(transaction=False) as pipe:
-            pipe.exists(cancel_key(req.job_id))
-            pipe.exists(query_request(req.query_id))
-            pipe.exists(reply_key(req.query_id))
-            cancelled, known, answered = await pipe.execute()
-        if cancelled or not known or answered:
+        if not await job_wanted(self.bus.r, req.query_id, req.job_id):
             # Cancelled while queued, or its query is unknown or answered: never starts.
             await self.bus.ack(d, GENERATOR_GROUP)
             self.aborted += 1
@@ -142,29 +135,6 @@ class Generator:
         for completion in self.engine.abort(msg.job_id):
             await self._on_complete(completion)
         await self.bus.ack(d, GENERATOR_GROUP)
-
-    async def _completed(self, c: Completion) -> None:
-        """The engine loop's callback: a failure here is logged, never the engine loop's end
-        (the job stays pending, so it is reclaimed and retried, then dead-lettered)."""
-        try:
-            await self._on_complete(c)
-        except Exception as exc:
-            self.log.error("completion_failed", job_id=c.rid, error=str(exc) or repr(exc))
-
-    async def _tell_query(self, message: Message, reason: str) -> None:
-        """A job given up on: its query fails instead of waiting for it forever."""
-        if not isinstance(message, GenerateRequest):
-            return
-        event = JobFailedEvent(
-            msg_id=f"{message.query_id}/{message.job_id}/failed",
-            query_id=message.query_id,
-            epoch=message.epoch,
-            job_id=message.job_id,
-            node_id=message.node_id,
-            kind="generate",
-            reason=reason,
-        )
-        await self.bus.publish(query_inbox(message.query_id), event, require=query_request(message.query_id))
 
     async def _on_complete(self, c: Completion) -> None:
         entry = self.running.pop(c.rid, None)
@@ -245,7 +215,7 @@ class Generator:
                         continue
                     if isinstance(msg, CancelRequest):
                         for completion in self.engine.abort(msg.job_id):
-                            await self._completed(completion)
+                            await guarded(self._on_complete, self.log)(completion)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 

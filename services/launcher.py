@@ -18,7 +18,7 @@ import secrets
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -128,14 +128,14 @@ def up(
         scratch.cleanup()
 
 
-def _watch_redis(server: RedisServer, supervisor: Supervisor, say: object) -> None:
+def _watch_redis(server: RedisServer, supervisor: Supervisor, say: Callable[[str], object]) -> None:
     """Restart the embedded Redis (same port, data and password) if it dies."""
     import threading
 
     def loop() -> None:
         while not supervisor.stopping(0.5):
             if not server.running():
-                say(f"[yellow]spex up[/]: Redis exited; restarting it on {server.data_dir}")  # type: ignore[operator]
+                say(f"[yellow]spex up[/]: Redis exited; restarting it on {server.data_dir}")
                 with contextlib.suppress(RuntimeError):
                     server.start()
 

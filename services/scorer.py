@@ -11,19 +11,21 @@ it from the generation.)
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 
-from spex.proto import CONTENTS, JobFailedEvent, Message, ScoreRequest, ScoreResult
-from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox, query_request, reply_key
+from spex.proto import CONTENTS, ScoreRequest, ScoreResult
+from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox, query_request
 from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus, Delivery
+from spex.shared.runtime.jobs import job_wanted, tell_query
 from spex.shared.runtime.metrics import JOBS
-from spex.shared.runtime.service import loop_forever, run_service
+from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.engine import SimEngine
 from spex.shared.sim.realtime import RealtimeEngine
@@ -42,7 +44,7 @@ class Scorer:
         self.template = getattr(self.engine.engine, "template", None)  # a reward model reads text
         self.pending: dict[str, tuple[Delivery, ScoreRequest]] = {}
         self.scored = 0
-        self.bus.on_dead = self._tell_query
+        self.bus.on_dead = partial(tell_query, self.bus)
         self.log = structlog.get_logger().bind(service="scorer", consumer=settings.consumer)
 
     def summary(self) -> dict[str, Any]:
@@ -50,7 +52,11 @@ class Scorer:
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.ensure_group(SCORE_JOBS, SCORER_GROUP)
-        await asyncio.gather(self._intake(stop), self.engine.run(self._completed, stop), self._reclaim(stop))
+        await asyncio.gather(
+            self._intake(stop),
+            self.engine.run(guarded(self._on_complete, self.log), stop),
+            self._reclaim(stop),
+        )
 
     async def on_score(self, d: Delivery) -> None:
         req = d.message
@@ -58,11 +64,7 @@ class Scorer:
         rid = f"{req.job_id}:{d.entry_id}"
         if any(r.job_id == req.job_id for _, r in self.pending.values()):
             return
-        async with self.bus.r.pipeline(transaction=False) as pipe:
-            pipe.exists(query_request(req.query_id))
-            pipe.exists(reply_key(req.query_id))
-            known, answered = await pipe.execute()
-        if not known or answered:  # its query is unknown or answered: nothing to score for
+        if not await job_wanted(self.bus.r, req.query_id):  # unknown or answered: nothing to score for
             await self.bus.ack(d, SCORER_GROUP)
             return
         problem = _job_problem(req, reward_model=self.template is not None)
@@ -79,29 +81,6 @@ class Scorer:
             await self.bus.dead_letter(d, SCORER_GROUP, f"reward engine: {exc}")
             return
         self.pending[rid] = (d, req)
-
-    async def _completed(self, c: Completion) -> None:
-        """The engine loop's callback: a failure is logged, never the loop's end (the job stays
-        pending: reclaimed, retried, then dead-lettered)."""
-        try:
-            await self._on_complete(c)
-        except Exception as exc:
-            self.log.error("completion_failed", job_id=c.rid, error=str(exc) or repr(exc))
-
-    async def _tell_query(self, message: Message, reason: str) -> None:
-        """A score job given up on: its query fails instead of waiting forever."""
-        if not isinstance(message, ScoreRequest):
-            return
-        event = JobFailedEvent(
-            msg_id=f"{message.query_id}/{message.job_id}/score-failed",
-            query_id=message.query_id,
-            epoch=message.epoch,
-            job_id=message.job_id,
-            node_id=message.node_id,
-            kind="score",
-            reason=reason,
-        )
-        await self.bus.publish(query_inbox(message.query_id), event, require=query_request(message.query_id))
 
     async def _on_complete(self, c: Completion) -> None:
         entry = self.pending.pop(c.rid, None)

@@ -77,7 +77,7 @@ from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SearchConfig
 from spex.shared.core.spec.budget import hit_rate_estimate
 from spex.shared.core.speculation import SpecPolicy
-from spex.shared.runtime.bus import Bus, Delivery
+from spex.shared.runtime.bus import Bus, Delivery, entry_after
 from spex.shared.runtime.metrics import EVENTS, QUERIES_OWNED
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
@@ -278,7 +278,7 @@ class Coordinator:
         stream = query_inbox(query.request.query_id)
         for entry_id, fields in entries:
             entry = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-            if not _after(entry, query.last_id):
+            if not entry_after(entry, query.last_id):
                 continue  # applied already: an entry is applied once
             query.last_id = entry
             payload = (fields or {}).get(b"e", b"")
@@ -508,16 +508,6 @@ class Coordinator:
 
 class _Unpublishable(Exception):
     """A command whose message cannot be encoded (over the size limit): the query fails."""
-
-
-def _after(entry_id: str, last_id: str) -> bool:
-    """Whether stream entry `entry_id` comes after `last_id` ("0": before every entry)."""
-    return _stream_id(entry_id) > _stream_id(last_id)
-
-
-def _stream_id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def main() -> int:

@@ -39,7 +39,7 @@ from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.names import dead_letter, dedupe_key
 from spex.shared.runtime.metrics import DEAD_LETTERS
 
-__all__ = ["Bus", "Delivery"]
+__all__ = ["Bus", "Delivery", "entry_after", "parse_entry_id"]
 
 DEDUPE_TTL_S = 86_400  # how long a message id is remembered for idempotent publishing
 TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
@@ -285,12 +285,12 @@ class Bus:
             return 0
         floor: tuple[int, int] | None = None
         for g in groups:
-            ms, seq = _parse_id(_s(g["last-delivered-id"]))
+            ms, seq = parse_entry_id(_s(g["last-delivered-id"]))
             need = (ms, seq + 1)  # everything up to the last delivered entry, unless pending
             if int(g["pending"]):
                 oldest: Any = await self.r.xpending(stream, g["name"])
                 if oldest["min"] is not None:
-                    need = min(need, _parse_id(_s(oldest["min"])))
+                    need = min(need, parse_entry_id(_s(oldest["min"])))
             floor = need if floor is None else min(floor, need)
         if floor is None or floor <= (0, 1):
             return 0
@@ -340,9 +340,15 @@ class Bus:
         )
 
 
-def _parse_id(entry_id: str) -> tuple[int, int]:
+def parse_entry_id(entry_id: str) -> tuple[int, int]:
+    """A stream entry id `ms-seq` as a pair that sorts as Redis orders entries."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+def entry_after(entry_id: str, last_id: str) -> bool:
+    """Whether entry `entry_id` comes after `last_id` ("0": before every entry)."""
+    return parse_entry_id(entry_id) > parse_entry_id(last_id)
 
 
 def _s(value: bytes | str) -> str:

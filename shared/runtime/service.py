@@ -25,7 +25,7 @@ from spex.shared.runtime import connect
 from spex.shared.runtime.metrics import serve_metrics
 from spex.shared.runtime.settings import Settings
 
-__all__ = ["Service", "configure_logging", "loop_forever", "redis_client", "run_service"]
+__all__ = ["Service", "configure_logging", "guarded", "loop_forever", "redis_client", "run_service"]
 
 
 class Service(Protocol):
@@ -66,6 +66,19 @@ async def loop_forever(
             log.error("loop_failed", error=str(exc) or repr(exc), error_type=type(exc).__name__)
             await asyncio.sleep(backoff)
             backoff = min(2.0, backoff * 2)
+
+
+def guarded(on_complete: Callable[[Any], Awaitable[None]], log: Any) -> Callable[[Any], Awaitable[None]]:
+    """An engine loop's completion callback whose failure is logged, never the loop's end (the
+    job stays pending: it is reclaimed and retried, then dead-lettered)."""
+
+    async def call(completion: Any) -> None:
+        try:
+            await on_complete(completion)
+        except Exception as exc:
+            log.error("completion_failed", job_id=completion.rid, error=str(exc) or repr(exc))
+
+    return call
 
 
 def redis_client(settings: Settings) -> aioredis.Redis:

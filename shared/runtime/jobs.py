@@ -1,0 +1,41 @@
+"""What the generator and the scorer share about a job: whether it is still wanted, and how
+its query is told that the job was given up on."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from spex.proto import GenerateRequest, JobFailedEvent, Message, ScoreRequest
+from spex.proto.names import cancel_key, query_inbox, query_request, reply_key
+from spex.shared.runtime.bus import Bus
+
+__all__ = ["job_wanted", "tell_query"]
+
+
+async def job_wanted(r: aioredis.Redis, query_id: str, job_id: str | None = None) -> bool:
+    """False if the query is unknown or answered, or (given `job_id`) the job was cancelled:
+    one round trip."""
+    async with r.pipeline(transaction=False) as pipe:
+        pipe.exists(query_request(query_id))
+        pipe.exists(reply_key(query_id))
+        if job_id is not None:
+            pipe.exists(cancel_key(job_id))
+        known, answered, *cancelled = await pipe.execute()
+    return bool(known) and not answered and not any(cancelled)
+
+
+async def tell_query(bus: Bus, message: Message, reason: str) -> None:
+    """A job given up on (`Bus.on_dead`): its query fails instead of waiting for it forever."""
+    if not isinstance(message, GenerateRequest | ScoreRequest):
+        return
+    kind = "generate" if isinstance(message, GenerateRequest) else "score"
+    event = JobFailedEvent(
+        msg_id=f"{message.query_id}/{message.job_id}/{kind}-failed",
+        query_id=message.query_id,
+        epoch=message.epoch,
+        job_id=message.job_id,
+        node_id=message.node_id,
+        kind=kind,
+        reason=reason,
+    )
+    await bus.publish(query_inbox(message.query_id), event, require=query_request(message.query_id))
