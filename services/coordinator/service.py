@@ -466,6 +466,10 @@ class Coordinator:
         if self._redis_run is not None and run != self._redis_run and self.queries:
             self.log.warning("redis_restarted", queries=len(self.queries))
             for qid, query in list(self.queries.items()):
+                if not await self.r.exists(query_epoch(qid), reply_key(qid)):
+                    self.queries.pop(qid, None)  # lost with Redis's data: only we hold the request
+                    self._spawn(self._search_again(query))
+                    continue
                 self._release(query)
                 keys = [query_lease(qid), COORDINATORS_ACTIVE]
                 await self.r.eval(scripts.RELEASE, len(keys), *keys, self.owner, qid)
