@@ -11,8 +11,9 @@ token limit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["INSTRUCTION", "STEP_DELIMITER", "Template", "prompt_pieces"]
+__all__ = ["INSTRUCTION", "STEP_DELIMITER", "Template", "chat_template", "plain_template", "prompt_pieces"]
 
 STEP_DELIMITER = "\n\n"  # between steps; a generation stops when it writes one
 INSTRUCTION = (
@@ -26,6 +27,18 @@ Template = Callable[[str], str]  # user message -> the text the assistant's repl
 def plain_template(message: str) -> str:
     """For a tokenizer without a chat template."""
     return f"{message}{STEP_DELIMITER}"
+
+
+def chat_template(tokenizer: Any) -> Template:
+    """The prompt head through `tokenizer`'s chat template if it has one, else plain."""
+    if not getattr(tokenizer, "chat_template", None):
+        return plain_template
+
+    def head(message: str) -> str:
+        messages = [{"role": "user", "content": message}]
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+
+    return head
 
 
 def prompt_pieces(question: str, steps: Sequence[str], template: Template = plain_template) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from spex.shared.content.prompts import plain_template
+from spex.shared.content.prompts import chat_template
 from spex.shared.engine.api import Completion
 
 __all__ = ["SteppedEngine"]
@@ -35,12 +35,7 @@ class SteppedEngine(ABC):
 
     def template(self, message: str) -> str:
         """The prompt head for a user message: the tokenizer's chat template if it has one."""
-        if getattr(self.tokenizer, "chat_template", None):
-            messages = [{"role": "user", "content": message}]
-            return str(
-                self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            )
-        return plain_template(message)
+        return chat_template(self.tokenizer)(message)
 
     def next_event_s(self) -> float | None:
         return self.clock_s if self._held else self.ready_s()

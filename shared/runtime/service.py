@@ -99,12 +99,18 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
         log.warning("metrics_not_served", error=problem)
 
     async def main() -> int:
-        try:  # a bad token file, password file or engine directory: one line, exit status 2
+        try:  # a bad token file, password file, engine directory or server: one line, status 2
             client = redis_client(settings)
             service = build(client, settings)
+            prepare = getattr(service, "prepare", None)
+            if prepare is not None:  # e.g. wait for a serving engine and check its flags
+                await prepare()
         except (ValueError, OSError) as exc:
             print(f"spex {name}: error: {exc}", file=sys.stderr)
             return 2
+        except Exception as exc:  # noqa: BLE001 - e.g. the engine never came up: the supervisor retries
+            log.error("service_failed", error=str(exc) or repr(exc), error_type=type(exc).__name__)
+            return 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

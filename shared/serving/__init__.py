@@ -1,0 +1,40 @@
+"""Serving engines over HTTP: vLLM and SGLang, each a server SPEX's generator sits in front of
+(one generator per server, one server per GPU)."""
+
+from __future__ import annotations
+
+from spex.shared.content.prompts import Template, chat_template, plain_template
+from spex.shared.serving.engine import EngineUnavailable, ServingEngine
+from spex.shared.serving.sglang import SGLangBackend
+from spex.shared.serving.vllm import VLLMBackend
+
+__all__ = ["EngineUnavailable", "ServingEngine", "open_engine"]
+
+
+def open_engine(
+    kind: str,
+    url: str,
+    timeout_s: float = 600.0,
+    tokenizer_dir: str = "",
+    deterministic: bool = False,
+    reward: bool = False,
+) -> ServingEngine:
+    """A serving engine of `kind` ("vllm" | "sglang") at `url`. Prompts go through the chat
+    template of the tokenizer in `tokenizer_dir` (the served model's), plain without one."""
+    if kind == "vllm":
+        if reward:
+            raise ValueError("SPEX_ENGINE: vllm serves the generator only; score with sglang, hf or sim")
+        backend: VLLMBackend | SGLangBackend = VLLMBackend(url)
+    elif kind == "sglang":
+        backend = SGLangBackend(url, reward=reward, deterministic=deterministic)
+    else:
+        raise ValueError(f"SPEX_ENGINE: {kind!r} is not a serving engine (vllm, sglang)")
+    return ServingEngine(backend, url, timeout_s, _template(tokenizer_dir))
+
+
+def _template(tokenizer_dir: str) -> Template:
+    if not tokenizer_dir:
+        return plain_template
+    from transformers import AutoTokenizer  # the hf extra; only to read the chat template
+
+    return chat_template(AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True))

@@ -1,0 +1,373 @@
+"""A serving engine over HTTP (vLLM or SGLang), driven against the wall clock like the other
+engines a service runs (`spex.shared.sim.realtime`, `spex.shared.hf.threaded`).
+
+Each request is one HTTP call in its own task; what it returns becomes a `Completion`.
+A backend (`spex.shared.serving.vllm`, `spex.shared.serving.sglang`) says how a request is
+written and a reply read; this module owns what they share:
+
+- **Request ids.** The server sees a fixed-length id (`server_rid`): 32 hex digits of a hash of
+  this engine's random nonce and the job id. SGLang aborts every request whose id *starts
+  with* the one given, so no id may prefix another; fixed length guarantees it, and the nonce
+  keeps a restarted worker's ids apart from those its predecessor left running.
+- **Retries** only where no work can be duplicated: a connection that was never made (the
+  server is starting or restarting) is retried with backoff until the request's timeout. A
+  connection lost after the request was sent is not retried: the server may be running it,
+  so it is aborted and the job fails (the generator dead-letters it, the query hears).
+- **Aborts.** `abort` asks the server to stop the request; the reply then comes back with
+  what was generated, reported as `reason="abort"`. A request still waiting to connect is
+  simply dropped.
+- **Load.** Counted here (what this worker has in flight, primary and speculative) and read
+  from the server's `/metrics` every `poll_s` (running and waiting requests, KV usage,
+  prefix-cache hits) — what the allocator budgets this worker by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+from spex.proto.messages import PRIMARY
+from spex.shared.content.prompts import Template, plain_template
+from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
+
+__all__ = [
+    "Backend",
+    "EngineMisconfigured",
+    "EngineUnavailable",
+    "Reply",
+    "ServerMetrics",
+    "ServingEngine",
+    "parse_prometheus",
+    "server_rid",
+]
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5.0
+RETRY_FIRST_S = 0.2
+RETRY_MAX_S = 5.0
+
+
+class EngineUnavailable(RuntimeError):
+    """The server is not there or failed a request (a one-line reason)."""
+
+
+class EngineMisconfigured(EngineUnavailable, ValueError):
+    """The server runs without something the configuration needs (a flag, a model)."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a backend read from the server's answer to one request."""
+
+    text: str
+    generated: int
+    prompt_tokens: int
+    cached_tokens: int
+    finish: str  # "stop" | "eos" | "length" | "abort"
+    logprobs: tuple[float, ...] = ()
+    reward: float | None = None
+
+
+@dataclass
+class ServerMetrics:
+    """The server's own view of its load (from `/metrics`)."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0  # fraction of KV in use
+    kv_capacity: int = 0  # tokens
+    prefix_queries: float = 0.0  # tokens looked up in the prefix cache (cumulative)
+    prefix_hits: float = 0.0  # of those, found
+    raw: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
+
+
+class Backend(Protocol):
+    """How one serving engine's HTTP API is spoken."""
+
+    name: str
+
+    async def check(self, session: aiohttp.ClientSession) -> None:
+        """Raise EngineUnavailable (one line: what is missing) unless the server can serve
+        this configuration; connection errors propagate (the server is not up yet)."""
+        ...
+
+    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) of the request that runs `req` under the server id `rid`."""
+        ...
+
+    def read(self, req: EngineRequest, body: Any) -> Reply: ...
+
+    def abort(self, rid: str) -> tuple[str, dict[str, Any]]: ...
+
+    async def metrics(self, session: aiohttp.ClientSession) -> ServerMetrics: ...
+
+
+def server_rid(nonce: str, job_id: str) -> str:
+    """A request id of fixed length (32 hex digits), so no id is a prefix of another."""
+    return hashlib.blake2b(f"{nonce}\x00{job_id}".encode(), digest_size=16).hexdigest()
+
+
+@dataclass(eq=False)
+class _InFlight:
+    req: EngineRequest
+    rid: str
+    arrival_s: float
+    task: asyncio.Task[None] | None = None
+    aborted: bool = False
+    sent: bool = False  # the request reached the server (it may be running it)
+
+
+class ServingEngine:
+    def __init__(
+        self,
+        backend: Backend,
+        url: str,
+        timeout_s: float = 600.0,
+        template: Template = plain_template,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.backend = backend
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.template = template
+        self.poll_s = poll_s
+        self.nonce = os.urandom(8).hex()
+        self.server = ServerMetrics()
+        self._start = time.monotonic()
+        self._session: aiohttp.ClientSession | None = None
+        self._inflight: dict[str, _InFlight] = {}
+        self._done: asyncio.Queue[Completion] = asyncio.Queue()
+
+    # ------------------------------------------------------------------ the driver interface
+    def now(self) -> float:
+        return time.monotonic() - self._start
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+        return self._session
+
+    async def start(self, wait_s: float | None = None) -> None:
+        """Wait (up to `wait_s`, default the request timeout) for the server to answer, then
+        check it can serve this configuration: raises EngineUnavailable otherwise."""
+        deadline = time.monotonic() + (self.timeout_s if wait_s is None else wait_s)
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                await self.backend.check(self.session)
+                return
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise EngineUnavailable(
+                        f"{self.backend.name} at {self.url}: not reachable ({exc})"
+                    ) from None
+                log.info("waiting for %s at %s: %s", self.backend.name, self.url, exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, RETRY_MAX_S)
+
+    def submit(self, request: EngineRequest) -> None:
+        if request.rid in self._inflight:
+            raise ValueError(f"duplicate request id {request.rid!r}")
+        if not request.text:
+            raise ValueError(f"request {request.rid!r}: a serving engine needs the prompt's text")
+        f = _InFlight(request, server_rid(self.nonce, request.rid), self.now())
+        self._inflight[request.rid] = f
+        f.task = asyncio.get_running_loop().create_task(self._call(f))
+
+    def abort(self, rid: str) -> list[Completion]:
+        f = self._inflight.get(rid)
+        if f is None or f.aborted:
+            return []
+        f.aborted = True
+        if not f.sent and f.task is not None:  # never reached the server: nothing to stop there
+            f.task.cancel()
+            del self._inflight[rid]
+            return [self._completion(f, Reply("", 0, 0, 0, "abort"))]
+        asyncio.get_running_loop().create_task(self._abort(f))
+        return []  # the reply comes back with what was generated
+
+    def load(self) -> EngineLoad:
+        primary = [f for f in self._inflight.values() if f.req.priority <= PRIMARY]
+        return EngineLoad(
+            primary=len(primary),
+            primary_ctx=sum(sum(t for _, t in f.req.prompt) for f in primary),
+            spec=len(self._inflight) - len(primary),
+            running=self.server.running,
+            waiting=self.server.waiting,
+            kv_held=int(self.server.kv_usage * self.server.kv_capacity),
+            kv_capacity=self.server.kv_capacity,
+            prefix_cache_hit_rate=self.server.prefix_cache_hit_rate,
+        )
+
+    async def run(self, on_complete: Callable[[Completion], Awaitable[None]], stop: asyncio.Event) -> None:
+        """Report completions as they come and poll the server's metrics, until `stop`."""
+        next_poll = 0.0
+        try:
+            while not stop.is_set():
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + self.poll_s
+                    await self._poll()
+                with contextlib.suppress(TimeoutError):
+                    completion = await asyncio.wait_for(self._done.get(), timeout=self.poll_s)
+                    await on_complete(completion)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        for f in list(self._inflight.values()):
+            if f.task is not None:
+                f.task.cancel()
+        if self._session is not None:
+            await self._session.close()
+
+    # ------------------------------------------------------------------ one request
+    async def _call(self, f: _InFlight) -> None:
+        path, body = self.backend.generate(f.req, f.rid)
+        deadline = time.monotonic() + self.timeout_s
+        delay = RETRY_FIRST_S
+        try:
+            while True:
+                f.sent = True  # from here the server may have it, unless the connection fails
+                try:
+                    reply = self.backend.read(f.req, await self._post(path, body, deadline))
+                    break
+                except aiohttp.ClientConnectorError as exc:  # never connected: safe to retry
+                    f.sent = False
+                    if time.monotonic() + delay > deadline:
+                        raise EngineUnavailable(f"{self.backend.name} not reachable: {exc}") from None
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, RETRY_MAX_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure fails this request, not the worker
+            if f.aborted:  # we stopped it; how the server ended the call does not matter
+                self._finish(f, Reply("", 0, 0, 0, "abort"), "")
+                return
+            if f.sent:  # it may still be running there: stop it before giving up on it
+                await self._abort(f)
+            self._finish(f, None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            return
+        self._finish(f, reply, "")
+
+    async def _post(self, path: str, body: dict[str, Any], deadline: float) -> dict[str, Any]:
+        timeout = aiohttp.ClientTimeout(
+            total=max(0.001, deadline - time.monotonic()), sock_connect=CONNECT_TIMEOUT_S
+        )
+        async with self.session.post(self.url + path, json=body, timeout=timeout) as resp:
+            if resp.status != 200:
+                text = (await resp.text())[:300].replace("\n", " ")
+                raise EngineUnavailable(f"{self.backend.name} answered {resp.status}: {text}")
+            data: dict[str, Any] = await resp.json(content_type=None)
+        return data
+
+    async def _abort(self, f: _InFlight) -> None:
+        path, body = self.backend.abort(f.rid)
+        try:
+            timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT_S)
+            async with self.session.post(self.url + path, json=body, timeout=timeout) as resp:
+                if resp.status >= 400:
+                    log.warning(
+                        "abort of %s refused: %s %s", f.req.rid, resp.status, (await resp.text())[:200]
+                    )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            log.warning("abort of %s failed: %r", f.req.rid, exc)
+
+    def _finish(self, f: _InFlight, reply: Reply | None, error: str) -> None:
+        if self._inflight.get(f.req.rid) is not f:
+            return  # already reported (aborted before it was sent)
+        del self._inflight[f.req.rid]
+        if reply is None:
+            c = Completion(
+                f.req.rid, self.now(), 0, 0, 0, "error", f.arrival_s, None, f.req.priority, text=error
+            )
+        else:
+            c = self._completion(f, reply)
+        self._done.put_nowait(c)
+
+    def _completion(self, f: _InFlight, reply: Reply) -> Completion:
+        aborted = f.aborted or reply.finish == "abort"
+        logprobs = reply.logprobs
+        return Completion(
+            rid=f.req.rid,
+            time_s=self.now(),
+            generated=reply.generated,
+            prompt_tokens=reply.prompt_tokens,
+            cached_tokens=reply.cached_tokens,
+            reason="abort" if aborted else "finished",
+            arrival_s=f.arrival_s,
+            first_token_s=None,  # not streamed: the first token's time is the server's to know
+            priority=f.req.priority,
+            text=reply.text,
+            stop_reason="" if aborted else reply.finish,
+            logprob_mean=sum(logprobs) / len(logprobs) if logprobs else 0.0,
+            logprob_min=min(logprobs) if logprobs else 0.0,
+            reward=reply.reward,
+        )
+
+    async def _poll(self) -> None:
+        try:
+            self.server = await self.backend.metrics(self.session)
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            log.debug("metrics of %s unavailable: %r", self.url, exc)
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition: metric name -> [(labels, value)] (comments skipped)."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, brace, labels_text = head.partition("{")
+        labels: dict[str, str] = {}
+        if brace:
+            for item in _split_labels(labels_text.rstrip("}")):
+                key, _, raw = item.partition("=")
+                labels[key.strip()] = raw.strip().strip('"')
+        try:
+            out.setdefault(name.strip(), []).append((labels, float(value)))
+        except ValueError:
+            continue
+    return out
+
+
+def _split_labels(text: str) -> list[str]:
+    """`a="x",b="y,z"` -> ['a="x"', 'b="y,z"'] (commas inside quotes kept)."""
+    items: list[str] = []
+    cur: list[str] = []
+    quoted = False
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        if ch == "," and not quoted:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        items.append("".join(cur))
+    return [i for i in items if i.strip()]
+
+
+def metric_sum(metrics: dict[str, list[tuple[dict[str, str], float]]], *names: str) -> float:
+    """The sum over label sets of the first of `names` the server exposes (0 if none)."""
+    for name in names:
+        if name in metrics:
+            return sum(v for _, v in metrics[name])
+    return 0.0
