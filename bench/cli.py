@@ -21,6 +21,7 @@ from spex.bench.vtime.config import BACKENDS, CONTENTS
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
+from spex.shared.runtime.settings import ENGINES
 from spex.shared.sim.workload import knob_table, load_knobs
 
 __all__ = ["main"]
@@ -78,6 +79,16 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--distributed", action="store_true", help="run through the real services (sim engine)")
     b.add_argument("--time-scale", type=float, default=0.01, help="--distributed: wall s per simulated s")
     b.add_argument("--grid-questions", type=int, default=32, help="questions per grid cell")
+    b.add_argument("--workers", type=int, default=1, help="generator workers, one simulated engine each")
+    b.add_argument(
+        "--routing", choices=["affinity", "least-loaded"], default="affinity", help="where a query's jobs go"
+    )
+    b.add_argument("--worker-slots", type=int, default=0, help="jobs per worker before spilling (0: no cap)")
+    b.add_argument(
+        "--affinity-bench",
+        action="store_true",
+        help="--workers N, affinity routing on and off side by side (--distributed: the services too)",
+    )
     b.add_argument("--grid-out", default="docs", help="where the grid writes results and plots")
     b.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     b.add_argument("--list-knobs", action="store_true", help="print the workload knobs and exit")
@@ -111,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--metrics-port", type=int, default=None, help="first /metrics port (one per service)")
     u.add_argument("--generators", type=int, default=1)
     u.add_argument("--time-scale", type=float, default=None, help="wall seconds per simulated second")
-    u.add_argument("--engine", choices=list(BACKENDS), default=None, help="sim (default) or hf")
+    u.add_argument("--engine", choices=list(ENGINES), default=None, help="sim (default), hf, vllm or sglang")
+    u.add_argument("--engine-url", default=None, help="vllm/sglang: server URL, or one per generator: A,B")
     u.add_argument("--model", default=None, help="hf: the generator's local model directory")
     u.add_argument("--prm", default=None, help="hf: the reward model's directory (default: simulated PRM)")
     u.add_argument("--content", choices=list(CONTENTS), default=None, help="default: real with --engine hf")
@@ -246,8 +258,18 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         max_running=args.max_running,
         sampling_temperature=args.sampling_temperature,
         device=args.device,
+        workers=args.workers,
+        affinity=args.routing == "affinity",
+        worker_slots=args.worker_slots,
     )
     cfg.validate()
+    if args.affinity_bench:
+        from spex.bench.affinity import run_affinity
+
+        workers = max(2, args.workers)
+        out = run_affinity(cfg, workers, args.distributed, args.time_scale, args.grid_out, console)
+        write_json(out, args.json)
+        return 0
     if args.distributed:
         from spex.bench.distributed import run_distributed
 

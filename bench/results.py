@@ -143,7 +143,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 def summarize(res: BenchResult) -> RunSummary:
-    cfg, recs, gen, spec, span = res.config, res.records, res.gen, res.spec, res.makespan_s
+    cfg, recs, gens, spec, span = res.config, res.records, res.gens, res.spec, res.makespan_s
     latencies = [r.latency_s for r in recs]
     tree_tokens = sum(r.tokens for r in recs)
     wide = [(first, last) for width, first, last in res.level_batches if width >= 8]
@@ -176,14 +176,16 @@ def summarize(res: BenchResult) -> RunSummary:
         latency_p50_s=_pct(latencies, 50),
         latency_p99_s=_pct(latencies, 99),
         critical_path_s_per_query={k: v / len(recs) for k, v in asdict(res.critical_path).items()},
-        mean_batch=gen.stats.mean_batch,
-        utilization=gen.utilization(span),
-        gpu_busy_fraction=_ratio(gen.stats.busy_s, span, 0.0),
-        prefix_cache_hit_rate=gen.stats.cache_hit_rate,
+        mean_batch=_ratio(sum(g.stats.batch_time for g in gens), sum(g.stats.decode_s for g in gens), 0.0),
+        utilization=float(np.mean([g.utilization(span) for g in gens])),
+        gpu_busy_fraction=_ratio(sum(g.stats.busy_s for g in gens), span * len(gens), 0.0),
+        prefix_cache_hit_rate=_ratio(
+            sum(g.stats.cached_tokens for g in gens), sum(g.stats.prompt_tokens for g in gens), 0.0
+        ),
         primary_tpot_ms=float(np.mean(res.tpots_s)) * 1e3 if res.tpots_s else 0.0,
-        peak_kv_tokens=gen.stats.peak_kv_tokens,
-        kv_capacity_tokens=gen.capacity_tokens,
-        retractions=gen.stats.retractions,
+        peak_kv_tokens=max(g.stats.peak_kv_tokens for g in gens),
+        kv_capacity_tokens=sum(g.capacity_tokens for g in gens),
+        retractions=sum(g.stats.retractions for g in gens),
         reward_busy_fraction=_ratio(res.prm.stats.busy_s, span, 0.0) if res.prm else 0.0,
         level_batch_first_quarter=_mean([first for first, _ in wide]),
         level_batch_last_quarter=_mean([last for _, last in wide]),

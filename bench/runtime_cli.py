@@ -51,6 +51,7 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
                 None,
                 time_scale=args.time_scale,
                 engine=engine,
+                engine_url=args.engine_url,
                 model=args.model,
                 prm=args.prm,
                 content=content,

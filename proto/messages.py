@@ -160,6 +160,7 @@ class QueryStatsEvent(Message, frozen=True):
     hit_rate: float  # P_q: recent fraction of speculative results used
     prefix_tokens: int  # S_KV(q): KV a speculative branch would reuse
     active_jobs: int
+    worker: str = ""  # the generator its jobs are routed to ("" unrouted: any worker's)
 
 
 class WorkerLoadEvent(Message, frozen=True):
@@ -177,6 +178,9 @@ class WorkerLoadEvent(Message, frozen=True):
     kv_capacity: int
     prefix_cache_hit_rate: float = 0.0
     jobs_done: int = 0
+    jobs: int = 0  # jobs the worker holds (taken from its streams, not yet finished)
+    slots: int = 0  # the most it takes at once (SPEX_WORKER_SLOTS); 0: unknown
+    queries: int = 0  # distinct queries its jobs belong to
 
 
 class AnswerResult(Message, frozen=True):

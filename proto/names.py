@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_POOL",
     "GENERATOR_GROUP",
     "GEN_CONTROL",
+    "GEN_WORKERS",
     "INGRESS",
     "INGRESS_IN_FLIGHT",
     "KEYS",
@@ -53,6 +54,7 @@ __all__ = [
     "query_request",
     "reply_key",
     "submitted_key",
+    "worker_jobs",
     "worker_load",
 ]
 
@@ -87,8 +89,16 @@ class Name:
 
 # ---------------------------------------------------------------------------- streams
 INGRESS = "ingress:new"  # questions, read by the coordinators' group
-gen_jobs = Name("gen:jobs:<id>")  # generation jobs of one worker pool
+gen_jobs = Name("gen:jobs:<id>")  # generation jobs of one worker pool (shared by its workers)
 DEFAULT_POOL = "default"
+
+
+def worker_jobs(pool: str, worker: str) -> str:
+    """The stream of one worker's own jobs (routed to it by prefix affinity); a member of the
+    `gen_jobs` family, so it carries the same messages."""
+    return gen_jobs(f"{pool}.{worker}")
+
+
 GEN_CONTROL = "gen:control"  # cancellations, fanned out to every generator (no group)
 SCORE_JOBS = "score:jobs"
 query_inbox = Name("{q:<id>}:in")  # every result a query received, in order; never trimmed
@@ -115,6 +125,8 @@ dedupe_key = Name("dedupe:<id>")  # message id already published (idempotent pub
 cancel_key = Name("cancel:<id>")  # job id cancelled (checked before a queued job starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness
 ALLOCATOR_LEASE = "allocator:lease"  # the one active budget allocator
+GEN_WORKERS = "gen:workers"  # zset: generator worker -> its last load report (ms); kept while
+# its stream may hold jobs, so peers find (and drain) the stream of a worker that died
 
 # Stream (or stream family) -> the message types it carries.
 STREAMS: dict[str | Name, tuple[type[Message], ...]] = {

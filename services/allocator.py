@@ -89,11 +89,10 @@ class Allocator:
                 out.append(load)
         return out
 
-    async def _pool(self, stats: list[QueryStatsEvent]) -> int:
-        """Σ over live generators of what their roofline and KV leave for speculation (the
+    def _pool(self, stats: list[QueryStatsEvent], loads: list[WorkerLoadEvent]) -> int:
+        """Σ over `loads`' generators of what their roofline and KV leave for speculation (the
         same rule as the virtual-time bench); a static k_total while none reports its load."""
         spec_ctx = sum(min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS) for m in stats) / len(stats)
-        loads = await self._worker_loads()
         if not loads:
             return max(0, self.k_total - sum(m.active_jobs for m in stats))
         return sum(
@@ -111,12 +110,20 @@ class Allocator:
         )
 
     async def _publish(self) -> None:
+        """Each worker's spare capacity goes to the queries routed to it (prefix affinity);
+        queries not routed to a live worker share what the other workers leave."""
         if not self.latest:
             return
         stats = [m for _, m in self.latest.values()]
-        pool = await self._pool(stats)
-        demands = [_demand(m, self.kv_bytes) for m in stats]
-        shares = allocate(demands, pool, self.weight_bytes)
+        loads = {w.worker: w for w in await self._worker_loads()}
+        groups: dict[str, list[QueryStatsEvent]] = {}
+        for m in stats:
+            groups.setdefault(m.worker if m.worker in loads else "", []).append(m)
+        shares: dict[str, int] = {}
+        for worker, members in groups.items():
+            mine = [loads[worker]] if worker else [w for name, w in loads.items() if name not in groups]
+            pool = self._pool(members, mine)
+            shares |= allocate([_demand(m, self.kv_bytes) for m in members], pool, self.weight_bytes)
         self.rounds += 1
         for m in stats:
             if self.published.get(m.query_id) == shares[m.query_id]:

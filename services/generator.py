@@ -3,7 +3,9 @@ on its engine concurrently, publishes results to the query's inbox, aborts on ca
 heartbeats long jobs and reclaims the jobs of a dead peer.
 
 Engines (`SPEX_ENGINE`): `sim` — the simulated GPU in scaled real time (`SPEX_TIME_SCALE`);
-`hf` — the in-process PyTorch engine (`SPEX_MODEL`), its steps in a worker thread. A job's
+`hf` — the in-process PyTorch engine (`SPEX_MODEL`), its steps in a worker thread; `vllm` or
+`sglang` — a serving engine at `SPEX_ENGINE_URL` (one server per worker), waited for and its
+flags checked before the worker takes a job. A job's
 content says what to write: `synthetic` — the workload's step (on a real engine, exactly its
 number of tokens), so results equal the virtual-time benchmark's; `real` — the model's own
 step, prompted with the question and the steps on the path, up to the step delimiter.
@@ -33,17 +35,19 @@ from spex.proto import (
 from spex.proto.names import (
     DEFAULT_POOL,
     GEN_CONTROL,
+    GEN_WORKERS,
     GENERATOR_GROUP,
     gen_jobs,
     query_inbox,
     query_request,
+    worker_jobs,
     worker_load,
 )
 from spex.shared.content.prompts import STEP_DELIMITER, prompt_pieces
 from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus, Delivery
-from spex.shared.runtime.jobs import job_wanted, tell_query
+from spex.shared.runtime.jobs import engine_template, job_wanted, tell_query
 from spex.shared.runtime.metrics import EVENTS, JOBS, JOBS_IN_FLIGHT
 from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
@@ -53,17 +57,20 @@ from spex.shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnob
 
 __all__ = ["Generator", "main"]
 
-MAX_JOBS = 128  # engine slots this worker fills from the job stream
 LOAD_REPORT_S = 0.05  # how often load is published for the budget allocator
+FORGET_S = 60.0  # a worker dead this long, its stream drained, leaves GEN_WORKERS
 
 
 class Generator:
     def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = DEFAULT_POOL) -> None:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.settings = settings
-        self.stream = gen_jobs(pool)
+        self.pool = pool
+        self.own = worker_jobs(pool, settings.consumer)  # jobs routed to us by prefix affinity
+        self.shared = gen_jobs(pool)  # jobs no worker had room for, or unrouted ones
+        self.streams = [self.own, self.shared]
         self.engine = _engine(settings)
-        self.template = getattr(self.engine.engine, "template", None)  # a real engine reads text
+        self.template = engine_template(self.engine)  # a real engine reads text
         self.running: dict[str, tuple[Delivery, GenerateRequest, Generation | None]] = {}
         self.log = structlog.get_logger().bind(service="generator", consumer=settings.consumer)
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
@@ -72,16 +79,24 @@ class Generator:
         self.aborted = 0
         self._control_last = "$"
 
+    async def prepare(self) -> None:
+        """Before any job: a serving engine must answer and have the flags we need."""
+        start = getattr(self.engine, "start", None)
+        if start is not None:
+            await start()
+
     def summary(self) -> dict[str, Any]:
         return {"jobs_done": self.done, "jobs_aborted": self.aborted, "dead_lettered": self.bus.dead_lettered}
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.bus.ensure_group(self.stream, GENERATOR_GROUP)
+        for stream in self.streams:
+            await self.bus.ensure_group(stream, GENERATOR_GROUP)
         tasks = [
             self._intake(stop),
             self.engine.run(guarded(self._on_complete, self.log), stop),
             self._control(stop),
             self._heartbeats(stop),
+            self._adoption(stop),
             self._load_reports(stop),
         ]
         await asyncio.gather(*tasks)
@@ -188,13 +203,13 @@ class Generator:
 
     async def _intake(self, stop: asyncio.Event) -> None:
         async def once() -> None:
-            free = MAX_JOBS - len(self.running)
+            free = self.settings.worker_slots - len(self.running)
             if free <= 0:
                 await asyncio.sleep(0.01)
                 return
             held = {d.entry_id for d, _, _ in self.running.values()}
             for d in await self.bus.read(
-                [self.stream], GENERATOR_GROUP, count=free, block_ms=self.settings.block_ms, held=held
+                self.streams, GENERATOR_GROUP, count=free, block_ms=self.settings.block_ms, held=held
             ):
                 await self._dispatch(d)
 
@@ -222,22 +237,61 @@ class Generator:
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         async def once() -> None:
             await asyncio.sleep(self.settings.heartbeat_s)
-            ids = [d.entry_id for d, _, _ in self.running.values()]
-            lost = await self.bus.heartbeat(self.stream, GENERATOR_GROUP, ids)
-            if lost:  # we stalled and a peer took these over: stop them here, rejoin the group
-                self._drop(lost)
+            by_stream: dict[str, list[str]] = {}
+            for d, _, _ in self.running.values():
+                by_stream.setdefault(d.stream, []).append(d.entry_id)
+            for stream, ids in by_stream.items():
+                lost = await self.bus.heartbeat(stream, GENERATOR_GROUP, ids)
+                if lost:  # we stalled and a peer took these over: stop them here, rejoin the group
+                    self._drop(stream, lost)
             # Jobs of a peer that stopped heartbeating (three periods) are ours now.
             idle_ms = int(3 * self.settings.heartbeat_s * 1000)
-            for d in await self.bus.reclaim(self.stream, GENERATOR_GROUP, idle_ms):
-                self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
-                await self._dispatch(d)
-            await self.bus.trim_now_and_then(self.stream)
+            for stream in self.streams:
+                for d in await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms):
+                    self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
+                    await self._dispatch(d)
+                await self.bus.trim_now_and_then(stream)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 
-    def _drop(self, entry_ids: set[str]) -> None:
+    async def _adoption(self, stop: asyncio.Event) -> None:
+        """Apart from the heartbeats, so draining many dead peers never delays ours."""
+
+        async def once() -> None:
+            await asyncio.sleep(self.settings.heartbeat_s)
+            await self._drain_dead_peers(int(3 * self.settings.heartbeat_s * 1000))
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
+
+    async def _drain_dead_peers(self, idle_ms: int) -> None:
+        """A worker that died leaves its own stream: the jobs it held (claimed once idle) and
+        those routed to it that it never read. Live peers take both; the coordinators route
+        its queries elsewhere as soon as its load key expires. A worker dead for FORGET_S
+        whose stream is drained is forgotten."""
+        now_ms = int(time.time() * 1000)
+        dead: Any = await self.bus.r.zrangebyscore(GEN_WORKERS, "-inf", now_ms - idle_ms, withscores=True)
+        for raw, seen_ms in dead:
+            peer = raw.decode() if isinstance(raw, bytes) else str(raw)
+            if peer == self.settings.consumer:
+                continue
+            stream = worker_jobs(self.pool, peer)
+            await self.bus.ensure_group(stream, GENERATOR_GROUP)
+            taken = await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms)
+            free = self.settings.worker_slots - len(self.running) - len(taken)
+            if free > 0:
+                taken += await self.bus.read([stream], GENERATOR_GROUP, count=free, block_ms=None)
+            for d in taken:
+                self.log.info("job_adopted", worker=peer, entry_id=d.entry_id)
+                await self._dispatch(d)
+            await self.bus.trim_now_and_then(stream)
+            if not taken and free > 0 and now_ms - seen_ms > FORGET_S * 1000:
+                pending: Any = await self.bus.r.xpending(stream, GENERATOR_GROUP)
+                if not pending or not pending.get("pending"):
+                    await self.bus.r.zrem(GEN_WORKERS, peer)
+
+    def _drop(self, stream: str, entry_ids: set[str]) -> None:
         for job_id, (d, req, _) in list(self.running.items()):
-            if d.entry_id in entry_ids:
+            if d.stream == stream and d.entry_id in entry_ids:
                 del self.running[job_id]
                 self.engine.abort(job_id)
                 self.log.warning("job_taken_over", job_id=job_id, query_id=req.query_id)
@@ -267,15 +321,26 @@ class Generator:
             kv_capacity=load.kv_capacity,
             prefix_cache_hit_rate=load.prefix_cache_hit_rate,
             jobs_done=self.done,
+            jobs=len(self.running),
+            slots=self.settings.worker_slots,
+            queries=len({req.query_id for _, req, _ in self.running.values()}),
         )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
-        await self.bus.r.set(worker_load(consumer), encode(event), px=ttl_ms)
+        async with self.bus.r.pipeline(transaction=False) as pipe:
+            pipe.set(worker_load(consumer), encode(event), px=ttl_ms)
+            pipe.zadd(GEN_WORKERS, {consumer: int(time.time() * 1000)})
+            await pipe.execute()
 
 
 def _engine(settings: Settings) -> RealtimeEngine | Any:
     if settings.engine == "sim":
         sim = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
         return RealtimeEngine(SimEngine(parse_profile(settings.profile), sim), settings.time_scale)
+    if settings.engine in ("vllm", "sglang"):
+        from spex.shared.serving import open_engine
+
+        s = settings
+        return open_engine(s.engine, s.engine_url, s.engine_timeout_s, s.model, s.deterministic)
     from spex.shared.hf.engine import HFConfig, HFEngine
     from spex.shared.hf.threaded import ThreadedEngine
 
@@ -288,7 +353,7 @@ def _job_problem(req: GenerateRequest, real_engine: bool) -> str:
     if req.content not in CONTENTS:
         return f"content: unknown {req.content!r}"
     if req.content == "real" and not real_engine:
-        return "real content needs a real engine (SPEX_ENGINE=hf)"
+        return "real content needs a real engine (SPEX_ENGINE=hf, vllm or sglang)"
     if req.content == "synthetic" and req.sim_style not in ("dfs", "bfs"):
         return f"sim_style: unknown {req.sim_style!r}; known: dfs, bfs"
     if not req.prompt_node_ids or len(req.prompt_node_ids) != len(req.prompt_tokens):

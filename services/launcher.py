@@ -75,6 +75,17 @@ def service_env(settings: Settings, name: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def engine_urls(raw: str, generators: int) -> list[str]:
+    """`SPEX_ENGINE_URL` for `spex up`: one URL for every generator, or one per generator
+    (comma-separated, as many as generators)."""
+    urls = [u.strip() for u in raw.split(",") if u.strip()]
+    if len(urls) == 1:
+        return urls * generators
+    if len(urls) != generators:
+        raise ValueError(f"SPEX_ENGINE_URL: {len(urls)} URLs for {generators} generators (one, or one each)")
+    return urls
+
+
 @contextlib.contextmanager
 def up(
     settings: Settings,
@@ -103,8 +114,11 @@ def up(
         names += [("generator", f"gen-{i}") for i in range(generators)]
         names += [("scorer", "scorer-0"), ("allocator", "allocator-0"), ("ingress", "ingress-0")]
         ports: dict[str, int] = {}
+        urls = engine_urls(settings.engine_url, generators) if settings.engine in ("vllm", "sglang") else []
         for i, (kind, name) in enumerate(names):
             extra = {}
+            if kind == "generator" and urls:  # one serving engine per generator
+                extra["SPEX_ENGINE_URL"] = urls[int(name.rpartition("-")[2])]
             if settings.metrics_port:  # one port each: base, base + 1, ...
                 ports[name] = settings.metrics_port + i
                 extra["SPEX_METRICS_PORT"] = str(ports[name])

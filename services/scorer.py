@@ -23,7 +23,7 @@ from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus, Delivery
-from spex.shared.runtime.jobs import job_wanted, tell_query
+from spex.shared.runtime.jobs import engine_template, job_wanted, tell_query
 from spex.shared.runtime.metrics import JOBS
 from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
@@ -41,11 +41,16 @@ class Scorer:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.settings = settings
         self.engine = _engine(settings)
-        self.template = getattr(self.engine.engine, "template", None)  # a reward model reads text
+        self.template = engine_template(self.engine)  # a reward model reads text
         self.pending: dict[str, tuple[Delivery, ScoreRequest]] = {}
         self.scored = 0
         self.bus.on_dead = partial(tell_query, self.bus)
         self.log = structlog.get_logger().bind(service="scorer", consumer=settings.consumer)
+
+    async def prepare(self) -> None:
+        start = getattr(self.engine, "start", None)  # a reward server: up, with its flags
+        if start is not None:
+            await start()
 
     def summary(self) -> dict[str, Any]:
         return {"scored": self.scored, "dead_lettered": self.bus.dead_lettered}
@@ -162,6 +167,12 @@ def _job_problem(req: ScoreRequest, reward_model: bool) -> str:
 def _engine(settings: Settings) -> RealtimeEngine | Any:
     if not settings.prm:
         return RealtimeEngine(SimEngine(parse_profile(settings.reward_profile)), settings.time_scale)
+    if settings.engine in ("vllm", "sglang"):  # the PRM served at SPEX_ENGINE_URL
+        from spex.shared.serving import open_engine
+
+        s = settings
+        url = s.prm_url or s.engine_url
+        return open_engine(s.engine, url, s.engine_timeout_s, s.prm, s.deterministic, reward=True)
     from spex.shared.hf.reward import RewardConfig, RewardEngine
     from spex.shared.hf.threaded import ThreadedEngine
 

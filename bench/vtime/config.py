@@ -54,6 +54,10 @@ class BenchConfig:
     tpot_slack: float = 0.10  # speculation may grow a decode step by at most this fraction
     temperature: float = 0.5  # τ of the T2 softmax
     cache_nodes: int = 256
+    # --- scale-out (simulated engines only)
+    workers: int = 1  # generator workers, one engine each
+    affinity: bool = True  # a query's jobs on one worker (consistent hashing), else least-loaded
+    worker_slots: int = 0  # jobs a worker takes before its queries spill (0: no limit)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field. What each question would be submitted
@@ -106,6 +110,10 @@ class BenchConfig:
             path = getattr(self, name)
             if path is not None and not (Path(path) / "config.json").is_file():
                 raise ValueError(f"{name}: {path!r} is not a model directory (no config.json)")
+        if self.workers < 1 or (self.workers > 1 and self.backend != "sim"):
+            raise ValueError(f"workers: at least 1, more than 1 only on the sim engine, not {self.workers}")
+        if self.worker_slots < 0:
+            raise ValueError(f"worker_slots: must be at least 0, not {self.worker_slots}")
         if self.max_running < 1:
             raise ValueError(f"max_running: must be at least 1, not {self.max_running}")
         if self.sampling_temperature < 0:

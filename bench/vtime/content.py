@@ -25,7 +25,15 @@ from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import SimEngine
 from spex.shared.sim.workload import SyntheticQuestion, SyntheticWorkload
 
-__all__ = ["Content", "Question", "RealContent", "SyntheticContent", "make_content", "make_engines"]
+__all__ = [
+    "Content",
+    "Question",
+    "RealContent",
+    "SyntheticContent",
+    "make_content",
+    "make_engines",
+    "sim_generator",
+]
 
 
 @dataclass(frozen=True)
@@ -60,11 +68,16 @@ class Content(Protocol):
     def correct(self, answer: str | None, question: Any) -> bool: ...
 
 
+def sim_generator(cfg: BenchConfig) -> SimEngine:
+    """One simulated generator engine (a worker's GPU)."""
+    engine = replace(cfg.engine, spec_step_slack=cfg.tpot_slack) if cfg.speculating else cfg.engine
+    return SimEngine(parse_profile(cfg.profile), engine)
+
+
 def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
     """The generator engine and the reward engine (None for the logprob reward)."""
     if cfg.backend == "sim":
-        engine = replace(cfg.engine, spec_step_slack=cfg.tpot_slack) if cfg.speculating else cfg.engine
-        gen: Engine = SimEngine(parse_profile(cfg.profile), engine)
+        gen: Engine = sim_generator(cfg)
     else:
         from spex.shared.hf.engine import HFConfig, HFEngine
 

@@ -1,5 +1,9 @@
 """The virtual-time loop: Q questions, B in flight, through the coordinator core, the simulated
-generator engine and the simulated reward engine.
+generator engine(s) and the simulated reward engine.
+
+With several generator workers (`workers`), each job goes where the services would send it
+(`spex.shared.core.routing`): the query's worker on the hash ring (affinity), or the least
+loaded one; T2 then divides each worker's spare capacity among the queries routed to it.
 
 Discrete-event loop: advance every engine to the earliest next event, feed the completions
 to their queries' machines in a fixed order, submit the commands they return at that same
@@ -17,7 +21,7 @@ from typing import Any
 
 from spex.bench.vtime.bookkeeping import EngineBook, GenJob, RequestId, ScoreJob
 from spex.bench.vtime.config import BenchConfig
-from spex.bench.vtime.content import make_content, make_engines
+from spex.bench.vtime.content import make_content, make_engines, sim_generator
 from spex.bench.vtime.metrics import CriticalPath, QueryRecord, RunMetrics, SpecTotals
 from spex.proto.messages import PRIMARY
 from spex.shared.core.commands import (
@@ -29,6 +33,7 @@ from spex.shared.core.commands import (
     ScoreCommand,
 )
 from spex.shared.core.machine import QueryMachine
+from spex.shared.core.routing import SHARED, Load, Ring, route
 from spex.shared.core.spec.budget import Demand, allocate, even_split, hit_rate_estimate
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
 from spex.shared.engine.api import Completion, Engine
@@ -47,6 +52,7 @@ class BenchResult:
     wall_s: float
     gen: Engine
     prm: Engine | None
+    gens: list[Engine]  # every generator worker's engine (`gen` is the first)
     tpots_s: list[float]  # primary jobs only
     level_batches: list[tuple[int, float, float]]  # (width, first-quarter batch, last-quarter batch)
     tokens_all: int  # every token the generator produced, cancelled jobs' partial output included
@@ -68,14 +74,21 @@ class _Run:
         self.predictor = predictor
         self.profile = parse_profile(cfg.profile)
         self.gen, self.prm = make_engines(cfg)
-        self.gen.trace = [] if cfg.batch_size == 1 else None
+        self.gens: list[Engine] = [self.gen, *(sim_generator(cfg) for _ in range(cfg.workers - 1))]
+        self.gen.trace = [] if cfg.batch_size == 1 and cfg.workers == 1 else None
+        self.names = [f"gen-{i}" for i in range(cfg.workers)]
+        self.ring = Ring(self.names)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.placed: dict[str, int] = {}  # query id -> the worker its jobs go to (affinity)
         self.content = make_content(cfg, self.gen, self.prm)
         self.questions = self.content.questions
         self.by_id = {q.query_id: q for q in self.questions}
         self.machines: dict[str, QueryMachine] = {}
         self.next_question = 0
         self.on_finish = on_finish
-        self.book = EngineBook()
+        self.books = [EngineBook() for _ in self.gens]  # per worker; scores in the first
+        self.book = self.books[0]
+        self.where: dict[str, int] = {}  # generation request id -> its worker
         self.metrics = RunMetrics(trace_levels=self.gen.trace is not None)
         self._handlers: dict[type, Callable[[Any, str, float], int]] = {
             GenerateCommand: self._generate,
@@ -91,7 +104,7 @@ class _Run:
         for _ in range(min(self.cfg.batch_size, self.cfg.questions)):
             self._start_query(now)
         self._rebudget(now)
-        engines = [e for e in (self.gen, self.prm) if e is not None]
+        engines = [*self.gens, *([self.prm] if self.prm is not None else [])]
         while self.machines:
             times = [t for t in (e.next_event_s() for e in engines) if t is not None]
             if not times:
@@ -107,7 +120,7 @@ class _Run:
                 # known from its end on. (The simulator's steps end at `now` itself.)
                 t = max(now, completion.time_s)
                 last = max(last, t)
-                if engines[i] is self.gen:
+                if i < len(self.gens):
                     self._on_generated(completion, t)
                 else:
                     self._on_scored(completion, t)
@@ -120,6 +133,7 @@ class _Run:
             wall_s=time.perf_counter() - wall0,
             gen=self.gen,
             prm=self.prm,
+            gens=self.gens,
             tpots_s=m.tpots_s,
             level_batches=m.level_batches(self.gen.trace),
             tokens_all=m.tokens_all,
@@ -148,10 +162,11 @@ class _Run:
         self._execute(question.query_id, machine.start(now), now)
 
     def _queued(self, query_id: str, job_id: str) -> bool:
-        return self.gen.is_waiting(str(RequestId("gen", query_id, job_id)))
+        rid = str(RequestId("gen", query_id, job_id))
+        return self.gens[self.where.get(rid, 0)].is_waiting(rid)
 
     def _on_generated(self, c: Completion, now: float) -> None:
-        job = self.book.pop_job(c.rid)
+        job = self.books[self.where.pop(c.rid)].pop_job(c.rid)
         self.metrics.generation_done(job, c)
         machine = self.machines.get(job.rid.query_id)
         if machine is None:
@@ -185,9 +200,29 @@ class _Run:
         path = [n.id for n in cmd.node.path()]
         rid = RequestId("gen", query_id, cmd.job_id)
         primary = cmd.priority == PRIMARY
-        self.book.add_job(GenJob(rid, cmd.node.id, path, primary, sum(t for _, t in cmd.prompt)))
-        self.gen.submit(self.content.generate(self.by_id[query_id], cmd, str(rid)), now)
+        w = self._route(query_id)
+        self.where[str(rid)] = w
+        self.books[w].add_job(GenJob(rid, cmd.node.id, path, primary, sum(t for _, t in cmd.prompt)))
+        self.gens[w].submit(self.content.generate(self.by_id[query_id], cmd, str(rid)), now)
         return int(primary)
+
+    def _route(self, query_id: str) -> int:
+        if len(self.gens) == 1:
+            return 0
+        slots = self.cfg.worker_slots or 1 << 20  # no limit: room still ranks by load
+        queries = [0] * len(self.gens)
+        for w in self.placed.values():
+            queries[w] += 1
+        loads = {name: Load(len(self.books[i].jobs), slots, queries[i]) for i, name in enumerate(self.names)}
+        current = self.placed.get(query_id)
+        worker = route(
+            query_id, self.ring, loads, self.cfg.affinity, None if current is None else self.names[current]
+        )
+        if worker == SHARED:  # every worker is full: the one with the fewest jobs takes it
+            worker = min(self.names, key=lambda n: (loads[n].jobs, n))
+        if self.cfg.affinity and current is None:
+            self.placed[query_id] = self.index[worker]
+        return self.index[worker]
 
     def _score(self, cmd: ScoreCommand, query_id: str, now: float) -> int:
         if self.prm is None:
@@ -199,23 +234,28 @@ class _Run:
 
     def _cancel(self, cmd: CancelCommand, query_id: str, now: float) -> int:
         rid = RequestId("gen", query_id, cmd.job_id)
-        job = self.book.job(rid)
-        if job is not None and job.cancelled_s is None:
+        w = self.where.get(str(rid))
+        job = None if w is None else self.books[w].job(rid)
+        if w is not None and job is not None and job.cancelled_s is None:
             job.cancelled_s = now
-            for c in self.gen.abort(str(rid), now):
+            for c in self.gens[w].abort(str(rid), now):
                 self._on_generated(c, now)
         return 0
 
     def _promote(self, cmd: PromoteCommand, query_id: str, now: float) -> int:
         rid = RequestId("gen", query_id, cmd.job_id)
-        self.gen.promote(str(rid), now)
-        job = self.book.job(rid)
+        w = self.where.get(str(rid))
+        if w is None:
+            return 0
+        self.gens[w].promote(str(rid), now)
+        job = self.books[w].job(rid)
         if job is not None:
-            self.book.promote(job)
+            self.books[w].promote(job)
         return 0
 
     def _finish(self, cmd: FinishCommand, query_id: str, now: float) -> int:
         machine = self.machines.pop(query_id)
+        self.placed.pop(query_id, None)
         correct = self.content.correct(machine.answer, self.by_id[query_id])
         self.metrics.query_done(machine, correct, now)
         if self.on_finish is not None:
@@ -225,50 +265,62 @@ class _Run:
         return 0
 
     # ------------------------------------------------------------------ T2
-    def _pool(self) -> int:
-        """Speculative jobs the generator can take now (see `speculative_pool`)."""
-        book = self.book
+    def _pool(self, w: int, machines: list[QueryMachine]) -> int:
+        """Speculative jobs worker `w`'s engine can take now (see `speculative_pool`), for the
+        queries `machines` routed to it."""
+        book, gen = self.books[w], self.gens[w]
         k_total = self.cfg.k_total
-        if k_total is None and not isinstance(self.gen, SimEngine):
+        if k_total is None and not isinstance(gen, SimEngine):
             k_total = self.cfg.max_running  # no roofline model of a real engine: its batch is the pool
         if k_total is not None:
             return max(0, k_total - book.primary_in_flight)
-        contexts = [m.context_tokens for m in self.machines.values()]
+        contexts = [m.context_tokens for m in machines]
         return speculative_pool(
             self.profile,
             book.primary_in_flight,
             book.primary_ctx,
             sum(contexts) / len(contexts),
             self.cfg.tpot_slack,
-            self.gen.held_tokens,
+            gen.held_tokens,
             book.speculative_jobs,
             self.config.max_step_tokens,
         )
 
     def _rebudget(self, now: float) -> None:
-        """T2: divide the speculative pool among the queries."""
+        """T2: divide each worker's speculative pool among the queries routed to it (with
+        affinity), or the workers' summed pool among all queries (without)."""
         if not self.cfg.speculating or not self.machines:
             return
-        pool = self._pool()
-        self.metrics.pool_peak = max(self.metrics.pool_peak, pool)
-        kv = self.profile.model.kv_bytes_per_token
-        demands = [
-            Demand(
-                qid,
-                m.spec_candidates(pool),
-                hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued),
-                m.context_tokens * kv,
-            )
-            for qid, m in self.machines.items()
-        ]
-        if self.cfg.t2:
-            shares = allocate(demands, pool, self.profile.model.resident_bytes, self.cfg.temperature)
+        if len(self.gens) == 1:
+            groups = {0: list(self.machines)}
+        elif self.cfg.affinity:
+            groups = {}
+            for qid in self.machines:
+                groups.setdefault(self.placed.get(qid, 0), []).append(qid)
         else:
-            shares = even_split(demands, pool)
+            groups = {-1: list(self.machines)}
+        shares: dict[str, int] = {}
+        for w, qids in groups.items():
+            machines = [self.machines[q] for q in qids]
+            workers = range(len(self.gens)) if w < 0 else [w]
+            pool = sum(self._pool(i, machines) for i in workers)
+            self.metrics.pool_peak = max(self.metrics.pool_peak, pool)
+            shares |= self._divide(qids, pool)
         for qid, machine in list(self.machines.items()):
             commands = machine.on_budget(shares[qid], now)
             if commands:
                 self._execute(qid, commands, now)
+
+    def _divide(self, qids: list[str], pool: int) -> dict[str, int]:
+        kv = self.profile.model.kv_bytes_per_token
+        demands = []
+        for qid in qids:
+            m = self.machines[qid]
+            rate = hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued)
+            demands.append(Demand(qid, m.spec_candidates(pool), rate, m.context_tokens * kv))
+        if self.cfg.t2:
+            return allocate(demands, pool, self.profile.model.resident_bytes, self.cfg.temperature)
+        return even_split(demands, pool)
 
 
 def run_bench(

@@ -10,6 +10,7 @@ replay after a takeover) produces the same ids, and the idempotent publish drops
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,12 +58,17 @@ __all__ = [
 
 
 def on_generated(m: QueryMachine, msg: GenerateResult, now_s: float) -> list[Command]:
+    # A number the search cannot order by (NaN, ±inf) is the engine's failure, not a step.
+    if not math.isfinite(msg.logprobs.mean):
+        return m.on_failed(msg.job_id, msg.node_id, "generate", f"log-probability {msg.logprobs.mean}", now_s)
     return m.on_generated(
         msg.job_id, msg.node_id, msg.text, msg.tokens, msg.finish_reason, msg.logprobs.mean, now_s
     )
 
 
 def on_scored(m: QueryMachine, msg: ScoreResult, now_s: float) -> list[Command]:
+    if not math.isfinite(msg.reward):
+        return m.on_failed(msg.job_id, msg.node_id, "score", f"reward {msg.reward}", now_s)
     return m.on_scored(msg.node_id, msg.reward, now_s)
 
 

@@ -35,6 +35,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import (
     AnswerResult,
+    GenerateRequest,
     Message,
     ProtocolError,
     QueryStatsEvent,
@@ -48,6 +49,7 @@ from spex.proto.names import (
     ANSWERS,
     COORDINATOR_GROUP,
     COORDINATORS_ACTIVE,
+    DEFAULT_POOL,
     INGRESS,
     INGRESS_IN_FLIGHT,
     QUERY_STATS,
@@ -71,6 +73,7 @@ from spex.services.coordinator.handlers import (
     Publish,
     effects,
 )
+from spex.services.coordinator.routing import REFRESH_S, Router
 from spex.shared.content.grading import grade
 from spex.shared.core.commands import Command
 from spex.shared.core.machine import QueryMachine
@@ -115,13 +118,14 @@ class Coordinator:
         self._takeovers: set[asyncio.Task[None]] = set()
         self._redis_run: str | None = None  # Redis's run id: a new one means it restarted
         self.bus.on_dead = self._on_dead
+        self.router = Router(client, DEFAULT_POOL, settings.affinity, settings.heartbeat_s)
 
     def summary(self) -> dict[str, Any]:
         return {"events": self.events, "answered": self.answered, "dead_lettered": self.bus.dead_lettered}
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.ensure_group(INGRESS, COORDINATOR_GROUP)
-        await asyncio.gather(self._intake(stop), self._inboxes(stop), self._leases(stop))
+        await asyncio.gather(self._intake(stop), self._inboxes(stop), self._leases(stop), self._routes(stop))
 
     def _now(self) -> float:
         return time.monotonic()
@@ -315,8 +319,11 @@ class Coordinator:
 
     async def _perform(self, query: _Query, effect: Effect) -> None:
         if isinstance(effect, Publish):
+            stream = effect.stream
+            if isinstance(effect.message, GenerateRequest):  # to the query's worker (prefix affinity)
+                stream = self.router.stream(effect.message.query_id)
             try:
-                await self.bus.publish(effect.stream, effect.message)
+                await self.bus.publish(stream, effect.message)
             except ProtocolError as exc:  # e.g. the path's text past the message limit
                 raise _Unpublishable(f"{type(effect.message).__name__}: {exc}") from None
         elif isinstance(effect, MarkCancelled):
@@ -393,6 +400,13 @@ class Coordinator:
             self.log.warning("query_released", query_id=query.request.query_id)
 
     # ------------------------------------------------------------------ leases
+    async def _routes(self, stop: asyncio.Event) -> None:
+        async def once() -> None:
+            await self.router.refresh(self.queries.keys())
+            await asyncio.sleep(REFRESH_S)
+
+        await loop_forever(stop, once, self.log, self.bus.reconnected)
+
     async def _leases(self, stop: asyncio.Event) -> None:
         await loop_forever(stop, self._lease_round, self.log, self.bus.reconnected)
 
@@ -488,6 +502,7 @@ class Coordinator:
                 hit_rate=hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued),
                 prefix_tokens=m.context_tokens,
                 active_jobs=m.jobs_in_flight,
+                worker=self.router.owner(qid),
             )
             await self.r.xadd(QUERY_STATS, {"e": encode(stats)}, maxlen=10_000, approximate=True)
 

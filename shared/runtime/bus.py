@@ -158,12 +158,13 @@ class Bus:
         streams: Sequence[str],
         group: str,
         count: int,
-        block_ms: int = 2000,
+        block_ms: int | None = 2000,
         held: Collection[str] = (),
     ) -> list[Delivery]:
         """Up to `count` deliveries: own pending entries first, then new ones. Undecodable
         entries are dead-lettered here and never returned. `held`: entry ids the caller is
-        still working on — re-read after a reconnect, they are neither returned nor counted."""
+        still working on — re-read after a reconnect, they are neither returned nor counted.
+        `block_ms=None`: do not wait for new entries."""
         out: list[Delivery] = []
         for stream in streams:
             if (stream, group) in self._own_pending_read:

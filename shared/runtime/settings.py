@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, fields
 
 from spex.proto import ALGORITHMS, MAX_MESSAGE_BYTES, Limits
 
-__all__ = ["ENV", "Settings", "parse_targets"]
+__all__ = ["ENGINES", "ENV", "Settings", "parse_targets"]
 
 DEFAULT_MAX_TARGET = 256
+ENGINES = ("sim", "hf", "vllm", "sglang")
 
 # name -> (Settings field, meaning)
 ENV: dict[str, tuple[str, str]] = {
@@ -32,8 +33,11 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_METRICS_PORT": ("metrics_port", "Prometheus /metrics port of this process (0: off)"),
     "SPEX_HTTP_PORT": ("http_port", "port of the HTTP ingress (spex worker ingress)"),
     "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
-    "SPEX_ENGINE": ("engine", "generator and scorer engine: sim | hf (in-process PyTorch)"),
-    "SPEX_MODEL": ("model", "hf: the generator's local model directory"),
+    "SPEX_ENGINE": ("engine", "engine: sim | hf (in process) | vllm | sglang (a server)"),
+    "SPEX_ENGINE_URL": ("engine_url", "vllm/sglang: the serving engine's base URL (one per generator)"),
+    "SPEX_PRM_URL": ("prm_url", "sglang: the reward model server's URL (default SPEX_ENGINE_URL)"),
+    "SPEX_ENGINE_TIMEOUT_S": ("engine_timeout_s", "vllm/sglang: longest one request may take, seconds"),
+    "SPEX_MODEL": ("model", "hf: the generator's model directory; vllm/sglang: its tokenizer"),
     "SPEX_PRM": ("prm", "hf: the reward model's local directory (empty: simulated PRM)"),
     "SPEX_CONTENT": ("content", "synthetic (the workload's tree) | real (the model's text)"),
     "SPEX_DETERMINISTIC": ("deterministic", "hf: batch-invariant outputs, 1 or 0"),
@@ -41,6 +45,8 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_MAX_STEP_TOKENS": ("max_step_tokens", "longest step a search asks for, tokens"),
     "SPEX_MAX_DEPTH": ("max_depth", "deepest step a search goes to (0: the algorithm's default)"),
     "SPEX_DEVICE": ("device", "hf: torch device (cpu, cuda)"),
+    "SPEX_AFFINITY": ("affinity", "route a query's jobs to one worker by consistent hashing, 1 or 0"),
+    "SPEX_WORKER_SLOTS": ("worker_slots", "jobs a generator worker takes at once (its saturation point)"),
     # Security and limits.
     "SPEX_REDIS_PASSWORD": ("redis_password", "Redis password (never put it in the URL)"),
     "SPEX_REDIS_PASSWORD_FILE": ("redis_password_file", "file holding the Redis password"),
@@ -75,6 +81,9 @@ class Settings:
     http_port: int = 8080
     log_level: str = "info"
     engine: str = "sim"
+    engine_url: str = ""
+    prm_url: str = ""
+    engine_timeout_s: float = 600.0
     model: str = ""
     prm: str = ""
     content: str = "synthetic"
@@ -83,6 +92,8 @@ class Settings:
     max_step_tokens: int = 256
     max_depth: int = 0
     device: str = "cpu"
+    affinity: bool = True
+    worker_slots: int = 128
     redis_password: str = field(default="", repr=False)
     redis_password_file: str = ""
     redis_ca: str = ""
@@ -112,8 +123,11 @@ class Settings:
             "http_port": 0 < self.http_port < 65536,
             "log_level": self.log_level in ("debug", "info", "warning", "error"),
             "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
-            "engine": self.engine in ("sim", "hf"),
+            "engine": self.engine in ENGINES,
+            "engine_url": self.engine not in ("vllm", "sglang") or self.engine_url.startswith(("http://", "https://")),
+            "engine_timeout_s": self.engine_timeout_s > 0,
             "model": self.engine != "hf" or bool(self.model),
+            "worker_slots": 1 <= self.worker_slots <= 4096,
             "content": self.content in ("synthetic", "real"),  # generators refuse what they cannot write
             "max_running": self.max_running >= 1,
             "max_step_tokens": self.max_step_tokens >= 1,

@@ -494,7 +494,9 @@ def test_coordinator_survives_a_fuzzed_inbox(fuzz):
 
     async def adopted(qid: str) -> Any:
         deadline = asyncio.get_running_loop().time() + DRAIN_S
-        while qid not in coord.queries:
+        # Adopted once its first jobs are all published (the ids drawn must not depend on
+        # how far the adoption got when we looked).
+        while qid not in coord.queries or coord.queries[qid].replaying:
             assert asyncio.get_running_loop().time() < deadline, f"{qid} was not adopted"
             await asyncio.sleep(0.01)
         return coord.queries[qid]

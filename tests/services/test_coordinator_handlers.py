@@ -2,12 +2,16 @@
 
 import typing
 
+import msgspec
+
 from spex.proto import (
     BudgetUpdateEvent,
     CancelRequest,
     GenerateRequest,
     GenerateResult,
+    LogprobSummary,
     ScoreRequest,
+    ScoreResult,
     SubmitQuestionRequest,
 )
 from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
@@ -97,3 +101,24 @@ def test_inbox_events_drive_the_machine():
     assert q.machine.share == 3
     cancels = EVENT_HANDLERS[CancelRequest](q.machine, CancelRequest(msg_id="c", query_id="q7"), 2.0)
     assert q.machine.done and q.machine.cancelled and isinstance(cancels[-1], FinishCommand)
+
+
+def test_a_reward_or_log_probability_that_is_not_a_number_fails_the_query_not_the_service():
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        q = outgoing()
+        first = q.machine.start(0.0)[0]
+        step = GenerateResult(
+            msg_id="r", query_id="q7", job_id=first.job_id, node_id=first.node.id, text="x", tokens=9
+        )
+        EVENT_HANDLERS[GenerateResult](q.machine, step, 1.0)
+        score = ScoreResult(msg_id="s", query_id="q7", job_id="s1", node_id=first.node.id, reward=bad)
+        commands = EVENT_HANDLERS[ScoreResult](q.machine, score, 2.0)
+        assert q.machine.done and "reward" in (q.machine.error or "")
+        assert isinstance(commands[-1], FinishCommand)
+
+        q = outgoing()
+        first = q.machine.start(0.0)[0]
+        step = msgspec.structs.replace(step, job_id=first.job_id, node_id=first.node.id)
+        step = msgspec.structs.replace(step, logprobs=LogprobSummary(mean=bad, min=bad, count=9))
+        EVENT_HANDLERS[GenerateResult](q.machine, step, 1.0)
+        assert q.machine.done and "log-probability" in (q.machine.error or "")
