@@ -1,25 +1,24 @@
-"""Static checks of the compose and Kubernetes files (no Docker engine or cluster here): they
-parse, run every service with the command the code has, use only registered settings, and
-scale generators on the stream and group the code uses."""
-
-from pathlib import Path
+"""Static checks of the compose file, the rendered Kubernetes overlays and the images (no Docker
+engine or cluster here): every service runs with the command the code has, Redis persists on a
+volume with its password from a secret, and generators scale on the stream and group the code
+uses."""
 
 import pytest
 
 from spex.proto.names import DEFAULT_POOL, GENERATOR_GROUP, gen_jobs
 from spex.shared.runtime.settings import ENV
+from tests.deploy.manifests import OVERLAYS, ROOT, SERVICES, argv, compose, containers, of_kind, render
 
-yaml = pytest.importorskip("yaml")
-ROOT = Path(__file__).resolve().parents[2]
-SERVICES = {"ingress", "coordinator", "generator", "scorer", "allocator"}
+PACKAGES = ("proto", "shared", "services", "bench", "data")
 
 
 def test_compose_runs_every_service_with_registered_settings():
-    doc = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
+    doc = compose()
     services = doc["services"]
     assert set(services) >= SERVICES
     for name in SERVICES:
         svc = services[name]
+        assert "profiles" not in svc  # `docker compose up` with no profile: the sim deployment
         assert svc["command"] == ["worker", name]
         assert set(svc["environment"]) <= set(ENV)
         assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
@@ -37,23 +36,27 @@ def test_compose_runs_every_service_with_registered_settings():
     assert services["ingress"]["environment"]["SPEX_AUTH_TOKENS_FILE"] == "/run/secrets/ingress_tokens"
 
 
-def test_kubernetes_deployments_match_the_services():
-    docs = list(yaml.safe_load_all((ROOT / "k8s" / "spex.yaml").read_text()))
-    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
-    config = next(d for d in docs if d["kind"] == "ConfigMap")
-    assert set(config["data"]) <= set(ENV)
+def test_the_flat_manifest_is_gone():
+    assert not (ROOT / "k8s" / "spex.yaml").exists()  # k8s/base + k8s/overlays replace it
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kubernetes_deployments_match_the_services(overlay):
+    docs = render(overlay)
+    deployments = of_kind(docs, "Deployment")
+    (config,) = of_kind(docs, "ConfigMap").values()
+    assert config["metadata"]["name"] == "spex-env"
     roles = set()
     for dep in deployments.values():
         spec = dep["spec"]
         assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
-        (container,) = spec["template"]["spec"]["containers"]
+        (container,) = spec["template"]["spec"]["containers"]  # a GPU pod's engine is a sidecar
         role = container["args"][1]
         roles.add(role)
-        assert container["args"] == ["worker", role]
-        assert {e["name"] for e in container.get("env", [])} <= set(ENV)
+        assert container["args"] == ["worker", role] and container["name"] == role
         assert "livenessProbe" in container and "readinessProbe" in container
-        assert container["resources"]["requests"]
     assert roles == SERVICES
+    assert deployments["spex-coordinator"]["spec"]["replicas"] == 2
     assert config["data"]["SPEX_REDIS_PASSWORD_FILE"] == "/etc/spex-redis/password"
     for dep in deployments.values():  # every service reads the Redis password from the Secret
         pod = dep["spec"]["template"]["spec"]
@@ -63,31 +66,62 @@ def test_kubernetes_deployments_match_the_services():
         assert "/etc/spex-redis" in mounts
 
 
-def test_kubernetes_redis_persists_on_a_volume_with_a_password_from_a_secret():
-    docs = list(yaml.safe_load_all((ROOT / "k8s" / "spex.yaml").read_text()))
-    (redis,) = [d for d in docs if d["kind"] == "StatefulSet"]
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_container_requests_resources_and_limits_memory(overlay):
+    for doc in render(overlay):
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            for c in containers(doc["spec"]["template"]["spec"]):
+                assert {"cpu", "memory"} <= set(c["resources"]["requests"]), c["name"]
+                assert "memory" in c["resources"]["limits"], c["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kubernetes_redis_persists_on_a_volume_with_a_password_from_a_secret(overlay):
+    docs = render(overlay)
+    (redis,) = of_kind(docs, "StatefulSet").values()
     (container,) = redis["spec"]["template"]["spec"]["containers"]
-    args = " ".join(container["args"])
+    args = " ".join(argv(container))
     assert "--appendonly yes --appendfsync everysec" in args and "--dir /data" in args
     assert "--include /etc/spex-redis/redis.conf" in args and "requirepass" not in args
     (claim,) = redis["spec"]["volumeClaimTemplates"]
     assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
     assert claim["metadata"]["name"] == "data"
+    (service,) = [
+        s for s in of_kind(docs, "Service").values() if s["metadata"]["name"] == redis["spec"]["serviceName"]
+    ]
+    assert service["spec"]["clusterIP"] == "None"  # headless: the StatefulSet's governing Service
     assert not [d for d in docs if d["kind"] == "Secret"]  # secrets are created, never committed
 
 
-def test_generators_scale_on_their_job_stream():
-    docs = list(yaml.safe_load_all((ROOT / "k8s" / "spex.yaml").read_text()))
-    (scaled,) = [d for d in docs if d["kind"] == "ScaledObject"]
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_generators_scale_on_the_lag_of_the_shared_job_stream(overlay):
+    docs = render(overlay)
+    (scaled,) = of_kind(docs, "ScaledObject").values()
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "redis-streams"
     assert trigger["metadata"]["stream"] == gen_jobs(DEFAULT_POOL)
     assert trigger["metadata"]["consumerGroup"] == GENERATOR_GROUP
+    assert "lagCount" in trigger["metadata"] and "pendingEntriesCount" not in trigger["metadata"]
+    assert trigger["metricType"] == "Value"  # the lag is excess demand (keda.yaml says why)
+    assert scaled["spec"]["scaleTargetRef"]["name"] in of_kind(docs, "Deployment")
     assert scaled["spec"]["scaleTargetRef"]["name"] == "spex-generator"
+    # KEDA's operator dials from its own namespace: the address names the Redis Service's.
+    host = trigger["metadata"]["address"].rsplit(":", 1)[0]
+    assert host == f"redis.{scaled['metadata']['namespace']}.svc"
+    (auth,) = of_kind(docs, "TriggerAuthentication").values()
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    assert auth["spec"]["secretTargetRef"] == [
+        {"parameter": "password", "name": "spex-redis", "key": "password"}
+    ]
 
 
 def test_dockerfile_installs_the_packages_the_entry_point_needs():
-    text = (ROOT / "Dockerfile").read_text()
-    for package in ("proto", "shared", "services", "bench", "data"):
-        assert f"COPY {package} ./{package}" in text
-    assert 'ENTRYPOINT ["spex"]' in text
+    for path in ("Dockerfile", "docker/gpu.Dockerfile"):
+        text = (ROOT / path).read_text()
+        for package in PACKAGES:
+            assert f"COPY {package} ./{package}" in text, path
+        assert "COPY pyproject.toml README.md ./" in text and "pip install --no-cache-dir ." in text
+        assert 'ENTRYPOINT ["spex"]' in text
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", "models", "compose/redis.password", "compose/tokens"} <= set(ignored)
+    assert not set(PACKAGES) & set(ignored)
