@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
 from rich.console import Console
 from rich.table import Table
 
@@ -24,6 +23,7 @@ from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import ProtocolError, WorkerLoadEvent, decode
 from spex.proto.names import worker_load
 from spex.services.launcher import up
+from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["run_affinity"]
@@ -60,8 +60,8 @@ def run_affinity(
         if distributed:
             settings = Settings(time_scale=time_scale, affinity=affinity)
             with up(settings, generators=workers) as live:
-                run = asyncio.run(_drive(live.redis_url, cfg, cfg.mode))
-                hit_rate, per_worker = asyncio.run(_hit_rate(live.redis_url))
+                run = asyncio.run(_drive(live, cfg, cfg.mode))
+                hit_rate, per_worker = asyncio.run(_hit_rate(live))
             expected = {r.query_id: r.digest for r in run_bench(replace(cfg, workers=1)).records}
             answers = run["answers"]
             out[side]["distributed"] = {
@@ -82,9 +82,10 @@ def run_affinity(
     return out
 
 
-async def _hit_rate(url: str) -> tuple[float, dict[str, int]]:
-    """The generators' prefix-cache hit rate, weighted by jobs done, from their load reports."""
-    r = aioredis.Redis.from_url(url)
+async def _hit_rate(live: Settings) -> tuple[float, dict[str, int]]:
+    """The generators' prefix-cache hit rate (cached / prompt tokens, all workers), from their
+    load reports."""
+    r = redis_client(live)
     loads: list[WorkerLoadEvent] = []
     try:
         async for key in r.scan_iter(match=worker_load.glob):
@@ -99,8 +100,8 @@ async def _hit_rate(url: str) -> tuple[float, dict[str, int]]:
                 loads.append(event)
     finally:
         await r.aclose()
-    done = sum(w.jobs_done for w in loads)
-    rate = sum(w.prefix_cache_hit_rate * w.jobs_done for w in loads) / done if done else 0.0
+    prompt = sum(w.prompt_tokens for w in loads)
+    rate = sum(w.cached_tokens for w in loads) / prompt if prompt else 0.0
     return rate, {w.worker: w.jobs_done for w in sorted(loads, key=lambda w: w.worker)}
 
 
@@ -141,7 +142,7 @@ def _plot(out: dict[str, Any], out_dir: Path) -> None:
         ax.bar([i + 0.2 for i in x], [out["off"][k][metric] for k in kinds], 0.4, label="affinity off")
         ax.set_xticks(list(x), [k.replace("_", " ") for k in kinds])
         ax.set_ylabel(label)
-    axes[0].legend()
+    axes[0].legend(loc="lower right")
     cell = f"{out['algorithm']}-{out['target']}, B={out['batch_size']}, {out['mode']}"
     fig.suptitle(f"{out['workers']} workers: {cell}")
     fig.tight_layout()

@@ -21,6 +21,7 @@ from spex.proto.names import query_inbox
 from spex.services.launcher import up
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
@@ -28,9 +29,10 @@ from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 __all__ = ["run_distributed"]
 
 
-async def _drive(url: str, cfg: BenchConfig, mode: str) -> dict[str, Any]:
-    """Keep `batch_size` questions in flight until all are answered."""
-    client = IngressClient(aioredis.Redis.from_url(url))
+async def _drive(live: Settings, cfg: BenchConfig, mode: str) -> dict[str, Any]:
+    """Keep `batch_size` questions in flight until all are answered (`live`: the settings
+    `up` yields, with the Redis URL and password)."""
+    client = IngressClient(redis_client(live))
     synthetic = [SyntheticWorkload(WorkloadKnobs(), cfg.seed).query(i) for i in range(cfg.questions)]
     sem = asyncio.Semaphore(cfg.batch_size)
     answers: dict[str, Any] = {}
@@ -80,7 +82,7 @@ async def bus_hop_latency(url: str, n: int = 500) -> tuple[float, float]:
     return float(np.percentile(hops, 50)), float(np.percentile(hops, 99))
 
 
-async def coordinator_events_per_s(url: str, cfg: BenchConfig) -> tuple[float, int]:
+async def coordinator_events_per_s(live: Settings, cfg: BenchConfig) -> tuple[float, int]:
     """Events one coordinator process handles per second: replay every finished query's inbox
     (the takeover path) into a fresh coordinator, which re-runs each search and re-dispatches
     its jobs (dropped as duplicates), Redis round trips included."""
@@ -88,8 +90,8 @@ async def coordinator_events_per_s(url: str, cfg: BenchConfig) -> tuple[float, i
     from spex.proto.names import query_lease, query_request, reply_key
     from spex.services.coordinator import Coordinator
 
-    client = aioredis.Redis.from_url(url)
-    coord = Coordinator(client, Settings(redis_url=url, consumer="replayer"))
+    client = redis_client(live)
+    coord = Coordinator(client, replace(live, consumer="replayer"))
     requests = []
     async for key in client.scan_iter(match=query_request.glob):
         blob: Any = await client.get(key)
@@ -111,10 +113,10 @@ def run_distributed(cfg: BenchConfig, time_scale: float, console: Console) -> di
     for mode in ("baseline", "spex"):
         predicted = summarize(run_bench(replace(cfg, mode=mode)))
         with up(settings, generators=1) as live:
-            run = asyncio.run(_drive(live.redis_url, cfg, mode))
+            run = asyncio.run(_drive(live, cfg, mode))
             if mode == "spex":
                 out["coordinator_events_per_s"], out["replayed_events"] = asyncio.run(
-                    coordinator_events_per_s(live.redis_url, cfg)
+                    coordinator_events_per_s(live, cfg)
                 )
         simulated_s = run["wall_s"] / time_scale
         answers = run["answers"]

@@ -40,7 +40,7 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
     if args.command == "worker":
         return int(importlib.import_module(f"spex.services.{args.service}").main())
     if args.command in ("up", "demo"):
-        from spex.services.launcher import demo, serve_forever
+        from spex.services.launcher import demo, engine_urls, serve_forever
 
         if getattr(args, "generators", 1) < 1:
             raise ValueError("--generators: must be at least 1")
@@ -63,6 +63,8 @@ def runtime_command(args: argparse.Namespace, console: Console) -> int:
                 metrics_port=args.metrics_port,
                 redis_password_file=args.redis_password_file,
             )
+            if settings.engine in ("vllm", "sglang"):
+                engine_urls(settings.engine_url, args.generators)  # one URL, or one per generator
             data_dir = Path(args.data_dir) if args.data_dir else None
             return serve_forever(settings, args.redis, args.generators, console, data_dir, args.fsync)
         settings = Settings.from_env(None, time_scale=args.time_scale)

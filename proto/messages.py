@@ -181,6 +181,8 @@ class WorkerLoadEvent(Message, frozen=True):
     jobs: int = 0  # jobs the worker holds (taken from its streams, not yet finished)
     slots: int = 0  # the most it takes at once (SPEX_WORKER_SLOTS); 0: unknown
     queries: int = 0  # distinct queries its jobs belong to
+    prompt_tokens: int = 0  # prompt tokens its engine looked up in its prefix cache, so far
+    cached_tokens: int = 0  # of those, found there
 
 
 class AnswerResult(Message, frozen=True):

@@ -324,6 +324,8 @@ class Generator:
             jobs=len(self.running),
             slots=self.settings.worker_slots,
             queries=len({req.query_id for _, req, _ in self.running.values()}),
+            prompt_tokens=load.prompt_tokens,
+            cached_tokens=load.cached_tokens,
         )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
         async with self.bus.r.pipeline(transaction=False) as pipe:

@@ -36,6 +36,10 @@ def spex(*args, check=True):
         (["bench", "--dataset", "math500"], "--engine hf"),
         (["bench", "--content", "real"], "--engine hf"),
         (["model", "init", "--out", "/tmp/x", "--hidden", "0"], "--hidden"),
+        (["bench", "--workers", "0"], "workers"),
+        (["bench", "--routing", "random"], "--routing"),
+        (["up", "--engine", "vllm"], "SPEX_ENGINE_URL"),
+        (["up", "--engine", "sglang", "--engine-url", "http://a:1,http://b:2"], "SPEX_ENGINE_URL"),
     ],
 )
 def test_bad_argument_is_one_line_naming_the_field(args, field, tmp_path):

@@ -99,6 +99,8 @@ class EngineLoad:
     kv_held: int  # KV tokens held by admitted requests (evictable cache excluded)
     kv_capacity: int
     prefix_cache_hit_rate: float
+    prompt_tokens: int = 0  # prompt tokens looked up in the prefix cache so far (cumulative)
+    cached_tokens: int = 0  # of those, found there
 
 
 class Engine(Protocol):

@@ -165,6 +165,8 @@ class HFEngine(SteppedEngine):
             kv_held=self.held_tokens,
             kv_capacity=self.capacity_tokens,
             prefix_cache_hit_rate=self.stats.cache_hit_rate,
+            prompt_tokens=self.stats.prompt_tokens,
+            cached_tokens=self.stats.cached_tokens,
         )
 
     @property

@@ -219,6 +219,8 @@ class ServingEngine:
             kv_held=int(self.server.kv_usage * self.server.kv_capacity),
             kv_capacity=self.server.kv_capacity,
             prefix_cache_hit_rate=self.server.prefix_cache_hit_rate,
+            prompt_tokens=int(self.server.prefix_queries),
+            cached_tokens=int(self.server.prefix_hits),
         )
 
     async def run(self, on_complete: Callable[[Completion], Awaitable[None]], stop: asyncio.Event) -> None:

@@ -128,14 +128,13 @@ class SGLangBackend:
             text = await resp.text()
         m = parse_prometheus(text)
         capacity = self.kv_capacity or int(metric_sum(m, "sglang:max_total_num_tokens"))
-        hit_rate = metric_sum(m, "sglang:cache_hit_rate")
         return ServerMetrics(
             running=int(metric_sum(m, "sglang:num_running_reqs")),
             waiting=int(metric_sum(m, "sglang:num_queue_reqs")),
             kv_usage=metric_sum(m, "sglang:token_usage"),
             kv_capacity=capacity,
-            prefix_queries=1.0,  # SGLang exports the rate itself
-            prefix_hits=hit_rate,
+            prefix_queries=metric_sum(m, "sglang:prompt_tokens_total"),
+            prefix_hits=metric_sum(m, "sglang:cached_tokens_total"),
             raw={name: sum(v for _, v in values) for name, values in m.items()},
         )
 

@@ -93,6 +93,8 @@ class SimEngine:
             kv_held=self.held_tokens,
             kv_capacity=self.capacity_tokens,
             prefix_cache_hit_rate=self.stats.cache_hit_rate,
+            prompt_tokens=self.stats.prompt_tokens,
+            cached_tokens=self.stats.cached_tokens,
         )
 
     def is_waiting(self, rid: str) -> bool:
