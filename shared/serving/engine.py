@@ -238,11 +238,10 @@ class ServingEngine:
             await self.close()
 
     async def close(self) -> None:
-        for f in list(self._inflight.values()):
-            if f.task is not None:
-                f.task.cancel()
-        for task in list(self._stopping):
+        tasks = [f.task for f in self._inflight.values() if f.task is not None] + list(self._stopping)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 

@@ -57,12 +57,13 @@ class VLLMBackend:
         # A priority other than 0 is an error unless the server schedules by priority.
         probe = {"model": self.model, "prompt": "1", "max_tokens": 1, "priority": 1}
         async with session.post(self.url + "/v1/completions", json=probe) as resp:
+            text = (await resp.text())[:200]  # read to the end: the connection goes back to the pool
             if resp.status != 200:
-                text = (await resp.text())[:200]
                 raise EngineMisconfigured(
                     f"vllm at {self.url}: start it with --scheduling-policy priority ({resp.status}: {text})"
                 )
         async with session.post(self.url + ABORT_PATH, json={"request_ids": ["cmpl-spex-probe-0"]}) as resp:
+            await resp.read()
             if resp.status == 404:
                 raise EngineMisconfigured(
                     f"vllm at {self.url}: start it with --enable-scale-out (abort endpoint)"

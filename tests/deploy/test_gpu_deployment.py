@@ -20,10 +20,10 @@ from tests.deploy.manifests import (
     url_port,
 )
 
-# (Deployment, worker container, the server's --model-path, the worker's model setting)
+# (Deployment, worker container, the server's --model-path, the worker's model and URL settings)
 GPU_PODS = [
-    ("spex-generator", "generator", "/models/generator", "SPEX_MODEL"),
-    ("spex-scorer", "scorer", "/models/prm", "SPEX_PRM"),
+    ("spex-generator", "generator", "/models/generator", "SPEX_MODEL", "SPEX_ENGINE_URL"),
+    ("spex-scorer", "scorer", "/models/prm", "SPEX_PRM", "SPEX_PRM_URL"),
 ]
 SGLANG_FLAGS = (
     "--enable-priority-scheduling",
@@ -37,8 +37,8 @@ def env_of(container):
     return {e["name"]: e.get("value") for e in container.get("env", [])}
 
 
-@pytest.mark.parametrize(("name", "worker_name", "model_path", "model_var"), GPU_PODS)
-def test_a_gpu_pod_runs_the_server_beside_its_worker(name, worker_name, model_path, model_var):
+@pytest.mark.parametrize(("name", "worker_name", "model_path", "model_var", "url_var"), GPU_PODS)
+def test_a_gpu_pod_runs_the_server_beside_its_worker(name, worker_name, model_path, model_var, url_var):
     pod = of_kind(render("gpu-sglang"), "Deployment")[name]["spec"]["template"]["spec"]
     (server,) = pod["initContainers"]
     (worker,) = pod["containers"]
@@ -51,9 +51,10 @@ def test_a_gpu_pod_runs_the_server_beside_its_worker(name, worker_name, model_pa
     assert "nvidia.com/gpu" not in worker["resources"].get("limits", {})
     # The worker talks to this server, and reads the same weights' tokenizer.
     env = env_of(worker)
-    assert env["SPEX_ENGINE"] == "sglang"
-    assert env["SPEX_ENGINE_URL"].startswith("http://127.0.0.1:")
-    assert url_port(env["SPEX_ENGINE_URL"]) == int(flag(args, "--port"))
+    if url_var == "SPEX_ENGINE_URL":  # the generator's engine; a PRM server needs only its URL
+        assert env["SPEX_ENGINE"] == "sglang"
+    assert env[url_var].startswith("http://127.0.0.1:")
+    assert url_port(env[url_var]) == int(flag(args, "--port"))
     assert env[model_var] == model_path
     # Model loading takes minutes: the startup probe allows for it, then readiness takes over.
     startup = server["startupProbe"]
