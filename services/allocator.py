@@ -122,7 +122,9 @@ class Allocator:
         shares: dict[str, int] = {}
         for worker, members in groups.items():
             mine = [loads[worker]] if worker else [w for name, w in loads.items() if name not in groups]
-            pool = self._pool(members, mine)
+            # Unplaced queries get what the workers nobody is placed on leave — nothing when
+            # every live worker has its own queries (not the static k_total on top).
+            pool = self._pool(members, mine) if mine or not loads else 0
             shares |= allocate([_demand(m, self.kv_bytes) for m in members], pool, self.weight_bytes)
         self.rounds += 1
         for m in stats:

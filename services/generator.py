@@ -60,6 +60,29 @@ __all__ = ["Generator", "main"]
 LOAD_REPORT_S = 0.05  # how often load is published for the budget allocator
 FORGET_S = 60.0  # a worker dead this long, its stream drained, leaves GEN_WORKERS
 
+# The load report: the key (its TTL is liveness) and the worker's entry in GEN_WORKERS,
+# stamped with Redis's clock (so no worker's clock skew matters).
+REPORT = """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[3])
+"""
+# Forget a dead worker: still dead (no load key), last seen FORGET_S ago by Redis's clock, its
+# stream empty (all it had was done and trimmed). Checked and done at once, so a worker that
+# comes back meanwhile keeps its entry.
+FORGET = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local seen = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not seen then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now - tonumber(seen) < tonumber(ARGV[2]) then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('XLEN', KEYS[3]) > 0 then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[3])
+return 1
+"""
+
 
 class Generator:
     def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = DEFAULT_POOL) -> None:
@@ -69,6 +92,7 @@ class Generator:
         self.own = worker_jobs(pool, settings.consumer)  # jobs routed to us by prefix affinity
         self.shared = gen_jobs(pool)  # jobs no worker had room for, or unrouted ones
         self.streams = [self.own, self.shared]
+        self.adopted: list[str] = []  # streams of dead peers, read before ours
         self.engine = _engine(settings)
         self.template = engine_template(self.engine)  # a real engine reads text
         self.running: dict[str, tuple[Delivery, GenerateRequest, Generation | None]] = {}
@@ -202,15 +226,28 @@ class Generator:
                 self.log.error("handler_failed", error=repr(exc), deliveries=d.deliveries)
 
     async def _intake(self, stop: asyncio.Event) -> None:
+        """Up to our free slots, never more: a dead peer's stream first (its queries wait on
+        it), then our own, then the shared one; when all are empty, wait on ours and the
+        shared one. (XREADGROUP counts per stream, so each read asks for what is left.)"""
+
         async def once() -> None:
             free = self.settings.worker_slots - len(self.running)
-            if free <= 0:
-                await asyncio.sleep(0.01)
+            if free <= 0 or not getattr(self.engine, "healthy", True):
+                await asyncio.sleep(0.01 if free <= 0 else 0.1)
                 return
             held = {d.entry_id for d, _, _ in self.running.values()}
-            for d in await self.bus.read(
-                self.streams, GENERATOR_GROUP, count=free, block_ms=self.settings.block_ms, held=held
-            ):
+            taken: list[Delivery] = []
+            for stream in [*self.adopted, *self.streams]:
+                if len(taken) < free:
+                    taken += await self.bus.read(
+                        [stream], GENERATOR_GROUP, count=free - len(taken), block_ms=None, held=held
+                    )
+            if not taken:
+                streams = self.streams if free > 1 else [self.own]
+                block = self.settings.block_ms
+                count = free // len(streams)
+                taken = await self.bus.read(streams, GENERATOR_GROUP, count=count, block_ms=block, held=held)
+            for d in taken:
                 await self._dispatch(d)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
@@ -247,9 +284,11 @@ class Generator:
             # Jobs of a peer that stopped heartbeating (three periods) are ours now.
             idle_ms = int(3 * self.settings.heartbeat_s * 1000)
             for stream in self.streams:
-                for d in await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms):
-                    self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
-                    await self._dispatch(d)
+                free = self.settings.worker_slots - len(self.running)
+                if free > 0:  # a full worker leaves them to a peer with room
+                    for d in await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms, count=free):
+                        self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
+                        await self._dispatch(d)
                 await self.bus.trim_now_and_then(stream)
 
         await loop_forever(stop, once, self.log, self.bus.reconnected)
@@ -264,30 +303,34 @@ class Generator:
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 
     async def _drain_dead_peers(self, idle_ms: int) -> None:
-        """A worker that died leaves its own stream: the jobs it held (claimed once idle) and
-        those routed to it that it never read. Live peers take both; the coordinators route
-        its queries elsewhere as soon as its load key expires. A worker dead for FORGET_S
-        whose stream is drained is forgotten."""
-        now_ms = int(time.time() * 1000)
-        dead: Any = await self.bus.r.zrangebyscore(GEN_WORKERS, "-inf", now_ms - idle_ms, withscores=True)
-        for raw, seen_ms in dead:
-            peer = raw.decode() if isinstance(raw, bytes) else str(raw)
-            if peer == self.settings.consumer:
+        """A worker that died (its load key expired: Redis's clock, not ours) leaves its own
+        stream: the jobs it held, claimed here once idle, and those routed to it that it never
+        read, which the intake reads before anything else (`adopted`). The coordinators route
+        its queries elsewhere as soon as its key expired. A worker dead for FORGET_S whose
+        stream is empty is forgotten, and its stream deleted."""
+        members: Any = await self.bus.r.zrange(GEN_WORKERS, 0, -1)
+        peers = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+        peers = [p for p in peers if p != self.settings.consumer]
+        alive: Any = await self.bus.r.mget([worker_load(p) for p in peers]) if peers else []
+        adopted = []
+        for peer, load in zip(peers, alive, strict=True):
+            if load is not None:
                 continue
             stream = worker_jobs(self.pool, peer)
             await self.bus.ensure_group(stream, GENERATOR_GROUP)
-            taken = await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms)
-            free = self.settings.worker_slots - len(self.running) - len(taken)
-            if free > 0:
-                taken += await self.bus.read([stream], GENERATOR_GROUP, count=free, block_ms=None)
-            for d in taken:
+            free = self.settings.worker_slots - len(self.running)
+            claimed = await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms, count=free) if free > 0 else []
+            for d in claimed:
                 self.log.info("job_adopted", worker=peer, entry_id=d.entry_id)
                 await self._dispatch(d)
             await self.bus.trim_now_and_then(stream)
-            if not taken and free > 0 and now_ms - seen_ms > FORGET_S * 1000:
-                pending: Any = await self.bus.r.xpending(stream, GENERATOR_GROUP)
-                if not pending or not pending.get("pending"):
-                    await self.bus.r.zrem(GEN_WORKERS, peer)
+            keys = [GEN_WORKERS, worker_load(peer), stream]
+            if await self.bus.r.eval(FORGET, len(keys), *keys, peer, int(FORGET_S * 1000)):
+                self.bus.forget(stream)
+                self.log.info("worker_forgotten", worker=peer)
+            else:
+                adopted.append(stream)
+        self.adopted = adopted
 
     def _drop(self, stream: str, entry_ids: set[str]) -> None:
         for job_id, (d, req, _) in list(self.running.items()):
@@ -304,8 +347,12 @@ class Generator:
         await loop_forever(stop, once, self.log, self.bus.reconnected)
 
     async def _report_load(self) -> None:
-        """Liveness and load, readable by schedulers and autoscalers (expires if we die)."""
+        """Liveness and load, readable by schedulers and autoscalers (expires if we die, and
+        is not renewed while our engine cannot be reached: the coordinators then place our
+        queries elsewhere and peers drain our stream)."""
         consumer = self.settings.consumer
+        if not getattr(self.engine, "healthy", True):
+            return
         JOBS_IN_FLIGHT.labels("generator", consumer).set(len(self.running))
         load = self.engine.load()
         event = WorkerLoadEvent(
@@ -328,10 +375,8 @@ class Generator:
             cached_tokens=load.cached_tokens,
         )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
-        async with self.bus.r.pipeline(transaction=False) as pipe:
-            pipe.set(worker_load(consumer), encode(event), px=ttl_ms)
-            pipe.zadd(GEN_WORKERS, {consumer: int(time.time() * 1000)})
-            await pipe.execute()
+        keys = [worker_load(consumer), GEN_WORKERS]
+        await self.bus.r.eval(REPORT, len(keys), *keys, encode(event), ttl_ms, consumer)
 
 
 def _engine(settings: Settings) -> RealtimeEngine | Any:

@@ -4,7 +4,6 @@ the query's worker on the hash ring, spilling when it is saturated)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection
 from typing import Any
 
@@ -20,11 +19,10 @@ REFRESH_S = 0.1
 
 
 class Router:
-    def __init__(self, r: aioredis.Redis, pool: str, affinity: bool, heartbeat_s: float) -> None:
+    def __init__(self, r: aioredis.Redis, pool: str, affinity: bool) -> None:
         self.r = r
         self.pool = pool
         self.affinity = affinity
-        self.live_ms = int(3 * heartbeat_s * 1000)  # a worker's load key lives this long
         self.ring = Ring()
         self.loads: dict[str, Load] = {}
         self.placed: dict[str, str] = {}  # query id -> the worker its jobs go to
@@ -37,8 +35,7 @@ class Router:
         if not self.affinity:
             return
         self.placed = {q: w for q, w in self.placed.items() if q in queries}
-        now_ms = int(time.time() * 1000)
-        members: Any = await self.r.zrangebyscore(GEN_WORKERS, now_ms - self.live_ms, "+inf")
+        members: Any = await self.r.zrange(GEN_WORKERS, 0, -1)  # live: those whose load key exists
         names = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
         raws: Any = await self.r.mget([worker_load(n) for n in names]) if names else []
         loads: dict[str, Load] = {}

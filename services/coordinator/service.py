@@ -118,7 +118,7 @@ class Coordinator:
         self._takeovers: set[asyncio.Task[None]] = set()
         self._redis_run: str | None = None  # Redis's run id: a new one means it restarted
         self.bus.on_dead = self._on_dead
-        self.router = Router(client, DEFAULT_POOL, settings.affinity, settings.heartbeat_s)
+        self.router = Router(client, DEFAULT_POOL, settings.affinity)
 
     def summary(self) -> dict[str, Any]:
         return {"events": self.events, "answered": self.answered, "dead_lettered": self.bus.dead_lettered}

@@ -133,6 +133,15 @@ class Bus:
         except (RedisConnectionError, RedisTimeoutError):
             pass
 
+    def forget(self, stream: str) -> None:
+        """Stop tracking `stream` (it was deleted): its groups are not re-created after a
+        restart of Redis."""
+        self._groups = {(s, g) for s, g in self._groups if s != stream}
+        self._own_pending_read = {(s, g) for s, g in self._own_pending_read if s != stream}
+        self._first_pass = {(s, g) for s, g in self._first_pass if s != stream}
+        self._own_cursor = {k: v for k, v in self._own_cursor.items() if k[0] != stream}
+        self._trimmed.pop(stream, None)
+
     def reconnected(self) -> None:
         """After a reconnect, re-read own pending entries first (a lost reply leaves them);
         for a few heartbeats, reclaim nothing (peers reconnect and heartbeat first — Redis

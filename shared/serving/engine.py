@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 5.0
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
+CHECK_TIMEOUT_S = 30.0
 ABORT_REPEAT_S = 0.1  # an abort not yet answered by the call ending is sent again (doubling)
 
 
@@ -154,6 +155,7 @@ class ServingEngine:
         self._session: aiohttp.ClientSession | None = None
         self._inflight: dict[str, _InFlight] = {}
         self._done: asyncio.Queue[Completion] = asyncio.Queue()
+        self.healthy = True  # False while the server cannot be connected to
         self._stopping: set[asyncio.Task[None]] = set()  # abort tasks (held: the loop keeps weak refs)
 
     # ------------------------------------------------------------------ the driver interface
@@ -173,8 +175,9 @@ class ServingEngine:
         deadline = time.monotonic() + (self.timeout_s if wait_s is None else wait_s)
         delay = RETRY_FIRST_S
         while True:
-            try:
-                await self.backend.check(self.session)
+            try:  # a server that accepts connections but never answers counts as not there
+                await asyncio.wait_for(self.backend.check(self.session), CHECK_TIMEOUT_S)
+                self.healthy = True
                 return
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 if time.monotonic() + delay > deadline:
@@ -186,8 +189,11 @@ class ServingEngine:
                 delay = min(2 * delay, RETRY_MAX_S)
 
     def submit(self, request: EngineRequest) -> None:
-        if request.rid in self._inflight:
+        old = self._inflight.get(request.rid)
+        if old is not None and not old.aborted:
             raise ValueError(f"duplicate request id {request.rid!r}")
+        # An aborted one still waiting for its reply is replaced (the job came back to this
+        # worker): its reply, when it comes, is dropped by `_finish`.
         if not request.text:
             raise ValueError(f"request {request.rid!r}: a serving engine needs the prompt's text")
         f = _InFlight(request, server_rid(self.nonce, request.rid), self.now())
@@ -225,17 +231,22 @@ class ServingEngine:
 
     async def run(self, on_complete: Callable[[Completion], Awaitable[None]], stop: asyncio.Event) -> None:
         """Report completions as they come and poll the server's metrics, until `stop`."""
-        next_poll = 0.0
+        poller = asyncio.get_running_loop().create_task(self._poll_forever(stop))
         try:
             while not stop.is_set():
-                if time.monotonic() >= next_poll:
-                    next_poll = time.monotonic() + self.poll_s
-                    await self._poll()
                 with contextlib.suppress(TimeoutError):
                     completion = await asyncio.wait_for(self._done.get(), timeout=self.poll_s)
                     await on_complete(completion)
         finally:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
             await self.close()
+
+    async def _poll_forever(self, stop: asyncio.Event) -> None:
+        """Apart from the completions: a slow /metrics never holds them up."""
+        while not stop.is_set():
+            await self._poll()
+            await asyncio.sleep(self.poll_s)
 
     async def close(self) -> None:
         tasks = [f.task for f in self._inflight.values() if f.task is not None] + list(self._stopping)
@@ -247,17 +258,22 @@ class ServingEngine:
 
     # ------------------------------------------------------------------ one request
     async def _call(self, f: _InFlight) -> None:
-        path, body = self.backend.generate(f.req, f.rid)
         deadline = time.monotonic() + self.timeout_s
         delay = RETRY_FIRST_S
         try:
+            path, body = self.backend.generate(f.req, f.rid)
             while True:
                 f.sent = True  # from here the server may have it, unless the connection fails
                 try:
                     reply = self.backend.read(f.req, await self._post(path, body, deadline))
+                    self.healthy = True
                     break
                 except aiohttp.ClientConnectorError as exc:  # never connected: safe to retry
                     f.sent = False
+                    self.healthy = False
+                    if f.aborted:  # stopped while it could not connect: nothing to stop there
+                        self._finish(f, Reply("", 0, 0, 0, "abort"), "")
+                        return
                     if time.monotonic() + delay > deadline:
                         raise EngineUnavailable(f"{self.backend.name} not reachable: {exc}") from None
                     await asyncio.sleep(delay)
@@ -312,6 +328,10 @@ class ServingEngine:
         if self._inflight.get(f.req.rid) is not f:
             return  # already reported (aborted before it was sent)
         del self._inflight[f.req.rid]
+        if reply is not None and reply.finish == "abort" and not f.aborted:
+            # The server stopped it on its own (an operator's abort-all, a scheduler abort):
+            # a failure of the job, so its query hears — not a cancellation nobody asked for.
+            reply, error = None, f"{self.backend.name} aborted the request"
         if reply is None:
             c = Completion(
                 f.req.rid, self.now(), 0, 0, 0, "error", f.arrival_s, None, f.req.priority, text=error
@@ -321,7 +341,7 @@ class ServingEngine:
         self._done.put_nowait(c)
 
     def _completion(self, f: _InFlight, reply: Reply) -> Completion:
-        aborted = f.aborted or reply.finish == "abort"
+        aborted = f.aborted
         logprobs = reply.logprobs
         return Completion(
             rid=f.req.rid,
@@ -343,6 +363,10 @@ class ServingEngine:
     async def _poll(self) -> None:
         try:
             self.server = await self.backend.metrics(self.session)
+            self.healthy = True
+        except aiohttp.ClientConnectorError as exc:  # the server is gone (or restarting)
+            self.healthy = False
+            log.debug("metrics of %s unavailable: %r", self.url, exc)
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             log.debug("metrics of %s unavailable: %r", self.url, exc)
 

@@ -88,6 +88,8 @@ class FakeSGLang:
             assert req.transport is not None
             req.transport.close()  # the request was read: the server may be running it
             return web.Response()
+        if text.startswith("server-abort:"):  # the server ends it on its own (an abort-all, say)
+            return web.json_response(_reply(rid, "x", 1, {"type": "abort", "message": "Aborted"}))
         if text.startswith("late-hold:"):
             await asyncio.sleep(0.3)
         if text.startswith(("hold:", "late-hold:")):
@@ -214,6 +216,18 @@ def test_a_request_past_its_timeout_is_aborted_and_fails_the_job() -> None:
             assert c.reason == "error" and "Timeout" in c.text
             assert 0.4 < elapsed < 3.0
             assert server.aborts == [rid]
+
+    asyncio.run(main())
+
+
+def test_an_abort_nobody_asked_for_fails_the_job_instead_of_cancelling_it() -> None:
+    async def main() -> None:
+        async with fake_sglang() as server:
+            e = engine(server)
+            async with driving(e) as driven:
+                e.submit(request("job-1", "server-abort: now", 8))
+                [c] = await driven.wait("job-1", timeout_s=5.0)
+            assert c.reason == "error" and "aborted" in c.text  # dead-lettered: its query hears
 
     asyncio.run(main())
 
