@@ -60,3 +60,30 @@ async def answers_by_query(r):
         assert isinstance(answer, AnswerResult)
         counts[answer.query_id] = counts.get(answer.query_id, 0) + 1
     return counts
+
+
+def ask_math500(url, timeout_s=120.0, count=3):
+    """Submit `count` MATH-500 questions (REBASE-2, SPEX) to the runtime on `url` and wait:
+    their answers, and each query's inbox events, in submission order."""
+    import redis.asyncio as aioredis
+
+    from spex.proto.names import query_inbox
+    from spex.shared.content.datasets import load_questions
+    from spex.shared.runtime.client import IngressClient
+
+    async def ask():
+        client = IngressClient(aioredis.Redis.from_url(url))
+        try:
+            qids = [
+                await client.submit(
+                    q.text, algorithm="rebase", target=2, mode="spex", reference_answer=q.reference_answer
+                )
+                for q in load_questions("math500", limit=count)
+            ]
+            answers = [await client.result(qid, timeout_s=timeout_s) for qid in qids]
+            inbox = {qid: await client.r.xrange(query_inbox(qid)) for qid in qids}
+            return answers, [[decode(query_inbox(q), f[b"e"]) for _, f in inbox[q]] for q in qids]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(ask())

@@ -24,6 +24,7 @@ import pytest
 from spex.shared.content.prompts import STEP_DELIMITER, prompt_pieces
 from spex.shared.engine.api import UNTIL_STOP, Completion
 from spex.shared.serving import ServingEngine, open_engine
+from tests.services.helpers import ask_math500
 from tests.serving.driving import SPECULATIVE, Driven, driving, request
 from tests.serving.vllm_server import VLLMServer, group_members, start_vllm, stop_vllm
 
@@ -275,13 +276,9 @@ def test_tokens_per_second_of_a_batch(vllm: VLLMServer) -> None:
 def test_the_pipeline_answers_three_math500_questions_through_vllm(vllm: VLLMServer, redis_url: str) -> None:
     """`spex up` with SPEX_ENGINE=vllm: real content, scored by the generator's log-probabilities
     (no SPEX_PRM — vLLM serves no reward model; the scorer then stays simulated and idle)."""
-    import redis.asyncio as aioredis
 
-    from spex.proto import GenerateResult, ScoreResult, decode
-    from spex.proto.names import query_inbox
+    from spex.proto import GenerateResult, ScoreResult
     from spex.services.launcher import up
-    from spex.shared.content.datasets import load_questions
-    from spex.shared.runtime.client import IngressClient
     from spex.shared.runtime.redis_server import free_port
     from spex.shared.runtime.settings import Settings
 
@@ -295,29 +292,12 @@ def test_the_pipeline_answers_three_math500_questions_through_vllm(vllm: VLLMSer
         http_port=free_port(),
         block_ms=50,
     )
-    questions = load_questions("math500", limit=3)
-
-    async def ask(url: str) -> tuple[list[Any], dict[str, list[Any]]]:
-        client = IngressClient(aioredis.Redis.from_url(url))
-        try:
-            qids = [
-                await client.submit(
-                    q.text, algorithm="rebase", target=2, mode="spex", reference_answer=q.reference_answer
-                )
-                for q in questions
-            ]
-            answers = [await client.result(qid, timeout_s=180) for qid in qids]
-            inbox = {qid: await client.r.xrange(query_inbox(qid)) for qid in qids}
-            return answers, {q: [decode(query_inbox(q), f[b"e"]) for _, f in e] for q, e in inbox.items()}
-        finally:
-            await client.aclose()
-
     start = time.monotonic()
     with up(replace(settings), redis_url=redis_url) as live:
-        answers, inboxes = asyncio.run(ask(live.redis_url))
+        answers, inboxes = ask_math500(live.redis_url, timeout_s=180)
     print(f"\n3 MATH-500 questions through vLLM in {time.monotonic() - start:.1f} s")
     assert all(a is not None for a in answers), "a question was not answered"
-    for answer, events in zip(answers, inboxes.values(), strict=True):
+    for answer, events in zip(answers, inboxes, strict=True):
         assert answer.correct is not None  # graded (a random model's answers are wrong)
         assert answer.nodes >= 2
         steps = [e for e in events if isinstance(e, GenerateResult)]
