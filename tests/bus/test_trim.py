@@ -6,9 +6,10 @@ import asyncio
 import redis.asyncio as aioredis
 
 from spex.proto import ScoreResult, encode
-from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, gen_jobs, query_inbox
+from spex.proto.names import SCORE_JOBS, query_inbox
 from spex.shared.runtime.bus import Bus
 from tests.services.cluster import Cluster
+from tests.services.helpers import job_streams
 from tests.services.test_pipeline import submit_all
 
 
@@ -52,7 +53,8 @@ def test_the_pipeline_keeps_its_work_streams_short(redis_url):
             results = [f for q in answers for _, f in await r.xrange(query_inbox(q))]
             published = len(results)
             await asyncio.sleep(11)  # one trimming period (TRIM_EVERY_S) and a heartbeat
-            return answers, published, (await r.xlen(gen_jobs(DEFAULT_POOL)), await r.xlen(SCORE_JOBS))
+            job_streams_len = sum([await r.xlen(s) for s in await job_streams(r)])
+            return answers, published, (job_streams_len, await r.xlen(SCORE_JOBS))
         finally:
             await cluster.stop()
 

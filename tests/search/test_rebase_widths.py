@@ -47,3 +47,16 @@ def test_low_temperature_concentrates_on_the_best():
 def test_equal_rewards_split_evenly():
     assert ceil_softmax_widths([0.5] * 4, 16, 0.2) == [4, 4, 4, 4]
     assert ceil_softmax_widths([0.5] * 3, 4, 0.2) == [2, 1, 1]
+
+
+@pytest.mark.parametrize("trial", range(100))
+def test_widths_match_brute_force_at_extreme_spreads(trial):
+    """Rewards far apart at a low temperature: exponentials down to subnormals and zero."""
+    rng = random.Random(10_000 + trial)
+    n = rng.randint(2, 16)
+    rewards = [rng.choice([0.0, 1.0, rng.random(), -rng.random() * 50]) for _ in range(n)]
+    width = rng.randint(1, 256)
+    temperature = rng.choice([0.001, 0.01, 0.05])
+    got = ceil_softmax_widths(rewards, width, temperature)
+    assert got == brute_force_widths(rewards, width, temperature)
+    assert sum(got) == width

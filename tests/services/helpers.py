@@ -87,3 +87,20 @@ def ask_math500(url, timeout_s=120.0, count=3):
             await client.aclose()
 
     return asyncio.run(ask())
+
+
+async def job_streams(r):
+    """Every generation-job stream: the shared one and each worker's own (affinity routing)."""
+    from spex.proto.names import gen_jobs
+
+    return sorted({k.decode() async for k in r.scan_iter(match=gen_jobs.glob, _type="stream")})
+
+
+async def jobs_pending(r):
+    """Generation jobs delivered and not yet acknowledged, over every job stream."""
+    from spex.proto.names import GENERATOR_GROUP
+
+    total = 0
+    for stream in await job_streams(r):
+        total += (await r.xpending(stream, GENERATOR_GROUP))["pending"]
+    return total

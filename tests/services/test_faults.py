@@ -10,7 +10,6 @@ from spex.proto import ScoreResult, decode, encode
 from spex.proto.names import (
     ANSWERS,
     DEFAULT_POOL,
-    GENERATOR_GROUP,
     INGRESS,
     dead_letter,
     gen_jobs,
@@ -20,6 +19,7 @@ from spex.proto.names import (
     worker_load,
 )
 from tests.services.cluster import Cluster
+from tests.services.helpers import jobs_pending
 from tests.services.test_pipeline import submit_all, virtual_time
 
 
@@ -94,8 +94,7 @@ def test_cancelled_query_aborts_its_jobs_and_frees_their_slots(redis_url, proces
             await cluster.client.cancel(qid)
             answer = await cluster.client.result(qid, timeout_s=10)
             freed = await wait_for(lambda: _load(r, lambda load: load.running == 0), timeout_s=5)
-            pending = await r.xpending(gen_jobs(DEFAULT_POOL), GENERATOR_GROUP)
-            return answer, freed, pending["pending"]
+            return answer, freed, await jobs_pending(r)
         finally:
             await cluster.stop()
 

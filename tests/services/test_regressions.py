@@ -22,12 +22,13 @@ from spex.proto.names import (
     gen_jobs,
     query_inbox,
     query_request,
+    worker_jobs,
     worker_load,
 )
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
-from tests.services.helpers import answers_by_query, http, reasons, wait_for, wait_http
+from tests.services.helpers import answers_by_query, http, jobs_pending, reasons, wait_for, wait_http
 from tests.services.test_pipeline import submit_all, virtual_time
 
 
@@ -244,11 +245,15 @@ async def _jobs_done(r, consumer):
 
 
 async def _pending_of(r, consumer):
-    try:
-        info = await r.xpending(gen_jobs(DEFAULT_POOL), GENERATOR_GROUP)
-    except ResponseError:  # no group yet
-        return False
-    return any(c["name"].decode() == consumer and c["pending"] > 0 for c in info["consumers"] or [])
+    """Whether `consumer` holds jobs, from the shared stream or its own (affinity routing)."""
+    for stream in (gen_jobs(DEFAULT_POOL), worker_jobs(DEFAULT_POOL, consumer)):
+        try:
+            info = await r.xpending(stream, GENERATOR_GROUP)
+        except ResponseError:  # no group yet
+            continue
+        if any(c["name"].decode() == consumer and c["pending"] > 0 for c in info["consumers"] or []):
+            return True
+    return False
 
 
 # 6 ------------------------------------------------------------------------------------------
@@ -337,7 +342,7 @@ def test_8_a_job_the_engine_refuses_fails_its_query_instead_of_hanging(redis_url
             )
             answer = await cluster.client.result(qid, timeout_s=30)
             await asyncio.sleep(0.3)
-            pending = (await r.xpending(gen_jobs(DEFAULT_POOL), GENERATOR_GROUP))["pending"]
+            pending = await jobs_pending(r)
             return huge, answer, pending
         finally:
             await cluster.stop()
