@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from spex.bench.distributed import _drive
+from spex.bench.distributed import drive
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import ProtocolError, WorkerLoadEvent, decode
@@ -60,7 +60,7 @@ def run_affinity(
         if distributed:
             settings = Settings(time_scale=time_scale, affinity=affinity)
             with up(settings, generators=workers) as live:
-                run = asyncio.run(_drive(live, cfg, cfg.mode))
+                run = asyncio.run(drive(live, cfg, cfg.mode))
                 hit_rate, per_worker = asyncio.run(_hit_rate(live))
             expected = {r.query_id: r.digest for r in run_bench(replace(cfg, workers=1)).records}
             answers = run["answers"]

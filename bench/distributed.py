@@ -26,10 +26,10 @@ from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
-__all__ = ["run_distributed"]
+__all__ = ["drive", "run_distributed"]
 
 
-async def _drive(live: Settings, cfg: BenchConfig, mode: str) -> dict[str, Any]:
+async def drive(live: Settings, cfg: BenchConfig, mode: str) -> dict[str, Any]:
     """Keep `batch_size` questions in flight until all are answered (`live`: the settings
     `up` yields, with the Redis URL and password)."""
     client = IngressClient(redis_client(live))
@@ -113,7 +113,7 @@ def run_distributed(cfg: BenchConfig, time_scale: float, console: Console) -> di
     for mode in ("baseline", "spex"):
         predicted = summarize(run_bench(replace(cfg, mode=mode)))
         with up(settings, generators=1) as live:
-            run = asyncio.run(_drive(live, cfg, mode))
+            run = asyncio.run(drive(live, cfg, mode))
             if mode == "spex":
                 out["coordinator_events_per_s"], out["replayed_events"] = asyncio.run(
                     coordinator_events_per_s(live, cfg)

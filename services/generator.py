@@ -93,6 +93,7 @@ class Generator:
         self.shared = gen_jobs(pool)  # jobs no worker had room for, or unrouted ones
         self.streams = [self.own, self.shared]
         self.adopted: list[str] = []  # streams of dead peers, read before ours
+        self._grouped: set[str] = set()  # dead peers' streams whose group we made sure of
         self.engine = _engine(settings)
         self.template = engine_template(self.engine)  # a real engine reads text
         self.running: dict[str, tuple[Delivery, GenerateRequest, Generation | None]] = {}
@@ -317,7 +318,9 @@ class Generator:
             if load is not None:
                 continue
             stream = worker_jobs(self.pool, peer)
-            await self.bus.ensure_group(stream, GENERATOR_GROUP)
+            if stream not in self._grouped:  # once per dead peer, not every round
+                await self.bus.ensure_group(stream, GENERATOR_GROUP)
+                self._grouped.add(stream)
             free = self.settings.worker_slots - len(self.running)
             claimed = await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms, count=free) if free > 0 else []
             for d in claimed:
@@ -327,6 +330,7 @@ class Generator:
             keys = [GEN_WORKERS, worker_load(peer), stream]
             if await self.bus.r.eval(FORGET, len(keys), *keys, peer, int(FORGET_S * 1000)):
                 self.bus.forget(stream)
+                self._grouped.discard(stream)
                 self.log.info("worker_forgotten", worker=peer)
             else:
                 adopted.append(stream)

@@ -80,6 +80,7 @@ class _Run:
         self.ring = Ring(self.names)
         self.index = {name: i for i, name in enumerate(self.names)}
         self.placed: dict[str, int] = {}  # query id -> the worker its jobs go to (affinity)
+        self.placed_on = [0] * cfg.workers  # queries placed on each worker
         self.content = make_content(cfg, self.gen, self.prm)
         self.questions = self.content.questions
         self.by_id = {q.query_id: q for q in self.questions}
@@ -210,10 +211,9 @@ class _Run:
         if len(self.gens) == 1:
             return 0
         slots = self.cfg.worker_slots or 1 << 20  # no limit: room still ranks by load
-        queries = [0] * len(self.gens)
-        for w in self.placed.values():
-            queries[w] += 1
-        loads = {name: Load(len(self.books[i].jobs), slots, queries[i]) for i, name in enumerate(self.names)}
+        loads = {
+            name: Load(len(self.books[i].jobs), slots, self.placed_on[i]) for i, name in enumerate(self.names)
+        }
         current = self.placed.get(query_id)
         worker = route(
             query_id, self.ring, loads, self.cfg.affinity, None if current is None else self.names[current]
@@ -222,6 +222,7 @@ class _Run:
             worker = min(self.names, key=lambda n: (loads[n].jobs, n))
         if self.cfg.affinity and current is None:
             self.placed[query_id] = self.index[worker]
+            self.placed_on[self.index[worker]] += 1
         return self.index[worker]
 
     def _score(self, cmd: ScoreCommand, query_id: str, now: float) -> int:
@@ -255,7 +256,8 @@ class _Run:
 
     def _finish(self, cmd: FinishCommand, query_id: str, now: float) -> int:
         machine = self.machines.pop(query_id)
-        self.placed.pop(query_id, None)
+        if query_id in self.placed:
+            self.placed_on[self.placed.pop(query_id)] -= 1
         correct = self.content.correct(machine.answer, self.by_id[query_id])
         self.metrics.query_done(machine, correct, now)
         if self.on_finish is not None:
