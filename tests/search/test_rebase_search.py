@@ -22,12 +22,15 @@ def test_each_level_spends_exactly_the_remaining_budget(seed, algorithm):
     assert all(s.terminal for s in machine.solutions)
 
 
-def test_rstar_runs_its_rollouts_and_respects_max_depth():
+def test_rstar_runs_its_rollouts_and_expands_every_child_together():
     machine = run_query("rstar", 10, 0)
     algo = machine.algorithm
     assert algo.visits[machine.tree.root.id] == 10
     assert max(n.depth for n in machine.tree) <= 5
-    assert all(len(n.kids()) <= 3 for n in machine.tree)
+    # Every node a rollout went through was expanded whole: all 4 children (the artifact's
+    # mcts_wid), never one at a time; leaves have none.
+    assert all(len(n.kids()) in (0, 4) for n in machine.tree)
+    assert all(len(n.kids()) == 4 for n in machine.tree if algo.visits.get(n.id) and not algo.is_leaf(n))
 
 
 def test_rest_runs_its_rounds_and_expands_three_children():

@@ -35,8 +35,7 @@ def test_rstar_picks_the_highest_uct_child():
     algo.visits[tree.root.id] = 10
     for kid, (q, n) in zip(kids, stats):
         algo.value[kid.id], algo.visits[kid.id] = q, n
-    node, new = algo.step(tree.root, rollout=0)
-    assert (node, new) == (kids[1], False)
+    assert algo.select(tree.root, 0, kids, algo.visits, algo.value) is kids[1]
 
 
 def test_rstar_exploits_when_exploration_is_small():
@@ -46,15 +45,16 @@ def test_rstar_exploits_when_exploration_is_small():
     algo.visits[tree.root.id] = 10
     for kid, (q, n) in zip(kids, stats):
         algo.value[kid.id], algo.visits[kid.id] = q, n
-    assert algo.step(tree.root, rollout=0) == (kids[0], False)
+    assert algo.select(tree.root, 0, kids, algo.visits, algo.value) is kids[0]
 
 
-def test_rstar_generates_an_unfilled_slot_before_using_uct():
-    tree = Tree("q", seed=1, question_tokens=10)
-    algo = Rstar(tree, SearchConfig(algorithm="rstar", target=1))
-    tree.child(tree.root, 1).generated = True
-    node, new = algo.step(tree.root, rollout=0)
-    assert new and node.index in (0, 2) and node.parent is tree.root
+def test_rstar_tries_unvisited_children_first_uniformly_at_random():
+    stats = [(3.0, 4), (0.0, 0), (0.0, 0), (0.0, 0)]
+    tree, algo, kids = _fully_expanded_root(Rstar, stats)
+    algo.visits[tree.root.id] = 4
+    algo.value[kids[0].id], algo.visits[kids[0].id] = 3.0, 4
+    picks = {algo.select(tree.root, r, kids, algo.visits, algo.value).index for r in range(40)}
+    assert picks == {1, 2, 3}  # every unvisited child, drawn by rollout; never the visited one
 
 
 def test_rest_score_by_hand():

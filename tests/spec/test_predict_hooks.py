@@ -83,7 +83,7 @@ def test_rebase_speculation_dies_once_the_width_is_decided():
 
 def test_rstar_simulates_the_next_uct_selections_with_virtual_visits():
     tree = Tree("q", seed=2, question_tokens=100)
-    algo = Rstar(tree, SearchConfig("rstar", 10))
+    algo = Rstar(tree, SearchConfig("rstar", 10, params={"branch": 3}))
     a, b, c = (tree.child(tree.root, i) for i in range(3))
     for n in (a, b, c):
         done(n, 0.5)
@@ -91,30 +91,36 @@ def test_rstar_simulates_the_next_uct_selections_with_virtual_visits():
     algo.value = {tree.root.id: 2.6, a.id: 1.5, b.id: 0.9, c.id: 0.2}
     algo.rollout, algo.path = 5, [tree.root, a]  # rollout 5 is below a
     view = View(tree)
-    got = algo.predict(view, k=2)
+    got = algo.predict(view, k=6)
     # With the rollout in progress as a visit (root 6, a 4), rollout 6 picks by UCT:
     #   a: 1.5/4 + 2·sqrt(ln 6 / 4) = 1.7136; b: 0.9 + 2·sqrt(ln 6) = 3.5771; c: 0.2 + 2.6771 = 2.8771 -> b,
-    # and at b (no children) a random free slot. Then root 7, b 2; rollout 7:
+    # which has no children: its whole expansion is the prediction. Then root 7, b 2; rollout 7:
     #   a: 0.375 + 2·sqrt(ln 7 / 4) = 1.7700; b: 0.45 + 2·sqrt(ln 7 / 2) = 2.4228;
-    #   c: 0.2 + 2·sqrt(ln 7) = 2.9899 -> c.
-    slot_b = derived_int(3, tree.seed, tree.query_id, b.id, 6)
-    slot_c = derived_int(3, tree.seed, tree.query_id, c.id, 7)
-    assert got == [view.child(b, slot_b), view.child(c, slot_c)]
-    assert [algo.spec_distance(n) for n in got] == [1, 2]
+    #   c: 0.2 + 2·sqrt(ln 7) = 2.9899 -> c, expanded next.
+    assert got == [view.child(b, i) for i in range(3)] + [view.child(c, i) for i in range(3)]
+    assert [algo.spec_distance(n) for n in got] == [1, 1, 1, 2, 2, 2]
+    # k caps the nodes, not the expansions: a part of c's expansion is predicted first.
+    assert [n.id for n in algo.predict(View(tree), k=4)[3:]] == [view.child(c, 0).id]
     # Statistics are untouched: prediction works on copies.
     assert algo.visits[tree.root.id] == 5 and algo.visits[a.id] == 3
 
 
-def test_rstar_skips_a_rollout_that_reaches_a_node_in_flight():
+def test_rstar_skips_a_rollout_that_reaches_an_expansion_in_flight():
     tree = Tree("q", seed=2, question_tokens=100)
-    algo = Rstar(tree, SearchConfig("rstar", 10))
-    algo.rollout, algo.path = 0, [tree.root]
+    algo = Rstar(tree, SearchConfig("rstar", 10, params={"branch": 3}))
+    kids = [tree.child(tree.root, i) for i in range(3)]
+    for n in kids:
+        done(n, 0.5)
+    algo.visits = {tree.root.id: 1, kids[0].id: 1}
+    algo.value = {tree.root.id: 0.5, kids[0].id: 0.5}
+    algo.rollout, algo.path = 1, [tree.root, kids[0]]
     view = View(tree)
-    first = algo.predict(view, k=1)
-    assert len(first) == 1 and first[0].parent is tree.root
-    view.in_flight.add(first[0].id)
-    again = algo.predict(view, k=1)
-    assert again and again[0] != first[0]
+    first = algo.predict(view, k=3)
+    parent = first[0].parent
+    assert parent in kids[1:] and [n.parent for n in first] == [parent] * 3
+    view.in_flight.update(n.id for n in first)
+    again = algo.predict(view, k=3)
+    assert len(again) == 3 and again[0].parent not in (parent, tree.root)
 
 
 def test_rest_predicts_the_lookahead_of_the_best_scored_new_child():

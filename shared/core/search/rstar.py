@@ -2,16 +2,21 @@
 
 One rollout = select → expand → simulate → backpropagate, to a terminal node:
 
-- *Select/simulate*: from the root, at each node with child slots not yet generated, pick one
-  of them uniformly at random (rStar picks a random unexplored child first, `#L120`) and
-  generate it; at a node whose `branch` children all exist, take the UCT-best child,
-  ``Q/N + c·sqrt(ln N_parent / N)``, c = 2 (`#L181-190`).
+- *Select*: from the root, while a node is expanded, take the UCT-best child,
+  ``Q/N + c·sqrt(ln N_parent / N)``, c = 2; an unvisited child scores 999 (`#L181-190`), so
+  an expanded node's unvisited children are tried first, one picked uniformly at random
+  (`#L120`).
+- *Expand/simulate*: a node reached without children is expanded — **all** its `branch`
+  children are generated in one go, as the reference runs every allowed action of a node
+  together and the SPEX artifact issues `mcts_wid` requests per expansion — and the rollout
+  goes on from one of them (`#L150`), to a terminal node.
 - A node is terminal when it answers, or at `max_depth` (5).
 - *Backpropagate*: the terminal's reward (its PRM score, as SPEX runs rStar; 0 for a
   terminal without an answer) is added to Q, and 1 to N, on every node of the path (`#L155-160`).
 
-Children are generated one per selection, so a rollout waits on each step in turn: this is
-the depth-first reward barrier the paper describes (a GPU batch of one). Random picks are
+`branch` is 4, the artifact's `mcts_wid` (rStar's own `num_a1_steps` is 3: `--param
+branch=3`). A rollout still waits on each expansion in turn — the depth-first reward barrier
+the paper describes — but the GPU decodes a node's children together. Random picks are
 derived from (seed, query, node, rollout). The answer is the majority vote over every
 solution node in the tree (`eval_src/do_eval.py`).
 """
@@ -20,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spex.shared.core.ids import derived_int
 from spex.shared.core.search.base import (
     Need,
     Program,
@@ -40,7 +44,7 @@ __all__ = ["Rstar", "RstarParams"]
 class RstarParams:
     exploration: float = 2.0  # mcts_exploration_weight, constant schedule
     max_depth: int = 5  # max_depth_allowed
-    branch: int = 3  # one-step-thought samples per node (num_a1_steps)
+    branch: int = 4  # children per expansion (the artifact's mcts_wid; rStar's num_a1_steps is 3)
 
 
 @register
@@ -61,43 +65,32 @@ class Rstar(SearchAlgorithm):
     def is_leaf(self, node: Node) -> bool:
         return node.terminal or node.depth >= self.params.max_depth
 
-    def choose(
+    def select(
         self, node: Node, rollout: int, kids: list[Node], visits: dict[str, int], value: dict[str, float]
-    ) -> tuple[int | None, Node | None]:
-        """One selection step below `node` given its existing children `kids`: a random free
-        slot to generate (first), or else the UCT-best child. Pure: the search and its
-        speculative simulation both call it, on the real or on copied statistics."""
-        have = {c.index for c in kids}
-        free = [i for i in range(self.params.branch) if i not in have]
-        if free:
-            return free[derived_int(len(free), self.tree.seed, self.tree.query_id, node.id, rollout)], None
+    ) -> Node:
+        """The UCT-best of an expanded node's children (unvisited first, ties at random). Pure:
+        the search and its speculative simulation both call it, on the real or on copied
+        statistics."""
         n_parent, c = visits.get(node.id, 0), self.params.exploration
 
         def uct(child: Node) -> float:
             return uct_rstar(value.get(child.id, 0.0), visits.get(child.id, 0), n_parent, c)
 
-        return None, argmax_tiebreak(kids, uct, self.tree.seed, self.tree.query_id, node.id, rollout, "uct")
-
-    def step(self, node: Node, rollout: int) -> tuple[Node, bool]:
-        """The next node of rollout `rollout` below `node`; True if it must be generated."""
-        slot, child = self.choose(node, rollout, node.kids(), self.visits, self.value)
-        if slot is not None:
-            return self.tree.child(node, slot), True
-        assert child is not None
-        return child, False
+        return argmax_tiebreak(kids, uct, self.tree.seed, self.tree.query_id, node.id, rollout, "uct")
 
     def backpropagate(self, path: list[Node], reward: float) -> None:
         _add_visit(self.visits, self.value, path, reward)
 
     def run(self) -> Program:
         solutions: list[Node] = []
+        branch = self.params.branch
         for rollout in range(self.config.target):
             node, path = self.tree.root, [self.tree.root]
             self.rollout, self.path = rollout, path
             while not self.is_leaf(node):
-                node, new = self.step(node, rollout)
-                if new:
-                    yield Need([node], scored=False)
+                if len(node.kids()) < branch:  # expand: every child in one go
+                    yield Need([self.tree.child(node, i) for i in range(branch)], scored=False)
+                node = self.select(node, rollout, node.kids(), self.visits, self.value)
                 path.append(node)
             reward = 0.0
             if node.terminal:
@@ -110,14 +103,17 @@ class Rstar(SearchAlgorithm):
         return solutions
 
     def predict(self, view: SpecView, k: int) -> list[Node]:
-        """Simulate the next rollouts on a copy of the statistics (paper Algorithm 1):
-        the rollout in progress counts as one visit; each simulated rollout descends with
-        `choose`, through speculative nodes already generated, and stops at the first node
-        that does not exist yet (a prediction, which then counts as visited), at a node in
-        flight (skipped), or at a leaf, whose reward is folded in when known."""
+        """Simulate the next rollouts on a copy of the statistics (paper Algorithm 1): the
+        rollout in progress counts as one visit; each simulated rollout descends with
+        `select` through expansions already generated (the tree's or speculative), and stops
+        at the first node not yet expanded — its missing children are the prediction, and the
+        path counts as visited — at an expansion in flight or already predicted (skipped), or
+        at a leaf, whose reward is folded in when known."""
         visits, value = dict(self.visits), dict(self.value)
         _add_visit(visits, value, self.path, 0.0)
         out: list[Node] = []
+        planned: set[str] = set()
+        branch = self.params.branch
         for rollout in range(self.rollout + 1, self.config.target):
             if len(out) >= k:
                 break
@@ -127,17 +123,16 @@ class Rstar(SearchAlgorithm):
                     reward = (node.reward or 0.0) if node.terminal and node.scored else 0.0
                     _add_visit(visits, value, path, reward)
                     break
-                kids = self._kids(view, node, rollout)
-                slot, child = self.choose(node, rollout, kids, visits, value)
-                nxt = view.child(node, slot) if slot is not None else child
-                assert nxt is not None
-                self._tag.setdefault(nxt.id, rollout)
-                path.append(nxt)
-                if nxt.generated:
-                    node = nxt
+                kids = [view.child(node, i) for i in range(branch)]
+                if all(c.generated for c in kids):
+                    node = self.select(node, rollout, kids, visits, value)
+                    path.append(node)
                     continue
-                if not view.busy(nxt):
-                    out.append(nxt)
+                for c in kids:
+                    self._tag.setdefault(c.id, rollout)
+                    if not c.generated and not view.busy(c) and c.id not in planned and len(out) < k:
+                        out.append(c)
+                        planned.add(c.id)
                 _add_visit(visits, value, path, 0.0)
                 break
         return out
@@ -145,18 +140,6 @@ class Rstar(SearchAlgorithm):
     def spec_distance(self, node: Node) -> int:
         """Rollouts between the one in progress and the simulated one that predicted `node`."""
         return self._tag.get(node.id, self.rollout) - self.rollout
-
-    def _kids(self, view: SpecView, node: Node, rollout: int) -> list[Node]:
-        """Children that exist when rollout `rollout` reaches `node`: the tree's, plus the
-        speculative ones an earlier simulated rollout created."""
-        kids = node.kids()
-        have = {c.index for c in kids}
-        for i in range(self.params.branch):
-            if i not in have:
-                h = view.child(node, i)
-                if h.parent is not None and self._tag.get(h.id, rollout) < rollout:
-                    kids.append(h)
-        return kids
 
 
 def _add_visit(visits: dict[str, int], value: dict[str, float], path: list[Node], reward: float) -> None:
