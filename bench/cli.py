@@ -17,7 +17,7 @@ from rich.table import Table
 from spex.bench.results import RunSummary, compare, summarize, write_json
 from spex.bench.runtime_cli import model_init, runtime_command
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
-from spex.bench.vtime.config import BACKENDS, CONTENTS
+from spex.bench.vtime.config import BACKENDS, CONTENTS, SCHEDULINGS
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
@@ -73,7 +73,21 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--early-stop-min", type=int, default=None, help="T3 minimum answers t (default N/4)")
     b.add_argument("--max-amplification", type=float, default=None, help="cap on generated/consumed tokens")
     b.add_argument("--k-total", type=int, default=None, help="static concurrency cap (default: roofline)")
-    b.add_argument("--tpot-slack", type=float, default=0.10, help="decode-step growth speculation may cause")
+    b.add_argument(
+        "--tpot-target",
+        type=float,
+        default=0.05,
+        help="primary TPOT growth speculation is held to (0.05 = +5%%)",
+    )
+    b.add_argument(
+        "--tpot-slack", type=float, default=None, help="a fixed roofline slack instead of the target"
+    )
+    b.add_argument(
+        "--scheduling",
+        choices=list(SCHEDULINGS),
+        default="sglang",
+        help="sim engine: sglang (priority admission only) or paused (per-step pausing too)",
+    )
     b.add_argument("--temperature", type=float, default=0.5, help="T2 softmax temperature τ")
     b.add_argument("--grid", action="store_true", help="run the paper's main figure and ablations")
     b.add_argument("--distributed", action="store_true", help="run through the real services (sim engine)")
@@ -247,7 +261,9 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         early_stop=EarlyStop(args.early_stop, args.early_stop_alpha, args.early_stop_min),
         max_amplification=args.max_amplification,
         k_total=args.k_total,
+        tpot_target=args.tpot_target,
         tpot_slack=args.tpot_slack,
+        scheduling=args.scheduling,
         temperature=args.temperature,
         backend=args.engine,
         model=args.model,

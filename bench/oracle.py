@@ -87,11 +87,20 @@ def main() -> None:
     p.add_argument("target", type=int)
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--questions", type=int, default=32)
-    p.add_argument("--tpot-slack", type=float, default=0.10)
+    p.add_argument("--tpot-target", type=float, default=0.05)
+    p.add_argument("--tpot-slack", type=float, default=None)
+    p.add_argument("--scheduling", default="sglang")
     p.add_argument("--profile", default="Llemma-7B@A6000")
     a = p.parse_args()
     cfg = BenchConfig(
-        a.algorithm, a.target, a.batch_size, a.questions, profile=a.profile, tpot_slack=a.tpot_slack
+        a.algorithm,
+        a.target,
+        a.batch_size,
+        a.questions,
+        profile=a.profile,
+        tpot_target=a.tpot_target,
+        tpot_slack=a.tpot_slack,
+        scheduling=a.scheduling,
     )
     oracle, spex, path = oracle_speedup(cfg)
     waits = ", ".join(f"{k} {v:.1f}" for k, v in path.items())

@@ -4,10 +4,12 @@ from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 
 
-def test_mcts_decodes_a_batch_of_about_one_and_leaves_the_gpu_idle():
+def test_mcts_decodes_one_expansion_at_a_time_and_leaves_the_gpu_idle():
+    # rStar generates a node's 4 children together, then waits: a batch of at most 4, which
+    # shrinks as the shorter children finish, and a GPU nearly idle.
     s = summarize(run_bench(BenchConfig(algorithm="rstar", target=10, batch_size=1, questions=6)))
-    assert 1.0 <= s.mean_batch < 1.2
-    assert s.utilization < 0.02
+    assert 3.0 <= s.mean_batch < 4.0
+    assert s.utilization < 0.04
 
 
 def test_rebase_batch_shrinks_within_each_level():

@@ -14,9 +14,10 @@ from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
-__all__ = ["BACKENDS", "CONTENTS", "BenchConfig"]
+__all__ = ["BACKENDS", "CONTENTS", "SCHEDULINGS", "BenchConfig"]
 
 BACKENDS = ("sim", "hf")
+SCHEDULINGS = ("sglang", "paused")
 CONTENTS = ("synthetic", "real")
 
 
@@ -51,7 +52,11 @@ class BenchConfig:
     early_stop: EarlyStop = field(default_factory=EarlyStop)  # T3
     max_amplification: float | None = None
     k_total: int | None = None  # static concurrency cap; None: the live roofline pool
-    tpot_slack: float = 0.10  # speculation may grow a decode step by at most this fraction
+    # Speculation is budgeted to grow primary TPOT by `tpot_target` (feedback per engine), or,
+    # with `tpot_slack` set, by a fixed roofline slack (the project's earlier rule).
+    tpot_target: float = 0.05
+    tpot_slack: float | None = None
+    scheduling: str = "sglang"  # the sim engine's scheduling ("paused": per-step pausing too)
     temperature: float = 0.5  # τ of the T2 softmax
     cache_nodes: int = 256
     # --- scale-out (simulated engines only)
@@ -82,6 +87,12 @@ class BenchConfig:
             raise ValueError(f"max_amplification: must be at least 1, not {self.max_amplification}")
         if self.k_total is not None and self.k_total < 1:
             raise ValueError(f"k_total: must be at least 1, not {self.k_total}")
+        if self.tpot_target < 0:
+            raise ValueError(f"tpot_target: must be at least 0, not {self.tpot_target}")
+        if self.tpot_slack is not None and self.tpot_slack < 0:
+            raise ValueError(f"tpot_slack: must be at least 0, not {self.tpot_slack}")
+        if self.scheduling not in SCHEDULINGS:
+            raise ValueError(f"scheduling: must be one of {', '.join(SCHEDULINGS)}, not {self.scheduling!r}")
         if self.temperature <= 0:
             raise ValueError(f"temperature: must be positive, not {self.temperature}")
         if self.early_stop.alpha <= 0:

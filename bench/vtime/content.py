@@ -70,8 +70,12 @@ class Content(Protocol):
 
 def sim_generator(cfg: BenchConfig) -> SimEngine:
     """One simulated generator engine (a worker's GPU)."""
-    engine = replace(cfg.engine, spec_step_slack=cfg.tpot_slack) if cfg.speculating else cfg.engine
-    return SimEngine(parse_profile(cfg.profile), engine)
+    engine = replace(
+        cfg.engine,
+        scheduling=cfg.scheduling,
+        spec_step_slack=0.10 if cfg.tpot_slack is None else cfg.tpot_slack,
+    )
+    return SimEngine(parse_profile(cfg.profile), engine if cfg.speculating else cfg.engine)
 
 
 def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:

@@ -37,7 +37,7 @@ from spex.shared.core.routing import SHARED, Load, Ring, route
 from spex.shared.core.spec.budget import Demand, allocate, even_split, hit_rate_estimate
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
 from spex.shared.engine.api import Completion, Engine
-from spex.shared.roofline.capacity import speculative_pool
+from spex.shared.roofline.capacity import TpotGovernor, speculative_pool
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import SimEngine
 
@@ -61,6 +61,7 @@ class BenchResult:
     spec: SpecTotals
     critical_path: CriticalPath
     pool_peak: int  # the largest speculative pool T2 divided
+    slack: list[float]  # each worker's slack at the end (the governor's, or the fixed one)
 
 
 class _Run:
@@ -91,6 +92,10 @@ class _Run:
         self.book = self.books[0]
         self.where: dict[str, int] = {}  # generation request id -> its worker
         self.metrics = RunMetrics(trace_levels=self.gen.trace is not None)
+        start = cfg.tpot_slack if cfg.tpot_slack is not None else 0.10
+        self.governors = [TpotGovernor(cfg.tpot_target, start) for _ in self.gens]
+        self._seen = [(0, 0.0, 0.0) for _ in self.gens]  # engine step counters already fed
+        self._limited = [False] * len(self.gens)  # demand reached the pool since the last feed
         self._handlers: dict[type, Callable[[Any, str, float], int]] = {
             GenerateCommand: self._generate,
             ScoreCommand: self._score,
@@ -143,6 +148,7 @@ class _Run:
             spec=m.spec,
             critical_path=m.critical,
             pool_peak=m.pool_peak,
+            slack=[self._slack(w) for w in range(len(self.gens))],
         )
 
     # ------------------------------------------------------------------ queries
@@ -282,17 +288,41 @@ class _Run:
             book.primary_in_flight,
             book.primary_ctx,
             sum(contexts) / len(contexts),
-            self.cfg.tpot_slack,
+            self._slack(w),
             gen.held_tokens,
             book.speculative_jobs,
             self.config.max_step_tokens,
         )
+
+    def _slack(self, w: int) -> float:
+        return self.cfg.tpot_slack if self.cfg.tpot_slack is not None else self.governors[w].slack
+
+    def _govern(self) -> None:
+        """Feed each worker's governor the primary decode steps since the last feed."""
+        if self.cfg.tpot_slack is not None:
+            return
+        for w, gen in enumerate(self.gens):
+            s = gen.stats
+            steps, measured, alone = self._seen[w]
+            if s.primary_steps == steps:
+                continue
+            self.governors[w].observe(
+                s.primary_steps - steps,
+                s.primary_step_s - measured,
+                s.primary_alone_s - alone,
+                self._limited[w],
+            )
+            self._seen[w] = (s.primary_steps, s.primary_step_s, s.primary_alone_s)
+            self._limited[w] = False
+            if isinstance(gen, SimEngine):
+                gen.spec_step_slack = self.governors[w].slack  # for scheduling="paused"
 
     def _rebudget(self, now: float) -> None:
         """T2: divide each worker's speculative pool among the queries routed to it (with
         affinity), or the workers' summed pool among all queries (without)."""
         if not self.cfg.speculating or not self.machines:
             return
+        self._govern()
         if len(self.gens) == 1:
             groups = {0: list(self.machines)}
         elif self.cfg.affinity:
@@ -307,22 +337,28 @@ class _Run:
             workers = range(len(self.gens)) if w < 0 else [w]
             pool = sum(self._pool(i, machines) for i in workers)
             self.metrics.pool_peak = max(self.metrics.pool_peak, pool)
-            shares |= self._divide(qids, pool)
+            share, demand = self._divide(qids, pool)
+            shares |= share
+            if demand >= pool:
+                for i in workers:
+                    self._limited[i] = True
         for qid, machine in list(self.machines.items()):
             commands = machine.on_budget(shares[qid], now)
             if commands:
                 self._execute(qid, commands, now)
 
-    def _divide(self, qids: list[str], pool: int) -> dict[str, int]:
+    def _divide(self, qids: list[str], pool: int) -> tuple[dict[str, int], int]:
+        """Each query's share of `pool`, and the speculative branches they could use (Σ C_q)."""
         kv = self.profile.model.kv_bytes_per_token
         demands = []
         for qid in qids:
             m = self.machines[qid]
             rate = hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued)
             demands.append(Demand(qid, m.spec_candidates(pool), rate, m.context_tokens * kv))
+        demand = sum(d.candidates for d in demands)
         if self.cfg.t2:
-            return allocate(demands, pool, self.profile.model.resident_bytes, self.cfg.temperature)
-        return even_split(demands, pool)
+            return allocate(demands, pool, self.profile.model.resident_bytes, self.cfg.temperature), demand
+        return even_split(demands, pool), demand
 
 
 def run_bench(

@@ -45,6 +45,7 @@ from spex.shared.core.tree import EXPAND, Node, Tree
 __all__ = ["REWARDS", "QueryMachine", "QueryStats"]
 
 REWARDS = ("prm", "logprob")
+MAX_SPEC_PRIORITY = 64  # the least likely speculative job's priority
 
 
 @dataclass
@@ -291,10 +292,11 @@ class QueryMachine:
     def _generate(self, node: Node, priority: int) -> GenerateCommand:
         attempt = self._attempts.get(node.id, 0)
         self._attempts[node.id] = attempt + 1
-        job = _Job(f"{node.id}.{attempt}", speculative=priority == SPECULATIVE)
+        job = _Job(f"{node.id}.{attempt}", speculative=priority != PRIMARY)
         if job.speculative:
             job.distance = self._predictor.spec_distance(node)
             self.stats.spec_by_distance.setdefault(job.distance, [0, 0])[0] += 1
+            priority = spec_priority(job.distance)
         self._jobs[node.id] = job
         assert node.parent is not None and node.parent.generated
         return GenerateCommand(
@@ -381,6 +383,14 @@ class QueryMachine:
         wasted = self.stats.spec_tokens - self.stats.spec_tokens_consumed
         projected = consumed + wasted + (self.spec_in_flight + 1) * mean_job
         return projected / consumed > cap
+
+
+def spec_priority(distance: int) -> int:
+    """The engine priority of a speculative job predicted `distance` ahead: the nearer, the
+    likelier the search asks for it (hit rates fall with distance: BFS depth, DFS rollouts
+    ahead), so the sooner it is admitted and the later it is retracted. Lower runs first, as
+    SGLang (`--schedule-low-priority-values-first`) and vLLM take it; primaries are 0."""
+    return SPECULATIVE + min(max(distance, 0), MAX_SPEC_PRIORITY - SPECULATIVE)
 
 
 def _logprob_reward(mean_logprob: float) -> float:

@@ -77,6 +77,12 @@ class EngineStats:
     peak_kv_tokens: int = 0  # most KV held by admitted requests at once
     retractions: int = 0
     evicted_tokens: int = 0
+    # Steps in which primary sequences decoded: how many, and Σ primaries × step time, measured
+    # and as the same step would have taken without any speculative work in it (the TPOT
+    # governor's measured vs. counterfactual, weighted per primary token).
+    primary_steps: int = 0
+    primary_step_s: float = 0.0
+    primary_alone_s: float = 0.0
 
     @property
     def mean_batch(self) -> float:

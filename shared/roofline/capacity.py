@@ -1,14 +1,18 @@
 """Spare capacity: how many speculative sequences an engine can take beside its primary ones.
 
 Both the real runtime (the budget allocator, from live generator load) and the simulator
-(per-step pausing, the virtual-time pool) budget speculation with these two functions.
+(per-step pausing, the virtual-time pool) budget speculation with these two functions. The
+slack they take is set per engine by a `TpotGovernor`: feedback that holds the primary jobs'
+measured step time within a TPOT target of what it would be without speculation.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from spex.shared.roofline.hardware import Profile
 
-__all__ = ["KV_HEADROOM", "spare_concurrency", "speculative_pool"]
+__all__ = ["KV_HEADROOM", "TpotGovernor", "spare_concurrency", "speculative_pool"]
 
 KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
 
@@ -53,3 +57,45 @@ def speculative_pool(
     pool = spare_concurrency(profile, primary, primary_ctx, spec_ctx, slack)
     headroom = int(KV_HEADROOM * profile.kv_capacity_tokens) - kv_held
     return min(pool, max(0, (headroom + spec_jobs * max_step_tokens) // max_step_tokens))
+
+
+@dataclass
+class TpotGovernor:
+    """The slack of one engine, steered so primary TPOT grows by `target` (0.05: +5%).
+
+    Every `window` decode steps with primary sequences in them, the governor compares what
+    those steps took (measured) with what they would have taken without the speculative work
+    in them (the engine's counterfactual, or a reference measured without speculation) and
+    moves the slack by `gain` × the error: an engine whose speculation costs less than the
+    target gets more, one over the target less. It raises the slack only while the pool was
+    what limited speculation (a window in which speculation never filled its pool says
+    nothing about what more would cost: no wind-up)."""
+
+    target: float = 0.05
+    slack: float = 0.10  # where it starts
+    gain: float = 1.0
+    window: int = 16
+    max_slack: float = 4.0
+    _measured_s: float = 0.0
+    _alone_s: float = 0.0
+    _steps: int = 0
+    _limited: bool = False
+
+    def observe(self, steps: int, measured_s: float, alone_s: float, limited: bool) -> None:
+        """`steps` more primary decode steps took `measured_s` (`alone_s` without speculation);
+        `limited`: speculation filled its pool at some point meanwhile."""
+        self._steps += steps
+        self._measured_s += measured_s
+        self._alone_s += alone_s
+        self._limited |= limited
+        if self._steps < self.window or self._alone_s <= 0:
+            return
+        error = self.target - (self._measured_s / self._alone_s - 1.0)
+        if error < 0 or self._limited:
+            self.slack = min(self.max_slack, max(0.0, self.slack + self.gain * error))
+        self._steps, self._measured_s, self._alone_s, self._limited = 0, 0.0, 0.0, False
+
+    @property
+    def inflation(self) -> float | None:
+        """The measured TPOT growth of the window in progress (None before a step)."""
+        return self._measured_s / self._alone_s - 1.0 if self._alone_s > 0 else None

@@ -5,10 +5,12 @@ Each step prefills (extends) admitted requests — uncached prompt tokens only, 
 decodes one token for every running request in the same step; without it prefill takes
 priority over decode. Admission is limited by KV capacity (the uncached prompt plus a
 reservation for output, as SGLang's `new_token_ratio`), by `max_running` and by priority
-(0 = primary before 1 = speculative, then arrival order). Speculative sequences decode only
-while the step stays within `spec_step_slack` of what the primary ones alone cost (priority
-preemption). When decode runs out of KV, the lowest-priority, latest request is retracted to
-the waiting queue and later resumes from the prefix cache. An aborted running request does
+(0 = primary before speculative ones, 1, 2, … most likely first; then arrival order). Every
+admitted sequence decodes every step, as in SGLang 0.5 (`scheduling="sglang"`); with
+`scheduling="paused"` speculative sequences decode only while the step stays within
+`spec_step_slack` of what the primary ones alone cost, a per-step pausing no stock engine
+does, kept for comparison. When decode runs out of KV, the lowest-priority, latest request is
+retracted to the waiting queue and later resumes from the prefix cache. An aborted running request does
 one more step, then frees its slot; the KV it computed stays as evictable cache.
 
 The engine is event-driven: between two external events the batch cannot change, so a run
@@ -39,6 +41,9 @@ class _Step:
     flops: list[float]
     batch: list[SimRequest]
     chunks: list[tuple[SimRequest, int]] = field(default_factory=list)  # prefill: (req, new tokens)
+    # Per planned step: its duration with the speculative work left out (0: no primary decodes).
+    alone: list[float] = field(default_factory=list)
+    primaries: int = 0  # primary sequences decoding in it
 
     @property
     def end_s(self) -> float:
@@ -51,6 +56,7 @@ class SimEngine:
         self.config = config or EngineConfig()
         self.capacity_tokens = profile.kv_capacity_tokens
         self.chunk_tokens = self.config.chunked_prefill_tokens or profile.chunked_prefill_tokens
+        self.spec_step_slack = self.config.spec_step_slack  # "paused": a governor may move it
         self.cache = RadixCache()
         self.stats = EngineStats()
         self.clock_s = 0.0  # end of the last committed step
@@ -168,7 +174,7 @@ class SimEngine:
         if keep == 0:
             self._current = None
         elif keep < len(cur.ends_s):
-            del cur.ends_s[keep:], cur.flops[keep:]
+            del cur.ends_s[keep:], cur.flops[keep:], cur.alone[keep:]
 
     def _plan(self, start_s: float) -> _Step | None:
         prefill = self._plan_prefill(start_s)
@@ -181,7 +187,17 @@ class SimEngine:
         work = [(n, r.prefilled) for r, n in prefill.chunks]
         dur = self.profile.mixed_step_s(len(decoding), ctx, work)
         flops = self.profile.prefill_flops(work) + self.profile.decode_flops(len(decoding), ctx)
-        return _Step("mixed", start_s, [start_s + dur], [flops], decoding, prefill.chunks)
+        bp, ctx_p = self._primary(decoding)
+        work_p = [(n, r.prefilled) for r, n in prefill.chunks if r.priority == PRIMARY]
+        alone = self.profile.mixed_step_s(bp, ctx_p, work_p) if bp else 0.0
+        return _Step("mixed", start_s, [start_s + dur], [flops], decoding, prefill.chunks, [alone], bp)
+
+    @staticmethod
+    def _primary(batch: list[SimRequest]) -> tuple[int, int]:
+        """Primary sequences in `batch` (promoted speculative ones included) and their context:
+        the step the TPOT governor holds the measured one against is theirs alone."""
+        mine = [r.prompt_tokens + r.generated for r in batch if r.priority == PRIMARY]
+        return len(mine), sum(mine)
 
     def _reserved_tokens(self) -> int:
         ratio = self.config.new_token_ratio
@@ -232,7 +248,7 @@ class SimEngine:
         work = [(n, r.prefilled) for r, n in chunks]
         dur = self.profile.prefill_step_s(work)
         flops = self.profile.prefill_flops(work)
-        return _Step("prefill", start_s, [start_s + dur], [flops], [r for r, _ in chunks], chunks)
+        return _Step("prefill", start_s, [start_s + dur], [flops], [r for r, _ in chunks], chunks, [0.0])
 
     def _admit(self, req: SimRequest, now_s: float) -> None:
         prompt = req.resume_prompt()
@@ -260,22 +276,24 @@ class SimEngine:
             steps = min(r.output_tokens - r.generated for r in batch)
         steps = max(1, min(steps, self._free_tokens() // len(batch)))
         ctx0 = sum(r.prompt_tokens + r.generated for r in batch)
+        bp, ctx_p0 = self._primary(batch)
         b, p = len(batch), self.profile
-        ends, flops, t = [], [], start_s
+        ends, flops, alone, t = [], [], [], start_s
         for j in range(steps):
             ctx = ctx0 + j * b
             t += p.decode_step_s(b, ctx)
             ends.append(t)
             flops.append(p.decode_flops(b, ctx))
-        return _Step("decode", start_s, ends, flops, batch)
+            alone.append(p.decode_step_s(bp, ctx_p0 + j * bp) if bp else 0.0)
+        return _Step("decode", start_s, ends, flops, batch, alone=alone, primaries=bp)
 
     def _decode_batch(self) -> list[SimRequest]:
         """Sequences that decode in the next step: every primary one, and speculative ones
         while the roofline allows (an aborted one always gets its last step)."""
         batch = [r for r in self._running if self._decoding(r)]
-        slack = self.config.spec_step_slack
-        if slack is None:
+        if self.config.scheduling != "paused":
             return batch
+        slack = self.spec_step_slack
         primary = [r for r in batch if r.priority == PRIMARY]
         spec = [r for r in batch if r.priority != PRIMARY]
         if not spec:
@@ -283,7 +301,7 @@ class SimEngine:
         ctx = sum(r.prompt_tokens + r.generated for r in primary)
         spec_ctx = sum(r.prompt_tokens + r.generated for r in spec) / len(spec)
         room = spare_concurrency(self.profile, len(primary), ctx, spec_ctx, slack)
-        chosen = sorted(spec, key=lambda r: (not r.abort_requested, r.seq))[: max(room, 0)]
+        chosen = sorted(spec, key=lambda r: (not r.abort_requested, r.priority, r.seq))[: max(room, 0)]
         chosen += [r for r in spec if r.abort_requested and r not in chosen]
         keep = set(map(id, primary + chosen))
         return [r for r in batch if id(r) in keep]
@@ -324,6 +342,12 @@ class SimEngine:
         self.clock_s = step.end_s
         self.stats.busy_s += dur
         self.stats.flops += sum(step.flops)
+        starts = [step.start_s, *step.ends_s[:-1]]
+        for s, e, a in zip(starts, step.ends_s, step.alone, strict=True):
+            if a > 0:
+                self.stats.primary_steps += 1
+                self.stats.primary_step_s += step.primaries * (e - s)
+                self.stats.primary_alone_s += step.primaries * a
         out: list[Completion] = []
         if step.kind != "decode":
             self.stats.prefill_steps += 1

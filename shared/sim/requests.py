@@ -15,10 +15,13 @@ __all__ = ["EngineConfig", "SimRequest"]
 class EngineConfig:
     max_running: int = 256  # --max-running-requests
     mixed_chunk: bool = True  # --enable-mixed-chunk: extend and decode share one step
-    # Speculative (priority 1) sequences decode only while the step stays within (1 + slack) of
-    # what the primary sequences alone cost; the rest wait, holding their KV (priority
-    # preemption). None: no limit.
-    spec_step_slack: float | None = None
+    # "sglang": what SGLang 0.5's priority scheduling does — admission by priority, retraction
+    # of the lowest priority under KV pressure, every admitted sequence decodes every step.
+    # "paused": also pause speculative sequences step by step, decoding them (most likely
+    # first) only while the step stays within (1 + spec_step_slack) of what the primary
+    # sequences alone cost. No stock engine can do the latter; it is kept to compare.
+    scheduling: str = "sglang"
+    spec_step_slack: float = 0.10
     new_token_ratio: float = 0.3  # share of max_new_tokens reserved per running request
     chunked_prefill_tokens: int | None = None  # None: SGLang's automatic size for the GPU
 

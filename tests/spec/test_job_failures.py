@@ -3,6 +3,7 @@ the baseline's; a failed job the search waits on fails the query with the reason
 
 import random
 
+from spex.proto.messages import PRIMARY
 from spex.shared.core.commands import CancelCommand, GenerateCommand, ScoreCommand
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import ALGORITHMS, SearchConfig
@@ -42,7 +43,7 @@ def drive(speculate, fail, algorithm="rebase", target=8, seed=0):
 
 
 def _speculative(cmd, machine):
-    return cmd.priority == 1 and cmd.node.id not in machine._requested
+    return cmd.priority != PRIMARY and cmd.node.id not in machine._requested
 
 
 def test_failed_speculation_is_dropped_and_the_tree_is_the_baselines():

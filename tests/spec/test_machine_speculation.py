@@ -6,7 +6,7 @@ import random
 import pytest
 
 from spex.shared.core.commands import CancelCommand, GenerateCommand, PromoteCommand, ScoreCommand
-from spex.shared.core.machine import QueryMachine
+from spex.shared.core.machine import MAX_SPEC_PRIORITY, QueryMachine, spec_priority
 from spex.shared.core.search import ALGORITHMS, SearchConfig
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
@@ -51,7 +51,7 @@ def test_speculative_tree_equals_baseline(algorithm, target, order_seed):
     base, _ = drive(algorithm, target, 5, speculate=False)
     spec, log = drive(algorithm, target, 5, speculate=True, order_seed=order_seed)
     assert spec.tree.digest() == base.tree.digest() and spec.answer == base.answer
-    spec_jobs = [c for c in log if isinstance(c, GenerateCommand) and c.priority == 1]
+    spec_jobs = [c for c in log if isinstance(c, GenerateCommand) and c.priority > 0]
     primary = {c.node.id for c in log if isinstance(c, GenerateCommand) and c.priority == 0}
     assert spec_jobs and spec.stats.spec_adopted > 0
     tree_nodes = {n.id for n in spec.tree if n.parent is not None}
@@ -81,4 +81,16 @@ def test_an_in_flight_speculative_job_is_adopted_and_promoted():
 
 def test_no_share_means_no_speculation():
     machine, log = drive("rebase", 8, 1, speculate=True, share=0)
-    assert not [c for c in log if isinstance(c, GenerateCommand) and c.priority == 1]
+    assert not [c for c in log if isinstance(c, GenerateCommand) and c.priority > 0]
+
+
+@pytest.mark.parametrize(("algorithm", "target"), [("rebase", 16), ("rstar", 10)])
+def test_speculative_priority_follows_the_distance_hit_rates_fall_with(algorithm, target):
+    machine, log = drive(algorithm, target, 4, speculate=True)
+    spec = [c for c in log if isinstance(c, GenerateCommand) and c.priority > 0]
+    assert {type(c.priority) for c in spec} == {int}
+    assert all(1 <= c.priority <= MAX_SPEC_PRIORITY for c in spec)
+    if algorithm == "rebase":  # BFS: the node's depth, shallow levels first
+        assert all(c.priority == spec_priority(c.node.depth) for c in spec)
+    assert len({c.priority for c in spec}) > 2  # a real spread, not one low priority for all
+    assert spec_priority(1) < spec_priority(2) < spec_priority(10**6) == MAX_SPEC_PRIORITY

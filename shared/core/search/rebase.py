@@ -133,6 +133,9 @@ class LevelSearch(SearchAlgorithm):
             nxt: list[Node] = []
             for node, k_i in zip(candidates, self.widths(candidates, total), strict=True):
                 nxt.extend(view.child(node, i) for i in range(k_i))
+            # Likeliest first: child 0 of every parent before child 1 of any, best-scored
+            # parents first (a parent keeps its first children whenever its width stays > 0).
+            nxt.sort(key=lambda n: (n.index, -(n.parent.reward or 0.0) if n.parent else 0.0))
             out.extend(n for n in nxt if not n.generated and not view.busy(n))
             if len(out) >= k:
                 break
