@@ -1,6 +1,6 @@
 """The prediction hooks on hand-built trees."""
 
-from spex.shared.core.ids import child_id, derived_int, node_seed
+from spex.shared.core.ids import child_id, node_seed
 from spex.shared.core.search.base import SearchConfig
 from spex.shared.core.search.rebase import Rebase, ceil_softmax_widths
 from spex.shared.core.search.rest import Rest
