@@ -18,7 +18,7 @@ from spex.bench.results import RunSummary, compare, summarize, write_json
 from spex.bench.runtime_cli import model_init, runtime_command
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
 from spex.bench.vtime.config import BACKENDS, CONTENTS, SCHEDULINGS
-from spex.shared.core.search.base import ALGORITHMS
+from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
 from spex.shared.runtime.settings import ENGINES
@@ -64,13 +64,22 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--workload", default=None, help="TOML file of workload knobs")
     b.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="override a knob")
     b.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="algorithm parameter")
+    b.add_argument("--preset", default=None, help="named algorithm parameters (ets: ets-16, ets-64, ets-256)")
     b.add_argument("--json", default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
     b.add_argument("--mode", choices=["baseline", "spex", "compare"], default="baseline")
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
     b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")
     b.add_argument("--early-stop", action="store_true", help="T3: stop a search once its answer is settled")
     b.add_argument("--early-stop-alpha", type=float, default=0.5, help="T3 margin scale α")
-    b.add_argument("--early-stop-min", type=int, default=None, help="T3 minimum answers t (default N/4)")
+    b.add_argument("--early-stop-min", type=int, default=None, help="T3 minimum answers t")
+    b.add_argument("--early-stop-weight", choices=["min", "last"], default="min", help="T3 answer weight")
+    b.add_argument(
+        "--early-stop-runner-up", choices=["zero", "leader"], default="zero", help="T3 avg(w_2nd) alone"
+    )
+    b.add_argument(
+        "--early-stop-threshold", choices=["artifact", "quarter"], default="artifact", help="T3 progress rule"
+    )
+    b.add_argument("--early-stop-median", type=float, default=None, help="T3 median gate θ (default off)")
     b.add_argument("--max-amplification", type=float, default=None, help="cap on generated/consumed tokens")
     b.add_argument("--k-total", type=int, default=None, help="static concurrency cap (default: roofline)")
     b.add_argument(
@@ -254,11 +263,19 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         reward=args.reward,
         answer_selection=args.answer_selection,
         knobs=load_knobs(args.workload, args.set),
-        params=_key_values(args.param, "--param"),
+        params=preset_params(args.algorithm, args.preset, _key_values(args.param, "--param")),
         mode=mode,
         t1=not args.no_t1,
         t2=not args.no_t2,
-        early_stop=EarlyStop(args.early_stop, args.early_stop_alpha, args.early_stop_min),
+        early_stop=EarlyStop(
+            args.early_stop,
+            args.early_stop_alpha,
+            args.early_stop_min,
+            args.early_stop_median,
+            args.early_stop_weight,
+            args.early_stop_runner_up,
+            args.early_stop_threshold,
+        ),
         max_amplification=args.max_amplification,
         k_total=args.k_total,
         tpot_target=args.tpot_target,

@@ -106,7 +106,7 @@ class QueryMachine:
         self._jobs: dict[str, _Job] = {}  # node id -> its generation in flight
         self._attempts: dict[str, int] = {}
         self._scoring: set[str] = set()
-        self._answers_seen = 0
+        self._answers_seen: tuple[int, int | None, int] = (0, None, 0)  # what T3 last looked at
         self._spec_failed: set[str] = set()  # speculative nodes a service gave up on: not retried
         self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
 
@@ -331,10 +331,13 @@ class QueryMachine:
 
     def _check_early_stop(self) -> str | None:
         answers = [n for n in self.tree if n.terminal and n.scored]
-        if len(answers) == self._answers_seen:
+        rollouts = self.algorithm.rollouts_done
+        seen = (len(answers), rollouts, len(self._unscored))
+        if seen == self._answers_seen:
             return None
-        self._answers_seen = len(answers)
-        return should_stop(answers, self.config.target, self.early_stop)
+        self._answers_seen = seen
+        family = self.algorithm.family
+        return should_stop(answers, self.config.target, self.early_stop, family, rollouts)
 
     def _finish(self, now_s: float, answer: str | None, early: bool) -> list[Command]:
         self.answer, self.early_stopped = answer, early

@@ -12,6 +12,12 @@ simulated reward models say, deterministic from (world seed, query, node identit
 - A node is terminal with probability `terminal_base + terminal_per_depth · depth` (most
   answers are shallow). An on-track terminal answers correctly; a derailed one answers from
   a small set of wrong answers, skewed so that wrong answers collide and can win a vote.
+- Early answers are rushed: an on-track terminal at depth d gives the query's *trap* answer
+  (a plausible wrong one that rushed steps agree on) with probability
+  `rushed_answer_p · max(0, 1 − (d − 1) / rushed_answer_depth)`; the reward models cannot
+  tell (its rewards are an on-track step's), so the trap can lead the vote early. Without it
+  (`rushed_answer_p = 0`) shallow answers are the most reliable ones and stopping on them
+  early raises accuracy, where the paper reports T3 costing 3–6.7 points.
 - The PRM reward is `sigmoid(prm_gain · s + prm_noise · z)` with s = +1 on track, −1
   derailed, z standard normal; the logprob reward (exp of the mean token log-probability) is
   the same with the weaker `logprob_gain`, `logprob_noise`.
@@ -51,6 +57,8 @@ class WorkloadKnobs:
     logprob_gain: float = 0.25
     logprob_noise: float = 0.8
     ideas_per_step: int = 4
+    rushed_answer_p: float = 0.5
+    rushed_answer_depth: float = 4.0
 
 
 KNOB_DOCS: dict[str, str] = {
@@ -74,6 +82,8 @@ KNOB_DOCS: dict[str, str] = {
     "logprob_gain": "logprob signal: logit separation (weaker than the PRM)",
     "logprob_noise": "logprob noise: std of the logit noise",
     "ideas_per_step": "distinct step texts a node's children draw from (semantic clusters)",
+    "rushed_answer_p": "P(an on-track answer at depth 1 is wrong); falls linearly with depth",
+    "rushed_answer_depth": "depths over which rushed answers fade out (0 at depth 1 + this)",
 }
 
 
@@ -121,6 +131,8 @@ def _validate(k: WorkloadKnobs) -> None:
         "ideas_per_step": k.ideas_per_step >= 1,
         "prm_noise": k.prm_noise >= 0,
         "logprob_noise": k.logprob_noise >= 0,
+        "rushed_answer_p": 0 <= k.rushed_answer_p <= 1,
+        "rushed_answer_depth": k.rushed_answer_depth > 0,
     }
     for name, ok in checks.items():
         if not ok:
@@ -203,7 +215,11 @@ class SyntheticWorkload:
         text = f"Step {depth}: {'apply' if on_track else 'assume'} approach {idea} of {parent[:6]}."
         answer = None
         if terminal:
-            answer = self._correct(qid) if on_track else self._wrong(qid, node)
+            rushed = k.rushed_answer_p * max(0.0, 1.0 - (depth - 1) / k.rushed_answer_depth)
+            if on_track and derived_uniform(self.seed, qid, node, "rushed") < rushed:
+                answer = self._trap(qid)
+            else:
+                answer = self._correct(qid) if on_track else self._wrong(qid, node)
             text += f" The answer is {answer}"
         z = _normal(self.seed, qid, node, "logprob")
         conf = _sigmoid(k.logprob_gain * (1 if on_track else -1) + k.logprob_noise * z)
@@ -238,6 +254,11 @@ class SyntheticWorkload:
 
     def _correct(self, qid: str) -> str:
         return f"{derived_int(1000, self.seed, qid, 'answer')}"
+
+    def _trap(self, qid: str) -> str:
+        """The plausible wrong answer rushed steps agree on (the first of the wrong set)."""
+        correct = int(self._correct(qid))
+        return str((correct + 1 + derived_int(5, self.seed, qid, 0, "w")) % 1000)
 
     def _wrong(self, qid: str, node: str) -> str:
         k = self.knobs

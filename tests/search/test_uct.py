@@ -72,3 +72,20 @@ def test_rest_selects_unvisited_child_with_inf_bonus():
     for kid, (v, n) in zip(kids, [(0.9, 4), (0.6, 0), (0.7, 1)]):
         algo.value[kid.id], algo.visits[kid.id] = v, n
     assert algo.select(round_=0) is kids[2]
+
+
+def test_ets_defaults_are_the_artifacts_and_presets_are_etss_own_by_name():
+    from spex.shared.core.search.base import preset_params
+    from spex.shared.core.search.ets import Ets
+
+    tree = Tree("q", seed=1, question_tokens=10)
+    assert (
+        Ets(tree, SearchConfig("ets", 16)).params.lambda_c,
+        Ets(tree, SearchConfig("ets", 16)).params.lambda_s,
+    ) == (2.0, 0.0)
+    got = preset_params("ets", "ets-64", {"lambda_c": 3.0})
+    assert got == {"lambda_c": 3.0, "lambda_s": 1.4}  # explicit --param wins over the preset
+    p = Ets(tree, SearchConfig("ets", 64, params=preset_params("ets", "ets-64", {}))).params
+    assert (p.lambda_c, p.lambda_s) == (1.0, 1.4)
+    with pytest.raises(ValueError, match="preset: rebase has no preset 'ets-16'"):
+        preset_params("rebase", "ets-16", {})

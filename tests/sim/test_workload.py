@@ -46,13 +46,28 @@ def test_prm_separates_on_track_from_derailed_on_average():
 
 
 def test_terminals_answer_and_on_track_answers_are_correct():
-    w = SyntheticWorkload(WorkloadKnobs(terminal_base=1.0), 0, "dfs")
+    w = SyntheticWorkload(WorkloadKnobs(terminal_base=1.0, rushed_answer_p=0.0), 0, "dfs")
     q = w.query(0)
     for i in range(50):
         path = [f"a{i}", f"b{i}"]
         gen = w.generate(q, path)
         assert gen.answer is not None and f"The answer is {gen.answer}" in gen.text
         assert (gen.answer == q.reference_answer) == w.on_track(q, path)
+
+
+def test_rushed_answers_give_the_trap_early_and_fade_with_depth():
+    knobs = WorkloadKnobs(terminal_base=1.0, derail_base=0.0, derail_scale=0.0)  # all on track
+    w = SyntheticWorkload(knobs, 0, "dfs")
+    q = w.query(0)
+    by_depth = {}
+    for depth in (1, 3, 5):
+        answers = [w.generate(q, [f"n{i}.{d}" for d in range(depth)]).answer for i in range(400)]
+        wrong = [a for a in answers if a != q.reference_answer]
+        assert len(set(wrong)) <= 1  # every rushed answer is the same trap
+        by_depth[depth] = len(wrong) / len(answers)
+    # 0.5 at depth 1, 0.25 at depth 3 (0.5 · (1 − 2/4)), none from depth 5 on.
+    assert by_depth[1] == pytest.approx(0.5, abs=0.07) and by_depth[3] == pytest.approx(0.25, abs=0.06)
+    assert by_depth[5] == 0.0
 
 
 def test_knobs_from_toml_and_overrides(tmp_path):

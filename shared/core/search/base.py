@@ -12,11 +12,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import dataclass, field, fields, replace
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from spex.shared.core.tree import EXPAND, Node, Tree
 
-__all__ = ["ALGORITHMS", "Need", "Program", "SearchAlgorithm", "SearchConfig", "SpecView", "make_algorithm"]
+__all__ = [
+    "ALGORITHMS",
+    "Need",
+    "Program",
+    "SearchAlgorithm",
+    "SearchConfig",
+    "SpecView",
+    "make_algorithm",
+    "preset_params",
+]
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,7 @@ class SearchAlgorithm(ABC):
     name: str
     family: str  # "bfs" | "dfs"
     default_selection: str
+    presets: ClassVar[dict[str, dict[str, float]]] = {}  # named parameter sets (`preset_params`)
 
     def __init__(self, tree: Tree, config: SearchConfig) -> None:
         self.tree = tree
@@ -64,6 +74,11 @@ class SearchAlgorithm(ABC):
 
     @abstractmethod
     def run(self) -> Program: ...
+
+    @property
+    def rollouts_done(self) -> int | None:
+        """Depth-first searches: rollouts finished so far (T3's progress); None otherwise."""
+        return None
 
     @property
     def answer_selection(self) -> str:
@@ -101,6 +116,18 @@ ALGORITHMS: dict[str, type[SearchAlgorithm]] = {}
 def register(cls: type[SearchAlgorithm]) -> type[SearchAlgorithm]:
     ALGORITHMS[cls.name] = cls
     return cls
+
+
+def preset_params(algorithm: str, preset: str | None, params: dict[str, float]) -> dict[str, float]:
+    """`params` over the algorithm's named preset (None: no preset); unknown names fail."""
+    if preset is None:
+        return dict(params)
+    cls = ALGORITHMS.get(algorithm)
+    known = cls.presets if cls is not None else {}
+    if preset not in known:
+        names = ", ".join(sorted(known)) or "none"
+        raise ValueError(f"preset: {algorithm} has no preset {preset!r}; known: {names}")
+    return {**known[preset], **params}
 
 
 def make_algorithm(tree: Tree, config: SearchConfig) -> SearchAlgorithm:

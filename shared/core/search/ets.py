@@ -15,6 +15,11 @@ At each depth, over the N non-finished candidates and their M ancestors (root in
 
 4. REBASE's ceil-softmax again, over the kept candidates only, with the full remaining width.
 
+Defaults are what the SPEX artifact runs ETS with (`--ets`: λc = 2, λs = 0, so no clustering);
+ETS's own per-width settings are presets by name (`ETS_PRESETS`, `spex bench --preset
+ets-16`): λc = 1 and λs = 1.5, 1.4, 1.45 for N = 16, 64, 256
+(`hype-parameters/ets_{16,64,256}_math500.yaml`).
+
 Deliberate difference: the reference turns λc = 0 into a cost of +1e-4 (a sign slip); here
 λc = 0 means no cost.
 """
@@ -33,13 +38,13 @@ from spex.shared.core.search.embed import Embedder, trigram_embedder
 from spex.shared.core.search.rebase import LevelSearch, RebaseParams, ceil_softmax_widths
 from spex.shared.core.tree import Node, Tree
 
-__all__ = ["Ets", "EtsParams", "cluster_labels", "ets_objective", "solve_ets_ilp"]
+__all__ = ["ETS_PRESETS", "Ets", "EtsParams", "cluster_labels", "ets_objective", "solve_ets_ilp"]
 
 
 @dataclass(frozen=True)
 class EtsParams(RebaseParams):
-    lambda_c: float = 1.0  # KV-cost weight (hype-parameters/ets_16_math500.yaml)
-    lambda_s: float = 1.5  # semantic-coverage weight (1.5 for N=16)
+    lambda_c: float = 2.0  # KV-cost weight (the SPEX artifact's --ets)
+    lambda_s: float = 0.0  # semantic-coverage weight (artifact: 0; ETS's own: see ETS_PRESETS)
     cluster_distance: float = 0.05  # fcluster(t=0.05, criterion="distance")
 
 
@@ -134,9 +139,18 @@ def solve_ets_ilp(
     return [bool(v > 0.5) for v in res.x[:n]]
 
 
+ETS_PRESETS: dict[str, dict[str, float]] = {
+    "artifact": {"lambda_c": 2.0, "lambda_s": 0.0},
+    "ets-16": {"lambda_c": 1.0, "lambda_s": 1.5},
+    "ets-64": {"lambda_c": 1.0, "lambda_s": 1.4},
+    "ets-256": {"lambda_c": 1.0, "lambda_s": 1.45},
+}
+
+
 @register
 class Ets(LevelSearch):
     name = "ets"
+    presets = ETS_PRESETS
 
     def __init__(self, tree: Tree, config: SearchConfig, embed: Embedder = trigram_embedder) -> None:
         super().__init__(tree, config)

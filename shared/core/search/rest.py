@@ -66,6 +66,10 @@ class Rest(SearchAlgorithm):
         self.current: Node | None = None  # the node it selected
         self._tag: dict[str, int] = {}  # speculative node -> the simulated round that wanted it
 
+    @property
+    def rollouts_done(self) -> int:
+        return self.round
+
     def select(
         self,
         round_: int,

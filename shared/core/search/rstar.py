@@ -62,6 +62,10 @@ class Rstar(SearchAlgorithm):
         self.path: list[Node] = [tree.root]  # its path so far
         self._tag: dict[str, int] = {}  # speculative node -> the simulated rollout that made it
 
+    @property
+    def rollouts_done(self) -> int:
+        return self.rollout
+
     def is_leaf(self, node: Node) -> bool:
         return node.terminal or node.depth >= self.params.max_depth
 
