@@ -116,7 +116,8 @@ class _Run:
             if not times:
                 raise RuntimeError("simulation stalled: queries are waiting but no engine has work")
             now = min(times)
-            self.metrics.account(now, self.machines, self._queued)
+            queued = self._queued if any(g.waiting for g in self.gens) else None
+            self.metrics.account(now, self.machines, queued)
             done: list[tuple[int, Completion]] = []
             for i, engine in enumerate(engines):
                 done.extend((i, c) for c in engine.advance_to(now))

@@ -74,6 +74,7 @@ class RunMetrics:
         self.critical = CriticalPath()
         self.pool_peak = 0  # the largest speculative pool T2 divided
         self._last_t = 0.0
+        self._blocked: dict[str, tuple[int, str | None, list[str]]] = {}  # query -> (events, bucket, jobs)
         # (width, issued, last generated) per multi-node need; None: not traced (B > 1)
         self._needs: list[tuple[int, float, float]] | None = [] if trace_levels else None
 
@@ -98,28 +99,40 @@ class RunMetrics:
             self._needs[-1] = (width, issued, now)
 
     def account(
-        self, now: float, machines: dict[str, QueryMachine], waiting: Callable[[str, str], bool]
+        self, now: float, machines: dict[str, QueryMachine], waiting: Callable[[str, str], bool] | None
     ) -> None:
         """Attribute [last event, now] of every active query to what it is blocked on;
-        `waiting(query_id, job_id)` tells whether a job is still queued for admission."""
+        `waiting(query_id, job_id)` tells whether a job is still queued for admission (None:
+        no engine has anything queued)."""
         dt, self._last_t = now - self._last_t, now
         if dt <= 0:
             return
         for qid, machine in machines.items():
-            blocked = machine.waiting_on()
-            if blocked is None:
+            known = self._blocked.get(qid)
+            if known is None or known[0] != machine.events:  # what it waits on changes by events only
+                known = (machine.events, *self._classify(machine))
+                self._blocked[qid] = known
+            _, kind, jobs = known
+            if kind is None:
                 continue
-            kind, node_ids = blocked
-            if kind == "score":
-                self.critical.add("reward_s", dt)
-                continue
-            jobs = [j for j in (machine.job_of(n) for n in node_ids) if j is not None]
-            if any(waiting(qid, job_id) for job_id, _ in jobs):
-                self.critical.add("admission_s", dt)
-            elif jobs and all(speculative for _, speculative in jobs):
-                self.critical.add("adopted_s", dt)
-            else:
-                self.critical.add("generation_s", dt)
+            if kind == "generation_s" and waiting is not None and any(waiting(qid, j) for j in jobs):
+                kind = "admission_s"
+            self.critical.add(kind, dt)
+
+    @staticmethod
+    def _classify(machine: QueryMachine) -> tuple[str | None, list[str]]:
+        """What `machine` is blocked on, as a critical-path bucket (None: not blocked), and the
+        jobs it waits for (to tell a job still queued for admission apart)."""
+        blocked = machine.waiting_on()
+        if blocked is None:
+            return None, []
+        kind, node_ids = blocked
+        if kind == "score":
+            return "reward_s", []
+        jobs = [j for j in (machine.job_of(n) for n in node_ids) if j is not None]
+        if jobs and all(speculative for _, speculative in jobs):
+            return "adopted_s", []
+        return "generation_s", [job_id for job_id, _ in jobs]
 
     def query_done(self, machine: QueryMachine, correct: bool, now: float) -> None:
         st = machine.stats

@@ -109,6 +109,9 @@ class QueryMachine:
         self._answers_seen: tuple[int, int | None, int] = (0, None, 0)  # what T3 last looked at
         self._spec_failed: set[str] = set()  # speculative nodes a service gave up on: not retried
         self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
+        self._predicted: tuple[int, list[Node]] | None = None  # (k, the prediction) until a change
+        self._settled = False  # housekeeping ran after the last event (a repeat would do nothing)
+        self.events = 0  # events that changed the query's state (a version for its readers)
 
     # ------------------------------------------------------------------ the SpecView
     def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
@@ -132,7 +135,19 @@ class QueryMachine:
         if not self.speculation.enabled or self.done:
             return 0
         running = self.spec_in_flight
-        return running + len(self._predictor.predict(self, max(0, limit - running)))
+        return running + len(self._predict(max(0, limit - running)))
+
+    def _predict(self, k: int) -> list[Node]:
+        """The predictor's `k` likeliest nodes, remembered until the query's state changes
+        (every event, every job issued): T2 asks each query for its candidates whenever any
+        query's budget changes, mostly of queries nothing happened to. A prediction of k
+        nodes is the first k of a longer one, so the longest asked serves shorter asks."""
+        memo = self._predicted
+        if memo is not None and (k <= memo[0] or len(memo[1]) < memo[0]):
+            return memo[1][:k]
+        out = self._predictor.predict(self, k)
+        self._predicted = (k, out)
+        return out[:]
 
     def waiting_on(self) -> tuple[str, list[str]] | None:
         """What the search is blocked on now: ("generate", node ids) or ("score", node ids)."""
@@ -151,6 +166,8 @@ class QueryMachine:
 
     # ------------------------------------------------------------------ events
     def start(self, now_s: float) -> list[Command]:
+        self._predicted, self._settled = None, False
+        self.events += 1
         self.started_s = now_s
         commands = self._resume(now_s, first=True)
         return commands + self._housekeeping(now_s)
@@ -169,6 +186,8 @@ class QueryMachine:
         if job is None or job.job_id != job_id or self.done:
             return []  # stale (cancelled or superseded) or duplicate: the first result wins
         del self._jobs[node_id]
+        self._predicted, self._settled = None, False
+        self.events += 1
         if job.speculative and not job.adopted:
             self._cache.finished(node_id, job.distance)
         real = node_id in self._requested
@@ -198,6 +217,8 @@ class QueryMachine:
         if node_id not in self._scoring or self.done:
             return []
         self._scoring.discard(node_id)
+        self._predicted, self._settled = None, False
+        self.events += 1
         node = self.tree.nodes[node_id] if node_id in self._requested else self._cache.get(node_id)
         if node is None or not node.generated:
             return []
@@ -214,6 +235,8 @@ class QueryMachine:
         tracked = node_id in self._scoring if kind == "score" else self.job_of(node_id) is not None
         if not tracked or (kind != "score" and self._jobs[node_id].job_id != job_id):
             return []
+        self._predicted, self._settled = None, False
+        self.events += 1
         if node_id not in self._requested:  # speculation the search has not asked for: drop it
             self._spec_failed.add(node_id)
             if kind == "score":
@@ -229,6 +252,7 @@ class QueryMachine:
     def on_cancelled(self, tokens: int) -> None:
         """A cancelled speculative job stopped after `tokens` tokens (all of them waste)."""
         self.stats.spec_tokens += tokens
+        self._settled = False  # the amplification cap may bind now
 
     def cancel(self, now_s: float) -> list[Command]:
         """The client cancelled the query: abort every job in flight, finish without an answer."""
@@ -239,6 +263,8 @@ class QueryMachine:
 
     def on_budget(self, share: int, now_s: float) -> list[Command]:
         """A new speculative share (jobs already in flight past it run to completion)."""
+        if share == self.share and self._settled:
+            return []  # nothing changed since the last housekeeping: it would do nothing
         self.share = share
         return self._housekeeping(now_s)
 
@@ -298,6 +324,7 @@ class QueryMachine:
             self.stats.spec_by_distance.setdefault(job.distance, [0, 0])[0] += 1
             priority = spec_priority(job.distance)
         self._jobs[node.id] = job
+        self._predicted = None
         assert node.parent is not None and node.parent.generated
         return GenerateCommand(
             job.job_id, node, prompt_segments(node.parent), self.config.max_step_tokens, priority
@@ -356,22 +383,29 @@ class QueryMachine:
         if self.done or not self.speculation.enabled:
             return []
         commands: list[Command] = []
-        for node_id in self._cache.prune(lambda n: n in self._jobs, self._predictor.spec_alive):
+        dead = self._cache.prune(lambda n: n in self._jobs, self._predictor.spec_alive)
+        for node_id in dead:
             job = self._jobs.get(node_id)
             if job is not None and not job.adopted:
                 del self._jobs[node_id]
                 self.stats.spec_cancelled += 1
                 commands.append(CancelCommand(job.job_id))
-        self.stats.spec_evicted += self._cache.evict()
+        evicted = self._cache.evict()
+        self.stats.spec_evicted += evicted
+        if dead or evicted:
+            self._predicted = None
         free = self.share - self.spec_in_flight
         if free > 0:
-            for node in self._predictor.predict(self, free):
+            for node in self._predict(free):
                 if node.id in self._jobs or node.generated or node.id in self._spec_failed:
                     continue
                 if self._over_amplification():
                     break
                 self.stats.spec_issued += 1
+                if node.id not in self.tree.nodes:
+                    self._cache.keep(node)  # a remembered prediction pruned as never issued
                 commands.append(self._generate(node, SPECULATIVE))
+        self._settled = True
         return commands
 
     def _over_amplification(self) -> bool:

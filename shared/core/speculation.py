@@ -80,6 +80,10 @@ class SpecCache:
             self._handles[cid] = node
         return node
 
+    def keep(self, node: Node) -> None:
+        """Hold handle `node` (again): a prediction made before `prune` dropped it unissued."""
+        self._handles.setdefault(node.id, node)
+
     def get(self, node_id: str) -> Node | None:
         return self._handles.get(node_id)
 

@@ -65,6 +65,7 @@ class SimEngine:
         self._by_rid: dict[str, SimRequest] = {}
         self._current: _Step | None = None
         self._seq = 0
+        self._private = 0  # Σ generated − committed over running requests (KV not in the cache yet)
         self.trace: list[tuple[float, float, int]] | None = None  # (start, end, batch) per decode run
 
     # ------------------------------------------------------------------ public surface
@@ -78,7 +79,7 @@ class SimEngine:
 
     @property
     def used_tokens(self) -> int:
-        return self.cache.total_tokens + sum(r.generated - r.committed for r in self._running)
+        return self.cache.total_tokens + self._private
 
     @property
     def held_tokens(self) -> int:
@@ -215,10 +216,12 @@ class SimEngine:
                 n = min(remaining, budget)
                 chunks.append((req, n))
                 budget -= n
-        free = self.capacity_tokens - self.used_tokens
-        avail = free + self.cache.evictable_tokens - self._reserved_tokens()
         admitted: list[SimRequest] = []
-        for req in sorted(self._waiting, key=lambda r: (r.priority, r.seq)):
+        waiting = sorted(self._waiting, key=lambda r: (r.priority, r.seq)) if self._waiting else []
+        if waiting:
+            free = self.capacity_tokens - self.used_tokens
+            avail = free + self.cache.evictable_tokens - self._reserved_tokens()
+        for req in waiting:
             if budget <= 0 or len(self._running) + len(admitted) >= self.config.max_running:
                 break
             prompt = req.resume_prompt()
@@ -328,6 +331,7 @@ class SimEngine:
     def _release(self, req: SimRequest, now_s: float) -> None:
         """Free a request's slot; the KV it computed stays in the cache, unlocked."""
         self._running.remove(req)
+        self._private -= req.generated - req.committed
         if req.generated > req.committed:
             # The private output tokens move into the cache: used_tokens stays the same.
             self.cache.insert((*req.prompt, (req.output_segment, req.generated)), now_s)
@@ -380,6 +384,7 @@ class SimEngine:
 
     def _grow(self, req: SimRequest, tokens: int, step: _Step) -> list[Completion]:
         req.generated += tokens
+        self._private += tokens
         if req.generated >= req.output_tokens:
             return [self._finish(req, step.end_s, "finished")]
         if self._abort_due(req, step):

@@ -7,7 +7,10 @@ token by token. A segment may be cached partially (an aborted request leaves the
 computed); matching stops inside such a segment.
 
 Entries referenced by a running request are locked (`ref > 0`); only unlocked leaves are
-evicted, least recently used first (SGLang's default `--radix-eviction-policy lru`).
+evicted, least recently used first (SGLang's default `--radix-eviction-policy lru`), ties in
+creation order. Candidates wait in a heap that is kept as entries change (a lazy heap: an
+entry is pushed again whenever it is touched, and stale pushes are skipped when popped), so
+an eviction costs O(log n) per entry freed rather than a walk of the whole cache.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class RadixNode:
     children: dict[str, RadixNode] = field(default_factory=dict)
     ref: int = 0
     last_access_s: float = 0.0
+    uid: int = 0  # creation order: the LRU tie-break
+    version: int = 0  # bumped on every change; a heap entry of an older version is stale
 
 
 class RadixCache:
@@ -36,7 +41,9 @@ class RadixCache:
         self.root = RadixNode("", 0, None)
         self.total_tokens = 0  # tokens held by every entry
         self.locked_tokens = 0  # tokens held by entries with ref > 0
-        self._seq = 0  # tie-breaker for the eviction heap
+        self._seq = 0  # creation counter (RadixNode.uid)
+        self._heap: list[tuple[float, int, int, RadixNode]] = []  # (last access, uid, version, node)
+        self._live = 0  # entries in the cache (to know when the heap is mostly stale)
 
     @property
     def evictable_tokens(self) -> int:
@@ -52,6 +59,7 @@ class RadixCache:
             if child is None:
                 break
             child.last_access_s = now_s
+            self._touch(child)
             path.append(child)
             matched += min(tokens, child.tokens)
             if child.tokens < tokens:
@@ -67,8 +75,11 @@ class RadixCache:
         for seg_id, tokens in prompt:
             child = node.children.get(seg_id)
             if child is None:
-                child = RadixNode(seg_id, 0, node)
+                self._seq += 1
+                self._live += 1
+                child = RadixNode(seg_id, 0, node, uid=self._seq)
                 node.children[seg_id] = child
+                node.version += 1  # no longer a leaf
             if child.tokens < tokens:
                 grow = tokens - child.tokens
                 child.tokens = tokens
@@ -76,6 +87,7 @@ class RadixCache:
                 if child.ref > 0:
                     self.locked_tokens += grow
             child.last_access_s = now_s
+            self._touch(child)
             path.append(child)
             node = child
         return path
@@ -94,6 +106,7 @@ class RadixCache:
             if n.ref == 0:
                 self.locked_tokens += n.tokens
             n.ref += 1
+            n.version += 1
 
     def unlock(self, path: Sequence[RadixNode], now_s: float) -> None:
         for n in path:
@@ -102,35 +115,42 @@ class RadixCache:
             if n.ref == 0:
                 self.locked_tokens -= n.tokens
             assert n.ref >= 0, "unbalanced radix unlock"
+            self._touch(n)
 
     def evict(self, tokens: int) -> int:
         """Evict unlocked leaves, least recently used first, until `tokens` are freed."""
-        heap: list[tuple[float, int, RadixNode]] = []
-        for leaf in self._unlocked_leaves():
-            heap.append((leaf.last_access_s, self._next(), leaf))
-        heapq.heapify(heap)
-        freed = 0
+        heap, freed = self._heap, 0
         while freed < tokens and heap:
-            _, _, leaf = heapq.heappop(heap)
+            _, _, version, leaf = heapq.heappop(heap)
+            if version != leaf.version or leaf.ref or leaf.children or leaf.parent is None:
+                continue  # stale: touched, locked, grown or evicted since it was pushed
             parent = leaf.parent
-            assert parent is not None
             del parent.children[leaf.seg_id]
+            leaf.parent = None
+            self._live -= 1
             freed += leaf.tokens
             self.total_tokens -= leaf.tokens
-            if parent is not self.root and parent.ref == 0 and not parent.children:
-                heapq.heappush(heap, (parent.last_access_s, self._next(), parent))
+            if parent is not self.root:
+                parent.version += 1
+                self._touch(parent)  # a leaf now, if nothing else holds it
         return freed
 
-    def _unlocked_leaves(self) -> list[RadixNode]:
-        out, stack = [], list(self.root.children.values())
+    def _touch(self, node: RadixNode) -> None:
+        """`node` changed: queue it for eviction if it is an unlocked leaf now."""
+        node.version += 1
+        if node.ref == 0 and not node.children:
+            heapq.heappush(self._heap, (node.last_access_s, node.uid, node.version, node))
+            if len(self._heap) > 4 * self._live + 1024:
+                self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Drop the stale heap entries: one entry per unlocked leaf."""
+        heap, stack = [], list(self.root.children.values())
         while stack:
             n = stack.pop()
             if n.children:
                 stack.extend(n.children.values())
             elif n.ref == 0:
-                out.append(n)
-        return out
-
-    def _next(self) -> int:
-        self._seq += 1
-        return self._seq
+                heap.append((n.last_access_s, n.uid, n.version, n))
+        heapq.heapify(heap)
+        self._heap = heap

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 from spex.shared.engine.api import EngineRequest
 from spex.shared.sim.radix import RadixNode, Segment
@@ -45,8 +46,8 @@ class SimRequest(EngineRequest):
     def abort_requested(self) -> bool:
         return self.abort_s is not None
 
-    @property
-    def prompt_tokens(self) -> int:
+    @cached_property
+    def prompt_tokens(self) -> int:  # the prompt never changes
         return sum(t for _, t in self.prompt)
 
     def resume_prompt(self) -> tuple[Segment, ...]:

@@ -61,3 +61,51 @@ def test_decode_out_of_kv_retracts_and_everything_still_finishes(engine_factory)
     assert all(c.generated == 1500 and c.reason == "finished" for c in done)
     assert engine.stats.retractions > 0
     assert engine.stats.peak_kv_tokens <= engine.capacity_tokens
+
+
+def _leaves(cache):
+    out, stack = [], list(cache.root.children.values())
+    while stack:
+        n = stack.pop()
+        if n.children:
+            stack.extend(n.children.values())
+        elif n.ref == 0:
+            out.append(n)
+    return out
+
+
+def test_eviction_order_is_a_full_scans_lru_under_random_operations():
+    # The heap is kept as entries change; the order it evicts in must be exactly what a scan
+    # of every unlocked leaf, oldest access first (ties: created first), would choose.
+    import random
+
+    rng = random.Random(7)
+    cache, locked, t = RadixCache(), [], 0.0
+    prompts = [
+        [("q", 10), (f"a{i}", 3), (f"b{i}.{j}", 2)][: rng.randint(1, 3)] for i in range(8) for j in range(3)
+    ]
+    evicted = 0
+    for _ in range(3000):
+        t += rng.choice([0.0, 0.5])  # equal times: ties are common
+        op = rng.random()
+        prompt = rng.choice(prompts)
+        if op < 0.35:
+            cache.insert(prompt, t)
+        elif op < 0.55:
+            cache.match(prompt, t)
+        elif op < 0.7:
+            locked.append(cache.insert(prompt, t))
+            cache.lock(locked[-1])
+        elif op < 0.85 and locked:
+            cache.unlock(locked.pop(rng.randrange(len(locked))), t)
+        else:
+            leaves = _leaves(cache)
+            if not leaves:
+                continue
+            want = min(leaves, key=lambda n: (n.last_access_s, n.uid))
+            total = cache.total_tokens
+            assert cache.evict(1) == want.tokens
+            assert want.parent is None and cache.total_tokens == total - want.tokens
+            evicted += 1
+    assert evicted > 100
+    assert len(cache._heap) <= 4 * cache._live + 1024  # stale entries are compacted away

@@ -30,8 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from spex.shared.core.search.base import SearchConfig, apply_params, register
 from spex.shared.core.search.embed import Embedder, trigram_embedder
@@ -53,6 +51,8 @@ def cluster_labels(texts: Sequence[str], threshold: float, embed: Embedder) -> l
     if len(texts) < 2 or len(set(texts)) < 2:
         return [0] * len(texts)
     vectors = embed(list(texts))
+    from scipy.cluster.hierarchy import fcluster, linkage  # scipy loads in ~1 s: only for ETS
+
     labels = fcluster(linkage(vectors, method="average", metric="cosine"), t=threshold, criterion="distance")
     return [int(x) - 1 for x in labels]
 
@@ -86,6 +86,8 @@ def solve_ets_ilp(
     lambda_s: float,
 ) -> list[bool]:
     """Solve the ETS integer program; `ancestors[j]` = indices of candidates under j."""
+    from scipy.optimize import Bounds, LinearConstraint, milp  # scipy loads in ~1 s: only for ETS
+
     n, m = len(weights), len(ancestors)
     k = (max(clusters) + 1) if clusters is not None else 0
     cost = 1.0 / (m + n)
