@@ -34,6 +34,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def parse_mix(text: str | None) -> tuple[tuple[str, int], ...]:
+    """`rebase-16,rstar-10` -> (("rebase", 16), ("rstar", 10)); a bad item names itself."""
+    out = []
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, target = item.strip().rpartition("-")
+        if not name or not target.isdigit():
+            raise ValueError(f"mix: {item.strip()!r} is not ALGORITHM-TARGET (e.g. rebase-16)")
+        out.append((name, int(target)))
+    return tuple(out)
+
+
 def _key_values(items: Sequence[str], what: str) -> dict[str, float]:
     out = {}
     for item in items:
@@ -65,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="override a knob")
     b.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="algorithm parameter")
     b.add_argument("--preset", default=None, help="named algorithm parameters (ets: ets-16, ets-64, ets-256)")
+    b.add_argument(
+        "--mix", default=None, metavar="ALGO-N,...", help="a mixed workload: each question runs one of these"
+    )
     b.add_argument("--json", default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
     b.add_argument("--mode", choices=["baseline", "spex", "compare"], default="baseline")
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
@@ -100,7 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--temperature", type=float, default=0.5, help="T2 softmax temperature τ")
     b.add_argument("--grid", action="store_true", help="run the paper's main figure and ablations")
     b.add_argument("--distributed", action="store_true", help="run through the real services (sim engine)")
-    b.add_argument("--time-scale", type=float, default=0.01, help="--distributed: wall s per simulated s")
+    b.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="--distributed: wall s per simulated s (default: measured)",
+    )
     b.add_argument("--grid-questions", type=int, default=32, help="questions per grid cell")
     b.add_argument("--workers", type=int, default=1, help="generator workers, one simulated engine each")
     b.add_argument(
@@ -294,13 +315,15 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         workers=args.workers,
         affinity=args.routing == "affinity",
         worker_slots=args.worker_slots,
+        mix=parse_mix(args.mix),
     )
     cfg.validate()
     if args.affinity_bench:
         from spex.bench.affinity import run_affinity
 
         workers = max(2, args.workers)
-        out = run_affinity(cfg, workers, args.distributed, args.time_scale, args.grid_out, console)
+        scale = 0.01 if args.time_scale is None else args.time_scale
+        out = run_affinity(cfg, workers, args.distributed, scale, args.grid_out, console)
         write_json(out, args.json)
         return 0
     if args.distributed:

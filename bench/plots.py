@@ -20,7 +20,7 @@ def _rows(report: dict[str, Any], profile: str, algo: str) -> list[dict[str, Any
 
 def plot_speedup(report: dict[str, Any], path: Path) -> None:
     profiles = sorted({r["profile"] for r in report["rows"]}, key=lambda p: ("34B" in p, p))
-    algos = list(dict.fromkeys(r["algorithm"] for r in report["rows"]))
+    algos = list(dict.fromkeys(r["algorithm"] for r in report["rows"] if r["algorithm"] != "mix"))
     fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.2), sharey=True)
     for ax, profile in zip(axes, profiles, strict=True):
         for i, algo in enumerate(algos):
@@ -43,7 +43,7 @@ def plot_speedup(report: dict[str, Any], path: Path) -> None:
 
 
 def plot_ablation(report: dict[str, Any], path: Path) -> None:
-    rows = [r for r in report["rows"] if "t1_only" in r]
+    rows = [r for r in report["rows"] if "t1_only" in r and "t3_on" in r]
     labels = [f"{r['algorithm']}\nB={r['batch_size']}" for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.27

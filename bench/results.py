@@ -152,7 +152,7 @@ def summarize(res: BenchResult) -> RunSummary:
         t1=cfg.mode == "spex" and cfg.t1,
         t2=cfg.mode == "spex" and cfg.t2,
         early_stop=cfg.early_stop.enabled,
-        algorithm=cfg.algorithm,
+        algorithm=",".join(f"{a}-{t}" for a, t in cfg.mix) if cfg.mix else cfg.algorithm,
         target=cfg.target,
         batch_size=cfg.batch_size,
         questions=len(recs),

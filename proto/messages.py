@@ -183,6 +183,11 @@ class WorkerLoadEvent(Message, frozen=True):
     queries: int = 0  # distinct queries its jobs belong to
     prompt_tokens: int = 0  # prompt tokens its engine looked up in its prefix cache, so far
     cached_tokens: int = 0  # of those, found there
+    # Cumulative, for the allocator's TPOT governor: primary decode steps, and Σ primaries ×
+    # step time, measured and as the steps would have taken without speculative work.
+    primary_steps: int = 0
+    primary_step_s: float = 0.0
+    primary_alone_s: float = 0.0
 
 
 class AnswerResult(Message, frozen=True):

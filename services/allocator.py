@@ -1,10 +1,15 @@
 """Budget allocator (T2): one active instance under a lease turns the coordinators' per-query
 stats into speculative shares (`spex.shared.core.spec.budget.allocate`) and publishes them to
-each query's inbox. Coordinators fall back to a static local share while none is published."""
+each query's inbox. Coordinators fall back to a static local share while none is published.
+
+Each worker's pool is its roofline's spare capacity at a slack that a `TpotGovernor` steers,
+per worker, from the step times its generator reports, so speculation grows primary TPOT by
+SPEX_TPOT_TARGET (SPEX_TPOT_FIXED=1: SPEX_TPOT_SLACK as it is)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -14,7 +19,7 @@ import structlog
 from spex.proto import BudgetUpdateEvent, ProtocolError, QueryStatsEvent, WorkerLoadEvent, decode
 from spex.proto.names import ALLOCATOR_LEASE, QUERY_STATS, query_inbox, query_request, worker_load
 from spex.shared.core.spec.budget import Demand, allocate
-from spex.shared.roofline.capacity import spare_concurrency, speculative_pool
+from spex.shared.roofline.capacity import TpotGovernor, spare_concurrency, speculative_pool
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.service import loop_forever, run_service
@@ -41,10 +46,44 @@ class Allocator:
         self.published: dict[str, int] = {}  # last share sent per query
         self.rounds = 0
         self._last = "$"
+        self.governors: dict[str, TpotGovernor] = {}  # per worker
+        self._fed: dict[str, tuple[int, float, float]] = {}  # a worker's step counters already fed
+        self._limited: dict[str, bool] = {}  # its queries could use more than its last pool
         self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
     def summary(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "k_total": self.k_total}
+        slack = {w: round(g.slack, 3) for w, g in self.governors.items()}
+        return {"rounds": self.rounds, "k_total": self.k_total, "slack": slack}
+
+    def slack(self, worker: str) -> float:
+        """The roofline slack `worker`'s pool is computed at now."""
+        if self.settings.tpot_fixed or worker not in self.governors:
+            return self.settings.tpot_slack
+        return self.governors[worker].slack
+
+    def _govern(self, loads: dict[str, WorkerLoadEvent]) -> None:
+        """Feed each worker's governor the primary steps its generator measured since the last
+        round (counters only grow; a restarted generator starts them again from zero)."""
+        for name, w in loads.items():
+            g = self.governors.get(name)
+            if g is None:
+                g = self.governors[name] = TpotGovernor(self.settings.tpot_target, self.settings.tpot_slack)
+            steps, measured, alone = self._fed.get(name, (0, 0.0, 0.0))
+            if w.primary_steps < steps:  # restarted
+                steps, measured, alone = 0, 0.0, 0.0
+            d_steps, d_measured, d_alone = (
+                w.primary_steps - steps,
+                w.primary_step_s - measured,
+                w.primary_alone_s - alone,
+            )
+            if d_steps > 0 and math.isfinite(d_measured) and math.isfinite(d_alone) and d_alone > 0:
+                g.observe(d_steps, d_measured, d_alone, self._limited.get(name, False))
+                self._limited[name] = False
+            self._fed[name] = (w.primary_steps, w.primary_step_s, w.primary_alone_s)
+        for gone in set(self.governors) - set(loads):
+            del self.governors[gone]
+            self._fed.pop(gone, None)
+            self._limited.pop(gone, None)
 
     async def run(self, stop: asyncio.Event) -> None:
         await loop_forever(stop, self._round, self.log, lambda: None)
@@ -101,7 +140,7 @@ class Allocator:
                 w.primary,
                 w.primary_ctx,
                 spec_ctx,
-                self.settings.tpot_slack,
+                self.slack(w.worker),
                 w.kv_held,
                 w.spec,
                 MAX_STEP_TOKENS,
@@ -116,6 +155,8 @@ class Allocator:
             return
         stats = [m for _, m in self.latest.values()]
         loads = {w.worker: w for w in await self._worker_loads()}
+        if not self.settings.tpot_fixed:
+            self._govern(loads)
         groups: dict[str, list[QueryStatsEvent]] = {}
         for m in stats:
             groups.setdefault(m.worker if m.worker in loads else "", []).append(m)
@@ -125,7 +166,11 @@ class Allocator:
             # Unplaced queries get what the workers nobody is placed on leave — nothing when
             # every live worker has its own queries (not the static k_total on top).
             pool = self._pool(members, mine) if mine or not loads else 0
-            shares |= allocate([_demand(m, self.kv_bytes) for m in members], pool, self.weight_bytes)
+            demands = [_demand(m, self.kv_bytes) for m in members]
+            shares |= allocate(demands, pool, self.weight_bytes)
+            if sum(d.candidates for d in demands) >= pool:
+                for w in mine:
+                    self._limited[w.worker] = True
         self.rounds += 1
         for m in stats:
             if self.published.get(m.query_id) == shares[m.query_id]:

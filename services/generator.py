@@ -377,6 +377,9 @@ class Generator:
             queries=len({req.query_id for _, req, _ in self.running.values()}),
             prompt_tokens=load.prompt_tokens,
             cached_tokens=load.cached_tokens,
+            primary_steps=load.primary_steps,
+            primary_step_s=load.primary_step_s,
+            primary_alone_s=load.primary_alone_s,
         )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
         keys = [worker_load(consumer), GEN_WORKERS]

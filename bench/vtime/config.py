@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spex.proto import SubmitQuestionRequest, submission
+from spex.shared.core.ids import derived_int
 from spex.shared.core.machine import REWARDS
 from spex.shared.core.search import SearchConfig, make_algorithm
 from spex.shared.core.spec.early_stop import EarlyStop
@@ -60,6 +61,9 @@ class BenchConfig:
     temperature: float = 0.5  # τ of the T2 softmax
     cache_nodes: int = 256
     # --- scale-out (simulated engines only)
+    # A mixed workload: each question runs one of these (algorithm, target) searches, drawn
+    # from (seed, question); empty: every question runs `algorithm`-`target`.
+    mix: tuple[tuple[str, int], ...] = ()
     workers: int = 1  # generator workers, one engine each
     affinity: bool = True  # a query's jobs on one worker (consistent hashing), else least-loaded
     worker_slots: int = 0  # jobs a worker takes before its queries spill (0: no limit)
@@ -102,6 +106,10 @@ class BenchConfig:
         parse_profile(self.reward_profile_name)
         # Build one algorithm to check its parameters (unknown names fail here, by name).
         make_algorithm(Tree("check", 0, 1), self.search_config())
+        for algorithm, target in self.mix:
+            if self.content != "synthetic":
+                raise ValueError("mix: a mixed workload runs on synthetic content only")
+            make_algorithm(Tree("check", 0, 1), self.search_config(algorithm, target))
 
     def _validate_engines(self) -> None:
         if self.backend not in BACKENDS:
@@ -130,14 +138,20 @@ class BenchConfig:
         if self.sampling_temperature < 0:
             raise ValueError(f"sampling_temperature: must be at least 0, not {self.sampling_temperature}")
 
-    def search_config(self) -> SearchConfig:
+    def search_config(self, algorithm: str | None = None, target: int | None = None) -> SearchConfig:
         return SearchConfig(
-            algorithm=self.algorithm,
-            target=self.target,
+            algorithm=algorithm or self.algorithm,
+            target=target or self.target,
             answer_selection=self.answer_selection,
             max_step_tokens=self.knobs.step_token_cap,
             params=dict(self.params),
         )
+
+    def search_of(self, query_id: str) -> tuple[str, int]:
+        """The (algorithm, target) question `query_id` runs."""
+        if not self.mix:
+            return self.algorithm, self.target
+        return self.mix[derived_int(len(self.mix), self.seed, query_id, "mix")]
 
     @property
     def reward_profile_name(self) -> str:

@@ -23,7 +23,7 @@ from spex.shared.core.tree import Node
 from spex.shared.engine.api import UNTIL_STOP, Completion, Engine, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import SimEngine
-from spex.shared.sim.workload import SyntheticQuestion, SyntheticWorkload
+from spex.shared.sim.workload import Generation, SyntheticQuestion, SyntheticWorkload
 
 __all__ = [
     "Content",
@@ -66,6 +66,9 @@ class Content(Protocol):
     def reward(self, question: Any, path: list[str], c: Completion) -> float: ...
 
     def correct(self, answer: str | None, question: Any) -> bool: ...
+
+    def forget(self, question: Any, rid: str) -> None:
+        """Generation `rid` was aborted: nothing will be read of it."""
 
 
 def sim_generator(cfg: BenchConfig) -> SimEngine:
@@ -116,13 +119,21 @@ class SyntheticContent:
     def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
         self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, ALGORITHMS[cfg.algorithm].family)
         self.questions: list[SyntheticQuestion] = [self.workload.query(i) for i in range(cfg.questions)]
+        # A mixed workload writes each question's steps in its own search's style.
+        styles = {style: SyntheticWorkload(cfg.knobs, cfg.seed, style) for style in ("bfs", "dfs")}
+        self._workload_of = {
+            q.query_id: styles[ALGORITHMS[cfg.search_of(q.query_id)[0]].family] for q in self.questions
+        }
+        self._pending: dict[tuple[str, str], Generation] = {}  # generated once, read at completion
         # A real engine reads text: the synthetic question's and steps'.
         self._gen_text = _template(gen) if not isinstance(gen, SimEngine) else None
         self._prm_text = _template(prm) if prm is not None and not isinstance(prm, SimEngine) else None
 
     def generate(self, question: SyntheticQuestion, cmd: GenerateCommand, rid: str) -> EngineRequest:
         path = [n.id for n in cmd.node.path()]
-        tokens = min(self.workload.generate(question, path).tokens, cmd.max_new_tokens)
+        gen = self._workload_of[question.query_id].generate(question, path)
+        self._pending[(question.query_id, rid)] = gen
+        tokens = min(gen.tokens, cmd.max_new_tokens)
         req = EngineRequest(rid, cmd.prompt, cmd.node.id, tokens, cmd.max_new_tokens, cmd.priority)
         if self._gen_text is not None:
             assert cmd.node.parent is not None
@@ -131,7 +142,9 @@ class SyntheticContent:
         return req
 
     def generated(self, question: SyntheticQuestion, path: list[str], c: Completion) -> Step:
-        gen = self.workload.generate(question, path)
+        gen = self._pending.pop((question.query_id, c.rid), None)
+        if gen is None:
+            gen = self._workload_of[question.query_id].generate(question, path)
         return Step(gen.text, c.generated, gen.finish_reason, gen.mean_logprob)
 
     def score(self, question: SyntheticQuestion, cmd: ScoreCommand, rid: str) -> EngineRequest:
@@ -142,6 +155,9 @@ class SyntheticContent:
 
     def reward(self, question: SyntheticQuestion, path: list[str], c: Completion) -> float:
         return self.workload.prm_reward(question, path)
+
+    def forget(self, question: SyntheticQuestion, rid: str) -> None:
+        self._pending.pop((question.query_id, rid), None)
 
     def correct(self, answer: str | None, question: SyntheticQuestion) -> bool:
         return answer == question.reference_answer
@@ -183,6 +199,9 @@ class RealContent:
     def reward(self, question: Question, path: list[str], c: Completion) -> float:
         assert c.reward is not None, "a reward engine's completion without a reward"
         return c.reward
+
+    def forget(self, question: Question, rid: str) -> None:
+        pass
 
     def correct(self, answer: str | None, question: Question) -> bool:
         from spex.shared.content.grading import grade  # math-verify (sympy) loads only for real content

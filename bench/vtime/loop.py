@@ -159,7 +159,7 @@ class _Run:
         machine = QueryMachine(
             question.query_id,
             question.prompt_tokens,
-            self.config,
+            self.cfg.search_config(*self.cfg.search_of(question.query_id)),
             self.cfg.seed,
             self.cfg.reward,
             speculation=self.policy,
@@ -177,10 +177,10 @@ class _Run:
         job = self.books[self.where.pop(c.rid)].pop_job(c.rid)
         self.metrics.generation_done(job, c)
         machine = self.machines.get(job.rid.query_id)
-        if machine is None:
-            return
-        if c.reason == "abort":
-            machine.on_cancelled(c.generated)
+        if machine is None or c.reason == "abort":
+            self.content.forget(self.by_id[job.rid.query_id], c.rid)
+            if machine is not None:
+                machine.on_cancelled(c.generated)
             return
         step = self.content.generated(self.by_id[job.rid.query_id], job.path, c)
         self.metrics.need_progressed(now)

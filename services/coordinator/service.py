@@ -110,6 +110,9 @@ class Coordinator:
         self.settings = settings
         self.owner = settings.consumer
         self.queries: dict[str, _Query] = {}
+        # Queries let go while Redis was unreachable, kept a while: if Redis comes back without
+        # their state (restarted without persistence) nobody else holds their request.
+        self._released: dict[str, tuple[float, _Query]] = {}
         self.log = structlog.get_logger().bind(service="coordinator", consumer=settings.consumer)
         self.events = 0
         self.answered = 0
@@ -280,6 +283,7 @@ class Coordinator:
 
     async def _apply(self, query: _Query, entries: Any) -> None:
         stream = query_inbox(query.request.query_id)
+        batch: list[Effect] = []
         for entry_id, fields in entries:
             entry = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             if not entry_after(entry, query.last_id):
@@ -305,31 +309,51 @@ class Coordinator:
             except Exception as exc:  # a bad event must not take the query (or the service) down
                 self.log.error("event_failed", query_id=query.request.query_id, error=repr(exc))
                 continue
-            await self._execute(query, commands)
+            await self._execute(query, commands, batch)
             if query.machine.done:
                 break
+        # One round trip for every publish of the batch, before the checkpoint that records
+        # the entries as applied (a crash in between replays them; publishing is idempotent).
+        await self._flush(batch)
         if not query.machine.done:
             await self._checkpoint(query)
 
     # ------------------------------------------------------------------ effects
-    async def _execute(self, query: _Query, commands: list[Command]) -> None:
+    async def _execute(
+        self, query: _Query, commands: list[Command], batch: list[Effect] | None = None
+    ) -> None:
+        """Carry out `commands`' effects. Publishes and cancel marks join `batch` (sent in one
+        round trip by `_flush`, before anything that depends on them); without a batch they
+        are sent at once. An answer flushes first."""
         out = Outgoing(query.request, query.epoch, query.machine, self.settings.content)
+        own = batch is None
+        pending: list[Effect] = [] if batch is None else batch
         for effect in effects(out, commands):
-            await self._perform(query, effect)
+            if isinstance(effect, Answer):
+                await self._flush(pending)
+                await self._answer(query, effect)
+            else:
+                pending.append(effect)
+        if own:
+            await self._flush(pending)
 
-    async def _perform(self, query: _Query, effect: Effect) -> None:
-        if isinstance(effect, Publish):
-            stream = effect.stream
-            if isinstance(effect.message, GenerateRequest):  # to the query's worker (prefix affinity)
-                stream = self.router.stream(effect.message.query_id)
-            try:
-                await self.bus.publish(stream, effect.message)
-            except ProtocolError as exc:  # e.g. the path's text past the message limit
-                raise _Unpublishable(f"{type(effect.message).__name__}: {exc}") from None
-        elif isinstance(effect, MarkCancelled):
-            await self.r.set(cancel_key(effect.job_id), 1, ex=3600)
-        elif isinstance(effect, Answer):
-            await self._answer(query, effect)
+    async def _flush(self, pending: list[Effect]) -> None:
+        items: list[tuple[str, Message]] = []
+        marks: list[tuple[str, int]] = []
+        for effect in pending:
+            if isinstance(effect, Publish):
+                stream = effect.stream
+                if isinstance(effect.message, GenerateRequest):  # to the query's worker (affinity)
+                    stream = self.router.stream(effect.message.query_id)
+                items.append((stream, effect.message))
+            elif isinstance(effect, MarkCancelled):
+                marks.append((cancel_key(effect.job_id), 3600))
+        pending.clear()
+        try:
+            await self.bus.publish_many(items, marks)
+        except ProtocolError as exc:  # e.g. the path's text past the message limit
+            names = ", ".join(sorted({type(m).__name__ for _, m in items}))
+            raise _Unpublishable(f"{names}: {exc}") from None
 
     async def _answer(self, query: _Query, effect: Answer) -> None:
         qid, m = query.request.query_id, query.machine
@@ -397,6 +421,7 @@ class Coordinator:
         whoever adopts it next replays its inbox."""
         if self.queries.get(query.request.query_id) is query:
             del self.queries[query.request.query_id]
+            self._released[query.request.query_id] = (time.monotonic(), query)
             self.log.warning("query_released", query_id=query.request.query_id)
 
     # ------------------------------------------------------------------ leases
@@ -477,8 +502,14 @@ class Coordinator:
         inbox — the replay re-publishes exactly what is missing."""
         info: Any = await self.r.info("server")
         run = str(info.get("run_id", ""))
-        if self._redis_run is not None and run != self._redis_run and self.queries:
-            self.log.warning("redis_restarted", queries=len(self.queries))
+        horizon = time.monotonic() - RELEASED_KEPT_S
+        self._released = {q: v for q, v in self._released.items() if v[0] > horizon}
+        if self._redis_run is not None and run != self._redis_run and (self.queries or self._released):
+            self.log.warning("redis_restarted", queries=len(self.queries), released=len(self._released))
+            for qid, (_, query) in list(self._released.items()):
+                if qid not in self.queries and not await self.r.exists(query_request(qid), reply_key(qid)):
+                    self._spawn(self._search_again(query))  # its request went with Redis's data
+            self._released.clear()
             for qid, query in list(self.queries.items()):
                 if not await self.r.exists(query_epoch(qid), reply_key(qid)):
                     self.queries.pop(qid, None)  # lost with Redis's data: only we hold the request
@@ -523,6 +554,9 @@ class Coordinator:
         if self.queries.get(qid) is query:
             del self.queries[qid]
             self.log.warning("lease_lost", query_id=qid)
+
+
+RELEASED_KEPT_S = 60.0  # how long a released query's request is kept for a Redis restart
 
 
 class _Unpublishable(Exception):

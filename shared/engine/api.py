@@ -107,6 +107,11 @@ class EngineLoad:
     prefix_cache_hit_rate: float
     prompt_tokens: int = 0  # prompt tokens looked up in the prefix cache so far (cumulative)
     cached_tokens: int = 0  # of those, found there
+    # Cumulative, for the TPOT governor (EngineStats): primary decode steps (or tokens), and
+    # Σ primaries × step time measured and without the speculative work.
+    primary_steps: int = 0
+    primary_step_s: float = 0.0
+    primary_alone_s: float = 0.0
 
 
 class Engine(Protocol):
@@ -139,5 +144,10 @@ class Engine(Protocol):
 
     @property
     def held_tokens(self) -> int: ...
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for admission (not yet holding a slot)."""
+        ...
 
     def utilization(self, span_s: float) -> float: ...

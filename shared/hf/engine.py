@@ -149,6 +149,10 @@ class HFEngine(SteppedEngine):
         self._held = []
         return rids
 
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
     def is_waiting(self, rid: str) -> bool:
         s = self._by_rid.get(rid)
         return s is not None and s in self._waiting

@@ -97,6 +97,10 @@ class RewardEngine(SteppedEngine):
         self._held = []
         return rids
 
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
     def is_waiting(self, rid: str) -> bool:
         return rid in self._by_rid
 

@@ -120,6 +120,23 @@ class Bus:
         entry = await self._publish(keys=keys, args=[encode(message), DEDUPE_TTL_S])
         return _s(entry) if entry else None
 
+    async def publish_many(
+        self, items: Sequence[tuple[str, Message]], marks: Sequence[tuple[str, int]] = ()
+    ) -> list[str | None]:
+        """`publish` each (stream, message) in order, and set each (key, ttl) of `marks` to 1,
+        in one round trip (a pipeline, not a transaction: each publish stays deduplicated on
+        its own). Every message is encoded first, so a ProtocolError sends nothing."""
+        encoded = [(stream, m.msg_id, encode(m)) for stream, m in items]
+        if not encoded and not marks:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for key, ttl in marks:
+            pipe.set(key, 1, ex=ttl)
+        for stream, msg_id, payload in encoded:
+            await self._publish(keys=[stream, dedupe_key(msg_id)], args=[payload, DEDUPE_TTL_S], client=pipe)
+        replies = await pipe.execute()
+        return [_s(entry) if entry else None for entry in replies[len(marks) :]]
+
     # ------------------------------------------------------------------ consuming
     async def ensure_group(self, stream: str, group: str) -> None:
         """Create the group (and the stream) unless it exists: safe to call on every start. With

@@ -29,7 +29,9 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_LEASE_S": ("lease_s", "coordinator lease on a query, seconds"),
     "SPEX_BLOCK_MS": ("block_ms", "longest blocking read, milliseconds (≤ socket timeout)"),
     "SPEX_BACKLOG_LIMIT": ("backlog_limit", "ingress backlog above which submissions are refused"),
-    "SPEX_TPOT_SLACK": ("tpot_slack", "decode-step growth speculation may cause (0.10 = 10%)"),
+    "SPEX_TPOT_TARGET": ("tpot_target", "primary TPOT growth speculation is held to (0.05 = +5%)"),
+    "SPEX_TPOT_SLACK": ("tpot_slack", "roofline slack the governor starts from (0.10 = 10%)"),
+    "SPEX_TPOT_FIXED": ("tpot_fixed", "1: keep SPEX_TPOT_SLACK fixed instead of steering it"),
     "SPEX_METRICS_PORT": ("metrics_port", "Prometheus /metrics port of this process (0: off)"),
     "SPEX_HTTP_PORT": ("http_port", "port of the HTTP ingress (spex worker ingress)"),
     "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
@@ -76,7 +78,9 @@ class Settings:
     lease_s: float = 3.0
     block_ms: int = 100
     backlog_limit: int = 10_000
+    tpot_target: float = 0.05
     tpot_slack: float = 0.10
+    tpot_fixed: bool = False
     metrics_port: int = 0
     http_port: int = 8080
     log_level: str = "info"
@@ -119,6 +123,7 @@ class Settings:
             "block_ms": 1 <= self.block_ms <= 2000,
             "backlog_limit": self.backlog_limit >= 1,
             "tpot_slack": self.tpot_slack >= 0,
+            "tpot_target": 0 <= self.tpot_target <= 10,
             "metrics_port": 0 <= self.metrics_port < 65536,
             "http_port": 0 < self.http_port < 65536,
             "log_level": self.log_level in ("debug", "info", "warning", "error"),

@@ -133,6 +133,7 @@ class _InFlight:
     task: asyncio.Task[None] | None = None
     aborted: bool = False
     sent: bool = False  # the request reached the server (it may be running it)
+    beside_spec: bool = False  # a speculative request was in flight at some point of its life
 
 
 class ServingEngine:
@@ -157,6 +158,13 @@ class ServingEngine:
         self._done: asyncio.Queue[Completion] = asyncio.Queue()
         self.healthy = True  # False while the server cannot be connected to
         self._stopping: set[asyncio.Task[None]] = set()  # abort tasks (held: the loop keeps weak refs)
+        # The TPOT governor's measure on a server (no view of its steps): a primary request's
+        # time per generated token, against the same measured for primaries that ran with no
+        # speculative request in flight (an EWMA), summed over tokens like EngineStats.
+        self._tpot_ref_s: float | None = None
+        self._primary_tokens = 0
+        self._primary_s = 0.0
+        self._primary_alone_s = 0.0
 
     # ------------------------------------------------------------------ the driver interface
     def now(self) -> float:
@@ -197,6 +205,12 @@ class ServingEngine:
         if not request.text:
             raise ValueError(f"request {request.rid!r}: a serving engine needs the prompt's text")
         f = _InFlight(request, server_rid(self.nonce, request.rid), self.now())
+        if request.priority > PRIMARY:
+            for other in self._inflight.values():
+                other.beside_spec = True
+            f.beside_spec = True
+        else:
+            f.beside_spec = any(o.req.priority > PRIMARY for o in self._inflight.values())
         self._inflight[request.rid] = f
         f.task = asyncio.get_running_loop().create_task(self._call(f))
 
@@ -227,6 +241,9 @@ class ServingEngine:
             prefix_cache_hit_rate=self.server.prefix_cache_hit_rate,
             prompt_tokens=int(self.server.prefix_queries),
             cached_tokens=int(self.server.prefix_hits),
+            primary_steps=self._primary_tokens,
+            primary_step_s=self._primary_s,
+            primary_alone_s=self._primary_alone_s,
         )
 
     async def run(self, on_complete: Callable[[Completion], Awaitable[None]], stop: asyncio.Event) -> None:
@@ -338,7 +355,19 @@ class ServingEngine:
             )
         else:
             c = self._completion(f, reply)
+            if c.reason == "finished" and f.req.priority <= PRIMARY and c.generated > 1:
+                self._measure(f, c)
         self._done.put_nowait(c)
+
+    def _measure(self, f: _InFlight, c: Completion) -> None:
+        per_token = (c.time_s - c.arrival_s) / c.generated
+        if not f.beside_spec:
+            ref = self._tpot_ref_s
+            self._tpot_ref_s = per_token if ref is None else 0.8 * ref + 0.2 * per_token
+        elif self._tpot_ref_s is not None:
+            self._primary_tokens += c.generated
+            self._primary_s += c.generated * per_token
+            self._primary_alone_s += c.generated * self._tpot_ref_s
 
     def _completion(self, f: _InFlight, reply: Reply) -> Completion:
         aborted = f.aborted
