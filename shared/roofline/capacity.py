@@ -66,14 +66,16 @@ class TpotGovernor:
     Every `window` decode steps with primary sequences in them, the governor compares what
     those steps took (measured) with what they would have taken without the speculative work
     in them (the engine's counterfactual, or a reference measured without speculation) and
-    moves the slack by `gain` × the error: an engine whose speculation costs less than the
-    target gets more, one over the target less. It raises the slack only while the pool was
+    moves the slack by the error times a gain: an engine whose speculation costs less than
+    the target gets more (`gain`), one over the target less, four times as fast (`gain_down`),
+    so the windows over the target are short. It raises the slack only while the pool was
     what limited speculation (a window in which speculation never filled its pool says
     nothing about what more would cost: no wind-up)."""
 
     target: float = 0.05
     slack: float = 0.10  # where it starts
-    gain: float = 1.0
+    gain: float = 0.5  # raising the slack
+    gain_down: float = 2.0  # lowering it: over the target is corrected faster than under
     window: int = 16
     max_slack: float = 4.0
     _measured_s: float = 0.0
@@ -92,7 +94,8 @@ class TpotGovernor:
             return
         error = self.target - (self._measured_s / self._alone_s - 1.0)
         if error < 0 or self._limited:
-            self.slack = min(self.max_slack, max(0.0, self.slack + self.gain * error))
+            gain = self.gain if error > 0 else self.gain_down
+            self.slack = min(self.max_slack, max(0.0, self.slack + gain * error))
         self._steps, self._measured_s, self._alone_s, self._limited = 0, 0.0, 0.0, False
 
     @property
