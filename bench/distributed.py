@@ -137,7 +137,7 @@ def live_coordinator(cfg: BenchConfig, time_scale: float = 0.0005) -> dict[str, 
     the coordinator's own count of inbox events (its /metrics) over its CPU seconds."""
     port = _free_port()
     with up(Settings(time_scale=time_scale, metrics_port=port), generators=2) as live:
-        pid = _pid_of("coord-0")
+        pid = _pid_of("coord-0", port)
         cpu0, events0 = _cpu_s(pid), _events(port)
         t0 = time.monotonic()
         run = asyncio.run(drive(live, cfg, "spex"))
@@ -159,21 +159,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _pid_of(consumer: str) -> int:
-    """The pid of the service process `spex up` started as `consumer` (Linux /proc)."""
+def _pid_of(consumer: str, metrics_port: int) -> int:
+    """The pid of the service process this `spex up` started as `consumer`, told apart from any
+    other stack's by its metrics port (Linux /proc)."""
+    want = {f"SPEX_CONSUMER={consumer}".encode(), f"SPEX_METRICS_PORT={metrics_port}".encode()}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            env = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
+            env = set((proc / "environ").read_bytes().split(b"\0"))
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
             continue
-        if (
-            f"SPEX_CONSUMER={consumer}".encode() in env
-            and b"spex.services" in (proc / "cmdline").read_bytes()
-        ):
+        if want <= env and b"spex.services" in cmdline:
             return int(proc.name)
-    raise RuntimeError(f"no process for {consumer}")
+    raise RuntimeError(f"no process for {consumer} with metrics port {metrics_port}")
 
 
 def _cpu_s(pid: int) -> float:

@@ -19,7 +19,7 @@ import structlog
 from spex.proto import BudgetUpdateEvent, ProtocolError, QueryStatsEvent, WorkerLoadEvent, decode
 from spex.proto.names import ALLOCATOR_LEASE, QUERY_STATS, query_inbox, query_request, worker_load
 from spex.shared.core.spec.budget import Demand, allocate
-from spex.shared.roofline.capacity import TpotGovernor, spare_concurrency, speculative_pool
+from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.service import loop_forever, run_service
@@ -49,6 +49,7 @@ class Allocator:
         self.governors: dict[str, TpotGovernor] = {}  # per worker
         self._fed: dict[str, tuple[int, float, float]] = {}  # a worker's step counters already fed
         self._limited: dict[str, bool] = {}  # its queries could use more than its last pool
+        self._slack_bound: dict[str, bool] = {}  # the slack set its last pool (not KV)
         self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
     def summary(self) -> dict[str, Any]:
@@ -84,6 +85,7 @@ class Allocator:
             del self.governors[gone]
             self._fed.pop(gone, None)
             self._limited.pop(gone, None)
+            self._slack_bound.pop(gone, None)
 
     async def run(self, stop: asyncio.Event) -> None:
         await loop_forever(stop, self._round, self.log, lambda: None)
@@ -134,19 +136,13 @@ class Allocator:
         spec_ctx = sum(min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS) for m in stats) / len(stats)
         if not loads:
             return max(0, self.k_total - sum(m.active_jobs for m in stats))
-        return sum(
-            speculative_pool(
-                self.profile,
-                w.primary,
-                w.primary_ctx,
-                spec_ctx,
-                self.slack(w.worker),
-                w.kv_held,
-                w.spec,
-                MAX_STEP_TOKENS,
-            )
-            for w in loads
-        )
+        total = 0
+        for w in loads:
+            spare = spare_concurrency(self.profile, w.primary, w.primary_ctx, spec_ctx, self.slack(w.worker))
+            room = kv_room(self.profile, w.kv_held, w.spec, MAX_STEP_TOKENS)
+            self._slack_bound[w.worker] = spare < room  # the slack, not the KV pool, sets it
+            total += min(spare, room)
+        return total
 
     async def _publish(self) -> None:
         """Each worker's spare capacity goes to the queries routed to it (prefix affinity);
@@ -168,9 +164,11 @@ class Allocator:
             pool = self._pool(members, mine) if mine or not loads else 0
             demands = [_demand(m, self.kv_bytes) for m in members]
             shares |= allocate(demands, pool, self.weight_bytes)
-            if sum(d.candidates for d in demands) >= pool:
+            demand = sum(d.candidates for d in demands)
+            if demand > 0 and demand >= pool:  # could have used more than the pool
                 for w in mine:
-                    self._limited[w.worker] = True
+                    if self._slack_bound.get(w.worker, False):
+                        self._limited[w.worker] = True
         self.rounds += 1
         for m in stats:
             if self.published.get(m.query_id) == shares[m.query_id]:

@@ -37,7 +37,7 @@ from spex.shared.core.routing import SHARED, Load, Ring, route
 from spex.shared.core.spec.budget import Demand, allocate, even_split, hit_rate_estimate
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
 from spex.shared.engine.api import Completion, Engine
-from spex.shared.roofline.capacity import TpotGovernor, speculative_pool
+from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import SimEngine
 
@@ -96,6 +96,7 @@ class _Run:
         self.governors = [TpotGovernor(cfg.tpot_target, start) for _ in self.gens]
         self._seen = [(0, 0.0, 0.0) for _ in self.gens]  # engine step counters already fed
         self._limited = [False] * len(self.gens)  # demand reached the pool since the last feed
+        self._slack_bound = [False] * len(self.gens)  # the slack set the last pool (not KV)
         self._handlers: dict[type, Callable[[Any, str, float], int]] = {
             GenerateCommand: self._generate,
             ScoreCommand: self._score,
@@ -275,25 +276,26 @@ class _Run:
 
     # ------------------------------------------------------------------ T2
     def _pool(self, w: int, machines: list[QueryMachine]) -> int:
-        """Speculative jobs worker `w`'s engine can take now (see `speculative_pool`), for the
-        queries `machines` routed to it."""
+        """Speculative jobs worker `w`'s engine can take now, for the queries `machines` routed
+        to it: the roofline's spare capacity at its slack, within the KV room."""
         book, gen = self.books[w], self.gens[w]
         k_total = self.cfg.k_total
         if k_total is None and not isinstance(gen, SimEngine):
             k_total = self.cfg.max_running  # no roofline model of a real engine: its batch is the pool
+        self._slack_bound[w] = False
         if k_total is not None:
             return max(0, k_total - book.primary_in_flight)
         contexts = [m.context_tokens for m in machines]
-        return speculative_pool(
+        spare = spare_concurrency(
             self.profile,
             book.primary_in_flight,
             book.primary_ctx,
             sum(contexts) / len(contexts),
             self._slack(w),
-            gen.held_tokens,
-            book.speculative_jobs,
-            self.config.max_step_tokens,
         )
+        room = kv_room(self.profile, gen.held_tokens, book.speculative_jobs, self.config.max_step_tokens)
+        self._slack_bound[w] = spare < room  # the slack, not the KV pool, sets this pool
+        return min(spare, room)
 
     def _slack(self, w: int) -> float:
         return self.cfg.tpot_slack if self.cfg.tpot_slack is not None else self.governors[w].slack
@@ -340,9 +342,9 @@ class _Run:
             self.metrics.pool_peak = max(self.metrics.pool_peak, pool)
             share, demand = self._divide(qids, pool)
             shares |= share
-            if demand >= pool:
+            if demand > 0 and demand >= pool:  # could have used more than the pool
                 for i in workers:
-                    self._limited[i] = True
+                    self._limited[i] = self._limited[i] or self._slack_bound[i]
         for qid, machine in list(self.machines.items()):
             commands = machine.on_budget(shares[qid], now)
             if commands:

@@ -115,7 +115,7 @@ class RunMetrics:
             _, kind, jobs = known
             if kind is None:
                 continue
-            if kind == "generation_s" and waiting is not None and any(waiting(qid, j) for j in jobs):
+            if jobs and waiting is not None and any(waiting(qid, j) for j in jobs):
                 kind = "admission_s"
             self.critical.add(kind, dt)
 
@@ -130,9 +130,10 @@ class RunMetrics:
         if kind == "score":
             return "reward_s", []
         jobs = [j for j in (machine.job_of(n) for n in node_ids) if j is not None]
+        ids = [job_id for job_id, _ in jobs]
         if jobs and all(speculative for _, speculative in jobs):
-            return "adopted_s", []
-        return "generation_s", [job_id for job_id, _ in jobs]
+            return "adopted_s", ids
+        return "generation_s", ids
 
     def query_done(self, machine: QueryMachine, correct: bool, now: float) -> None:
         st = machine.stats

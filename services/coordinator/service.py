@@ -213,6 +213,7 @@ class Coordinator:
         epoch = await self.r.eval(scripts.ACQUIRE, len(keys), *keys, self.owner, lease_ms, expiry, qid)
         if not epoch:
             return False
+        self._released.pop(qid, None)  # ours again: a Redis restart is handled as for any held query
         speculate = req.mode == "spex"
         s = self.settings
         params = {"max_depth": float(s.max_depth)} if s.max_depth else {}
@@ -381,6 +382,7 @@ class Coordinator:
             self._lost(qid, query)  # another coordinator holds the query now: it answers
             return
         self.queries.pop(qid, None)
+        self._released.pop(qid, None)
         QUERIES_OWNED.labels(self.owner).set(len(self.queries))
         self.answered += 1
         self.log.info(
@@ -506,11 +508,12 @@ class Coordinator:
         self._released = {q: v for q, v in self._released.items() if v[0] > horizon}
         if self._redis_run is not None and run != self._redis_run and (self.queries or self._released):
             self.log.warning("redis_restarted", queries=len(self.queries), released=len(self._released))
-            for qid, (_, query) in list(self._released.items()):
+            held = list(self.queries.items())  # before any search-again below adopts one
+            released, self._released = self._released, {}
+            for qid, (_, query) in released.items():
                 if qid not in self.queries and not await self.r.exists(query_request(qid), reply_key(qid)):
                     self._spawn(self._search_again(query))  # its request went with Redis's data
-            self._released.clear()
-            for qid, query in list(self.queries.items()):
+            for qid, query in held:
                 if not await self.r.exists(query_epoch(qid), reply_key(qid)):
                     self.queries.pop(qid, None)  # lost with Redis's data: only we hold the request
                     self._spawn(self._search_again(query))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from spex.shared.roofline.hardware import Profile
 
-__all__ = ["KV_HEADROOM", "TpotGovernor", "spare_concurrency", "speculative_pool"]
+__all__ = ["KV_HEADROOM", "TpotGovernor", "kv_room", "spare_concurrency"]
 
 KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
 
@@ -41,22 +41,11 @@ def spare_concurrency(
     return lo
 
 
-def speculative_pool(
-    profile: Profile,
-    primary: int,
-    primary_ctx: float,
-    spec_ctx: float,
-    slack: float,
-    kv_held: int,
-    spec_jobs: int,
-    max_step_tokens: int,
-) -> int:
-    """Speculative jobs one generator can take now: what the roofline leaves beside its primary
-    jobs (`spare_concurrency`), and never so many that speculation would bring more than
-    KV_HEADROOM of its KV pool into use (each job may hold up to `max_step_tokens`)."""
-    pool = spare_concurrency(profile, primary, primary_ctx, spec_ctx, slack)
+def kv_room(profile: Profile, kv_held: int, spec_jobs: int, max_step_tokens: int) -> int:
+    """Speculative jobs the KV pool allows: never so many that speculation would bring more
+    than KV_HEADROOM of it into use (each job may hold up to `max_step_tokens`)."""
     headroom = int(KV_HEADROOM * profile.kv_capacity_tokens) - kv_held
-    return min(pool, max(0, (headroom + spec_jobs * max_step_tokens) // max_step_tokens))
+    return max(0, (headroom + spec_jobs * max_step_tokens) // max_step_tokens)
 
 
 @dataclass
@@ -67,7 +56,7 @@ class TpotGovernor:
     those steps took (measured) with what they would have taken without the speculative work
     in them (the engine's counterfactual, or a reference measured without speculation) and
     moves the slack by the error times a gain: an engine whose speculation costs less than
-    the target gets more (`gain`), one over the target less, four times as fast (`gain_down`),
+    the target gets more (`gain`), one over the target less, twice as fast (`gain_down`),
     so the windows over the target are short. It raises the slack only while the pool was
     what limited speculation (a window in which speculation never filled its pool says
     nothing about what more would cost: no wind-up)."""
@@ -75,8 +64,8 @@ class TpotGovernor:
     target: float = 0.05
     slack: float = 0.10  # where it starts
     gain: float = 0.5  # raising the slack
-    gain_down: float = 2.0  # lowering it: over the target is corrected faster than under
-    window: int = 16
+    gain_down: float = 1.0  # lowering it: over the target is corrected faster than under
+    window: int = 32
     max_slack: float = 4.0
     _measured_s: float = 0.0
     _alone_s: float = 0.0
@@ -85,7 +74,8 @@ class TpotGovernor:
 
     def observe(self, steps: int, measured_s: float, alone_s: float, limited: bool) -> None:
         """`steps` more primary decode steps took `measured_s` (`alone_s` without speculation);
-        `limited`: speculation filled its pool at some point meanwhile."""
+        `limited`: at some point meanwhile speculation could have used more than its pool,
+        and the slack (not the KV pool) was what set the pool."""
         self._steps += steps
         self._measured_s += measured_s
         self._alone_s += alone_s

@@ -228,6 +228,11 @@ class ServingEngine:
         task.add_done_callback(self._stopping.discard)
         return []  # the reply comes back with what was generated
 
+    @property
+    def waiting(self) -> int:
+        """Requests the server holds queued (from its last /metrics)."""
+        return self.server.waiting
+
     def load(self) -> EngineLoad:
         primary = [f for f in self._inflight.values() if f.req.priority <= PRIMARY]
         return EngineLoad(

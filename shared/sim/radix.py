@@ -119,9 +119,9 @@ class RadixCache:
 
     def evict(self, tokens: int) -> int:
         """Evict unlocked leaves, least recently used first, until `tokens` are freed."""
-        heap, freed = self._heap, 0
-        while freed < tokens and heap:
-            _, _, version, leaf = heapq.heappop(heap)
+        freed = 0
+        while freed < tokens and self._heap:  # (`_touch` may rebuild the heap: never hold it)
+            _, _, version, leaf = heapq.heappop(self._heap)
             if version != leaf.version or leaf.ref or leaf.children or leaf.parent is None:
                 continue  # stale: touched, locked, grown or evicted since it was pushed
             parent = leaf.parent

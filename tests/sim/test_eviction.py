@@ -109,3 +109,16 @@ def test_eviction_order_is_a_full_scans_lru_under_random_operations():
             evicted += 1
     assert evicted > 100
     assert len(cache._heap) <= 4 * cache._live + 1024  # stale entries are compacted away
+
+
+def test_an_eviction_that_rebuilds_the_heap_midway_still_frees_everything_asked():
+    # A long chain evicted leaf by leaf pushes each parent as it becomes a leaf; the heap's
+    # stale entries (one leaf touched again and again) cross the rebuild threshold midway.
+    cache = RadixCache()
+    chain = [(f"s{i}", 10) for i in range(200)]
+    cache.insert(chain, now_s=0.0)
+    cache.insert([("other", 10)], now_s=0.0)
+    for t in range(1, 1200):
+        cache.match([("other", 10)], now_s=float(t))
+    assert cache.evict(10**9) == 2010
+    assert cache.total_tokens == 0 and not cache.root.children

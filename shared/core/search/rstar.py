@@ -133,7 +133,8 @@ class Rstar(SearchAlgorithm):
                     path.append(node)
                     continue
                 for c in kids:
-                    self._tag.setdefault(c.id, rollout)
+                    if self._tag.get(c.id, -1) <= self.rollout:  # unseen, or seen by a rollout now past
+                        self._tag[c.id] = rollout
                     if not c.generated and not view.busy(c) and c.id not in planned and len(out) < k:
                         out.append(c)
                         planned.add(c.id)
