@@ -40,7 +40,7 @@ CHECKPOINT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
   return 0
 end
-redis.call('HSET', KEYS[3], 'epoch', ARGV[2], 'last_id', ARGV[3], 'digest', ARGV[4], 'nodes', ARGV[5])
+redis.call('HSET', KEYS[3], 'epoch', ARGV[2], 'last_id', ARGV[3], 'nodes', ARGV[4])
 return 1
 """
 
