@@ -506,15 +506,10 @@ class Coordinator:
         inbox — the replay re-publishes exactly what is missing."""
         info: Any = await self.r.info("server")
         run = str(info.get("run_id", ""))
-        horizon = time.monotonic() - RELEASED_KEPT_S
-        self._released = {q: v for q, v in self._released.items() if v[0] > horizon}
-        if self._redis_run is not None and run != self._redis_run and (self.queries or self._released):
-            self.log.warning("redis_restarted", queries=len(self.queries), released=len(self._released))
-            held = list(self.queries.items())  # before any search-again below adopts one
-            released, self._released = self._released, {}
-            for qid, (_, query) in released.items():
-                if qid not in self.queries and not await self.r.exists(query_request(qid), reply_key(qid)):
-                    self._spawn(self._search_again(query))  # its request went with Redis's data
+        held = list(self.queries.items())  # before any search-again below adopts one
+        await self._search_lost_releases()
+        if self._redis_run is not None and run != self._redis_run and held:
+            self.log.warning("redis_restarted", queries=len(held))
             for qid, query in held:
                 if not await self.r.exists(query_epoch(qid), reply_key(qid)):
                     self.queries.pop(qid, None)  # lost with Redis's data: only we hold the request
@@ -524,6 +519,19 @@ class Coordinator:
                 keys = [query_lease(qid), COORDINATORS_ACTIVE]
                 await self.r.eval(scripts.RELEASE, len(keys), *keys, self.owner, qid)
         self._redis_run = run
+
+    async def _search_lost_releases(self) -> None:
+        """A query we let go while Redis was unreachable is searched again from the request we
+        kept if Redis came back without it (no request, no answer: it restarted without
+        persistence), whoever noticed the restart first; kept RELEASED_KEPT_S, then forgotten."""
+        horizon = time.monotonic() - RELEASED_KEPT_S
+        self._released = {q: v for q, v in self._released.items() if v[0] > horizon}
+        for qid, (_, query) in list(self._released.items()):
+            if qid in self.queries or qid in self._adopting:
+                self._released.pop(qid, None)
+            elif not await self.r.exists(query_request(qid), reply_key(qid)):
+                self._released.pop(qid, None)
+                self._spawn(self._search_again(query))  # its request went with Redis's data
 
     async def _publish_stats(self) -> None:
         """What the budget allocator needs per speculating query (C_q, P_q, S_KV, load)."""
