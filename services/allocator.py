@@ -9,7 +9,6 @@ SPEX_TPOT_TARGET (SPEX_TPOT_FIXED=1: SPEX_TPOT_SLACK as it is)."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from typing import Any
 
@@ -47,8 +46,6 @@ class Allocator:
         self.rounds = 0
         self._last = "$"
         self.governors: dict[str, TpotGovernor] = {}  # per worker
-        self._fed: dict[str, tuple[int, float, float]] = {}  # a worker's step counters already fed
-        self._limited: dict[str, bool] = {}  # its queries could use more than its last pool
         self._slack_bound: dict[str, bool] = {}  # the slack set its last pool (not KV)
         self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
@@ -63,28 +60,14 @@ class Allocator:
         return self.governors[worker].slack
 
     def _govern(self, loads: dict[str, WorkerLoadEvent]) -> None:
-        """Feed each worker's governor the primary steps its generator measured since the last
-        round (counters only grow; a restarted generator starts them again from zero)."""
+        """Feed each worker's governor the step counters its generator reports."""
         for name, w in loads.items():
             g = self.governors.get(name)
             if g is None:
                 g = self.governors[name] = TpotGovernor(self.settings.tpot_target, self.settings.tpot_slack)
-            steps, measured, alone = self._fed.get(name, (0, 0.0, 0.0))
-            if w.primary_steps < steps:  # restarted
-                steps, measured, alone = 0, 0.0, 0.0
-            d_steps, d_measured, d_alone = (
-                w.primary_steps - steps,
-                w.primary_step_s - measured,
-                w.primary_alone_s - alone,
-            )
-            if d_steps > 0 and math.isfinite(d_measured) and math.isfinite(d_alone) and d_alone > 0:
-                g.observe(d_steps, d_measured, d_alone, self._limited.get(name, False))
-                self._limited[name] = False
-            self._fed[name] = (w.primary_steps, w.primary_step_s, w.primary_alone_s)
+            g.feed(w.primary_steps, w.primary_step_s, w.primary_alone_s)
         for gone in set(self.governors) - set(loads):
             del self.governors[gone]
-            self._fed.pop(gone, None)
-            self._limited.pop(gone, None)
             self._slack_bound.pop(gone, None)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -165,10 +148,9 @@ class Allocator:
             demands = [_demand(m, self.kv_bytes) for m in members]
             shares |= allocate(demands, pool, self.weight_bytes)
             demand = sum(d.candidates for d in demands)
-            if demand > 0 and demand >= pool:  # could have used more than the pool
-                for w in mine:
-                    if self._slack_bound.get(w.worker, False):
-                        self._limited[w.worker] = True
+            for w in mine:
+                if w.worker in self.governors:
+                    self.governors[w.worker].note_pool(demand, pool, self._slack_bound.get(w.worker, False))
         self.rounds += 1
         for m in stats:
             if self.published.get(m.query_id) == shares[m.query_id]:

@@ -94,8 +94,6 @@ class _Run:
         self.metrics = RunMetrics(trace_levels=self.gen.trace is not None)
         start = cfg.tpot_slack if cfg.tpot_slack is not None else 0.10
         self.governors = [TpotGovernor(cfg.tpot_target, start) for _ in self.gens]
-        self._seen = [(0, 0.0, 0.0) for _ in self.gens]  # engine step counters already fed
-        self._limited = [False] * len(self.gens)  # demand reached the pool since the last feed
         self._slack_bound = [False] * len(self.gens)  # the slack set the last pool (not KV)
         self._handlers: dict[type, Callable[[Any, str, float], int]] = {
             GenerateCommand: self._generate,
@@ -306,17 +304,7 @@ class _Run:
             return
         for w, gen in enumerate(self.gens):
             s = gen.stats
-            steps, measured, alone = self._seen[w]
-            if s.primary_steps == steps:
-                continue
-            self.governors[w].observe(
-                s.primary_steps - steps,
-                s.primary_step_s - measured,
-                s.primary_alone_s - alone,
-                self._limited[w],
-            )
-            self._seen[w] = (s.primary_steps, s.primary_step_s, s.primary_alone_s)
-            self._limited[w] = False
+            self.governors[w].feed(s.primary_steps, s.primary_step_s, s.primary_alone_s)
             if isinstance(gen, SimEngine):
                 gen.spec_step_slack = self.governors[w].slack  # for scheduling="paused"
 
@@ -342,9 +330,8 @@ class _Run:
             self.metrics.pool_peak = max(self.metrics.pool_peak, pool)
             share, demand = self._divide(qids, pool)
             shares |= share
-            if demand > 0 and demand >= pool:  # could have used more than the pool
-                for i in workers:
-                    self._limited[i] = self._limited[i] or self._slack_bound[i]
+            for i in workers:
+                self.governors[i].note_pool(demand, pool, self._slack_bound[i])
         for qid, machine in list(self.machines.items()):
             commands = machine.on_budget(shares[qid], now)
             if commands:

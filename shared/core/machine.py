@@ -166,8 +166,7 @@ class QueryMachine:
 
     # ------------------------------------------------------------------ events
     def start(self, now_s: float) -> list[Command]:
-        self._predicted, self._settled = None, False
-        self.events += 1
+        self._changed()
         self.started_s = now_s
         commands = self._resume(now_s, first=True)
         return commands + self._housekeeping(now_s)
@@ -186,8 +185,7 @@ class QueryMachine:
         if job is None or job.job_id != job_id or self.done:
             return []  # stale (cancelled or superseded) or duplicate: the first result wins
         del self._jobs[node_id]
-        self._predicted, self._settled = None, False
-        self.events += 1
+        self._changed()
         if job.speculative and not job.adopted:
             self._cache.finished(node_id, job.distance)
         real = node_id in self._requested
@@ -217,8 +215,7 @@ class QueryMachine:
         if node_id not in self._scoring or self.done:
             return []
         self._scoring.discard(node_id)
-        self._predicted, self._settled = None, False
-        self.events += 1
+        self._changed()
         node = self.tree.nodes[node_id] if node_id in self._requested else self._cache.get(node_id)
         if node is None or not node.generated:
             return []
@@ -235,8 +232,7 @@ class QueryMachine:
         tracked = node_id in self._scoring if kind == "score" else self.job_of(node_id) is not None
         if not tracked or (kind != "score" and self._jobs[node_id].job_id != job_id):
             return []
-        self._predicted, self._settled = None, False
-        self.events += 1
+        self._changed()
         if node_id not in self._requested:  # speculation the search has not asked for: drop it
             self._spec_failed.add(node_id)
             if kind == "score":
@@ -248,6 +244,12 @@ class QueryMachine:
             return self._housekeeping(now_s)
         self.error = f"{kind} job {job_id} failed: {reason}"
         return self._finish(now_s, None, early=False)
+
+    def _changed(self) -> None:
+        """An event changed the query: forget the remembered prediction, let housekeeping run
+        again, and move the version its readers compare."""
+        self._predicted, self._settled = None, False
+        self.events += 1
 
     def on_cancelled(self, tokens: int) -> None:
         """A cancelled speculative job stopped after `tokens` tokens (all of them waste)."""

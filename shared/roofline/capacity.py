@@ -8,6 +8,7 @@ measured step time within a TPOT target of what it would be without speculation.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from spex.shared.roofline.hardware import Profile
@@ -71,6 +72,7 @@ class TpotGovernor:
     _alone_s: float = 0.0
     _steps: int = 0
     _limited: bool = False
+    _fed: tuple[int, float, float] = (0, 0, 0)  # the engine's counters at the last `feed`
 
     def observe(self, steps: int, measured_s: float, alone_s: float, limited: bool) -> None:
         """`steps` more primary decode steps took `measured_s` (`alone_s` without speculation);
@@ -87,6 +89,22 @@ class TpotGovernor:
             gain = self.gain if error > 0 else self.gain_down
             self.slack = min(self.max_slack, max(0.0, self.slack + gain * error))
         self._steps, self._measured_s, self._alone_s, self._limited = 0, 0.0, 0.0, False
+
+    def feed(self, steps: int, measured_s: float, alone_s: float) -> None:
+        """The engine's cumulative counters (`EngineStats.primary_*`): what they gained since
+        the last feed is observed. Counters that went down (a restarted engine) count from
+        zero; a non-finite reading is skipped."""
+        last = self._fed if steps >= self._fed[0] else (0, 0.0, 0.0)
+        self._fed = (steps, measured_s, alone_s)
+        d_steps, d_measured, d_alone = steps - last[0], measured_s - last[1], alone_s - last[2]
+        if d_steps > 0 and d_alone > 0 and math.isfinite(d_measured) and math.isfinite(d_alone):
+            self.observe(d_steps, d_measured, d_alone, limited=False)
+
+    def note_pool(self, demand: int, pool: int, set_by_slack: bool) -> None:
+        """A pool of `pool` speculative jobs met `demand` branches; `set_by_slack`: the slack,
+        not the KV room, set it. If speculation could have used more, the window counts as
+        limited (the slack may rise)."""
+        self._limited |= demand > 0 and demand >= pool and set_by_slack
 
     @property
     def inflation(self) -> float | None:

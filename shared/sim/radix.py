@@ -33,7 +33,7 @@ class RadixNode:
     ref: int = 0
     last_access_s: float = 0.0
     uid: int = 0  # creation order: the LRU tie-break
-    version: int = 0  # bumped on every change; a heap entry of an older version is stale
+    version: int = 0  # bumped on every touch; a heap entry of an older version is stale
 
 
 class RadixCache:
@@ -79,7 +79,6 @@ class RadixCache:
                 self._live += 1
                 child = RadixNode(seg_id, 0, node, uid=self._seq)
                 node.children[seg_id] = child
-                node.version += 1  # no longer a leaf
             if child.tokens < tokens:
                 grow = tokens - child.tokens
                 child.tokens = tokens
@@ -106,7 +105,6 @@ class RadixCache:
             if n.ref == 0:
                 self.locked_tokens += n.tokens
             n.ref += 1
-            n.version += 1
 
     def unlock(self, path: Sequence[RadixNode], now_s: float) -> None:
         for n in path:
@@ -131,7 +129,6 @@ class RadixCache:
             freed += leaf.tokens
             self.total_tokens -= leaf.tokens
             if parent is not self.root:
-                parent.version += 1
                 self._touch(parent)  # a leaf now, if nothing else holds it
         return freed
 

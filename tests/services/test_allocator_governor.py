@@ -24,7 +24,8 @@ def load(worker, steps, measured, alone):
 def test_each_workers_slack_follows_its_own_measured_inflation():
     a = Allocator(NoRedis(), Settings(consumer="alloc-0", tpot_target=0.05, tpot_slack=0.10))
     a._govern({"idle": load("idle", 0, 0.0, 0.0), "busy": load("busy", 0, 0.0, 0.0)})
-    a._limited = {"idle": True, "busy": True}
+    for w in ("idle", "busy"):
+        a.governors[w].note_pool(demand=8, pool=4, set_by_slack=True)  # speculation wanted more
     # 32 primary steps each: the idle worker's cost +1% (room), the busy one's +30% (over).
     a._govern({"idle": load("idle", 32, 1.01, 1.0), "busy": load("busy", 32, 1.30, 1.0)})
     assert a.slack("idle") > 0.10 > a.slack("busy")
