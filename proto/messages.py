@@ -25,6 +25,7 @@ __all__ = [
     "JobFailedEvent",
     "LogprobSummary",
     "Message",
+    "PromoteRequest",
     "QueryStatsEvent",
     "ScoreRequest",
     "ScoreResult",
@@ -125,6 +126,14 @@ class CancelRequest(Message, frozen=True):
 
     job_id: str = ""  # empty: every job of the query
     reason: str = ""
+
+
+class PromoteRequest(Message, frozen=True):
+    """Raise a job's engine priority: the search now waits on a job it generated ahead
+    (fanned out on the control stream; the worker running the job applies it)."""
+
+    job_id: str
+    priority: int = PRIMARY
 
 
 class ScoreRequest(Message, frozen=True):

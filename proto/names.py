@@ -17,6 +17,7 @@ from spex.proto.messages import (
     GenerateResult,
     JobFailedEvent,
     Message,
+    PromoteRequest,
     QueryStatsEvent,
     ScoreRequest,
     ScoreResult,
@@ -99,7 +100,7 @@ def worker_jobs(pool: str, worker: str) -> str:
     return gen_jobs(f"{pool}.{worker}")
 
 
-GEN_CONTROL = "gen:control"  # cancellations, fanned out to every generator (no group)
+GEN_CONTROL = "gen:control"  # cancels and promotions, fanned out to every generator (no group)
 SCORE_JOBS = "score:jobs"
 query_inbox = Name("{q:<id>}:in")  # every result a query received, in order; never trimmed
 QUERY_STATS = "stats:queries"  # coordinators → allocator telemetry (trimmed)
@@ -132,7 +133,7 @@ GEN_WORKERS = "gen:workers"  # zset: generator worker -> its last load report (m
 STREAMS: dict[str | Name, tuple[type[Message], ...]] = {
     INGRESS: (SubmitQuestionRequest,),
     gen_jobs: (GenerateRequest, CancelRequest),
-    GEN_CONTROL: (CancelRequest,),
+    GEN_CONTROL: (CancelRequest, PromoteRequest),
     SCORE_JOBS: (ScoreRequest,),
     query_inbox: (GenerateResult, ScoreResult, BudgetUpdateEvent, CancelRequest, JobFailedEvent),
     QUERY_STATS: (QueryStatsEvent,),
