@@ -1,4 +1,4 @@
-# One image for every SPEX service: `spex worker <service>` picks the role. The four folders
+# One image for every SPEX service: `spex worker <service>` picks the role. The folders
 # install as the one package `spex` (pyproject.toml maps them).
 FROM python:3.11-slim
 WORKDIR /app
@@ -7,6 +7,7 @@ COPY proto ./proto
 COPY shared ./shared
 COPY services ./services
 COPY bench ./bench
+COPY cli ./cli
 COPY data ./data
 RUN pip install --no-cache-dir .
 ENTRYPOINT ["spex"]

@@ -1,2 +1,3 @@
-"""Drivers on top of the services and the core: the virtual-time driver, benchmark results,
-the grid, the distributed benchmark, the oracle bound, and the `spex` command."""
+"""Benchmarks on top of the services and the core: the virtual-time driver, benchmark results,
+the grid, the distributed and affinity benchmarks, the oracle bound, the chaos rig. The `spex`
+command that runs them is `spex.cli`."""

@@ -18,8 +18,9 @@ COPY proto ./proto
 COPY shared ./shared
 COPY services ./services
 COPY bench ./bench
+COPY cli ./cli
 COPY data ./data
 # Into SGLang's own environment; the import check fails the build if spex's requirements
 # replaced a package SGLang needs.
-RUN pip install --no-cache-dir . && python3 -c "import sglang, spex.bench.cli"
+RUN pip install --no-cache-dir . && python3 -c "import sglang, spex.cli.main"
 ENTRYPOINT ["spex"]

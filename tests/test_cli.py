@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from spex.bench.cli import main
 from spex.bench.results import WALL_CLOCK_FIELDS
+from spex.cli.main import main
 
 
 def spex(*args, check=True):
     proc = subprocess.run(
-        [sys.executable, "-m", "spex.bench.cli", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "spex.cli", *args], capture_output=True, text=True, timeout=300
     )
     if check:
         assert proc.returncode == 0, proc.stderr

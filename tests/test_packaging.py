@@ -13,6 +13,7 @@ FOLDERS = {
     "shared": "spex/shared",
     "services": "spex/services",
     "bench": "spex/bench",
+    "cli": "spex/cli",
     "data": "spex/data",
 }
 

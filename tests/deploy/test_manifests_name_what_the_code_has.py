@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from spex.bench.cli import _parser
+from spex.cli.main import build_parser
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.settings import ENV, Settings
 from tests.deploy.manifests import (
@@ -30,7 +30,7 @@ def spex_command_problem(args):
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            _parser().parse_args(args)
+            build_parser().parse_args(args)
     except SystemExit:
         return err.getvalue().strip() or f"spex {' '.join(args)}: exits"
     return None

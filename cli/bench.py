@@ -1,70 +1,39 @@
-"""The `spex` command: benchmarks (`bench`, `profile`) and the distributed runtime (`up`,
-`demo`, `worker`, `submit`, `result`). Nothing imports this module; the runtime's modules are
-imported only by the commands that need them."""
+"""`spex bench` (the virtual-time benchmark, the grid, the distributed and affinity benchmarks)
+and `spex profile` (a profile's simulated step-time curve)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from spex.bench.results import RunSummary, compare, summarize, write_json
-from spex.bench.runtime_cli import model_init, runtime_command
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
 from spex.bench.vtime.config import BACKENDS, CONTENTS, SCHEDULINGS
 from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
-from spex.shared.runtime.settings import ENGINES
 from spex.shared.sim.workload import knob_table, load_knobs
 
-__all__ = ["main"]
+__all__ = ["add_bench_parser", "add_profile_parser", "parse_mix", "bench_command", "profile_command"]
 
 DEFAULT_JSON = "results/bench.json"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, naming the argument
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def parse_mix(text: str | None) -> tuple[tuple[str, int], ...]:
-    """`rebase-16,rstar-10` -> (("rebase", 16), ("rstar", 10)); a bad item names itself."""
-    out = []
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        name, _, target = item.strip().rpartition("-")
-        if not name or not target.isdigit():
-            raise ValueError(f"mix: {item.strip()!r} is not ALGORITHM-TARGET (e.g. rebase-16)")
-        out.append((name, int(target)))
-    return tuple(out)
-
-
-def _key_values(items: Sequence[str], what: str) -> dict[str, float]:
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"{what} {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = float(raw)
-        except ValueError:
-            raise ValueError(f"{what} {key.strip()!r}: {raw!r} is not a number") from None
-    return out
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="spex", description="SPEX: speculative exploration for tree-of-thought serving")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="run the virtual-time benchmark")
+    _workload_args(b)
+    _speculation_args(b)
+    _driver_args(b)
+    _engine_args(b)
+
+
+def _workload_args(b: argparse.ArgumentParser) -> None:
+    """The search, the questions, the hardware and the workload."""
     b.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
     b.add_argument("--target", type=int, default=16, help="REBASE/ETS width or MCTS rollouts")
     b.add_argument("--batch-size", type=int, default=1, help="questions in flight")
@@ -82,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
         "--mix", default=None, metavar="ALGO-N,...", help="a mixed workload: each question runs one of these"
     )
     b.add_argument("--json", default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
+
+
+def _speculation_args(b: argparse.ArgumentParser) -> None:
+    """SPEX's switches: T1, T2, T3 and what holds speculation back."""
     b.add_argument("--mode", choices=["baseline", "spex", "compare"], default="baseline")
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
     b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")
@@ -114,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
         help="sim engine: sglang (priority admission only) or paused (per-step pausing too)",
     )
     b.add_argument("--temperature", type=float, default=0.5, help="T2 softmax temperature τ")
+
+
+def _driver_args(b: argparse.ArgumentParser) -> None:
+    """Which driver runs the workload (one run, the grid, the services, the affinity bench)."""
     b.add_argument("--grid", action="store_true", help="run the paper's main figure and ablations")
     b.add_argument("--distributed", action="store_true", help="run through the real services (sim engine)")
     b.add_argument(
@@ -137,6 +114,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     b.add_argument("--list-knobs", action="store_true", help="print the workload knobs and exit")
     b.add_argument("--quiet", action="store_true", help="no progress bar or table")
+
+
+def _engine_args(b: argparse.ArgumentParser) -> None:
+    """The engine and the content: the simulated GPU, or a real model on real questions."""
     b.add_argument("--engine", choices=list(BACKENDS), default="sim", help="sim (the simulated GPU) or hf")
     b.add_argument("--model", default=None, help="hf: the generator's local model directory")
     b.add_argument("--prm", default=None, help="a local reward-model directory (default: the simulated PRM)")
@@ -151,129 +132,98 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--device", default="cpu", help="hf: torch device (cuda on a GPU machine)")
 
-    w = sub.add_parser("worker", help="run one service in this process")
-    w.add_argument("service", choices=["ingress", "coordinator", "generator", "scorer", "allocator"])
 
-    u = sub.add_parser("up", help="start Redis (embedded unless --redis) and every service")
-    u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")
-    u.add_argument("--redis-password-file", default=None, help="file holding --redis's password")
-    u.add_argument("--data-dir", default=None, help="embedded Redis data (default ~/.local/share/spex)")
-    u.add_argument(
-        "--fsync", choices=["everysec", "always"], default="everysec", help="embedded Redis: AOF fsync policy"
-    )
-    u.add_argument("--host", default=None, help="address the HTTP ingress binds (default 127.0.0.1)")
-    u.add_argument("--port", type=int, default=None, help="port of the HTTP ingress (default 8080)")
-    u.add_argument("--metrics-port", type=int, default=None, help="first /metrics port (one per service)")
-    u.add_argument("--generators", type=int, default=1)
-    u.add_argument("--time-scale", type=float, default=None, help="wall seconds per simulated second")
-    u.add_argument("--engine", choices=list(ENGINES), default=None, help="sim (default), hf, vllm or sglang")
-    u.add_argument("--engine-url", default=None, help="vllm/sglang: server URL, or one per generator: A,B")
-    u.add_argument("--model", default=None, help="hf: the generator's local model directory")
-    u.add_argument("--prm", default=None, help="hf: the reward model's directory (default: simulated PRM)")
-    u.add_argument("--content", choices=list(CONTENTS), default=None, help="default: real with --engine hf")
-    u.add_argument("--deterministic", action="store_true", default=None, help="hf: batch-invariant outputs")
-    u.add_argument("--max-step-tokens", type=int, default=None, help="longest step a search asks for")
-    u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
-
-    c = sub.add_parser("chaos", help="run the pipeline under seeded random faults and check nothing is lost")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
-    c.add_argument("--questions", type=int, default=20, help="submitted evenly over the run")
-    c.add_argument("--faults-per-minute", type=float, default=6.0)
-    c.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
-    c.add_argument("--target", type=int, default=8)
-    c.add_argument("--mode", choices=["baseline", "spex"], default="spex")
-    c.add_argument("--time-scale", type=float, default=0.01, help="wall seconds per simulated second")
-    c.add_argument("--json", default=None, help="write the report here")
-
-    d = sub.add_parser("demo", help="run a small question set through the pipeline, baseline and SPEX")
-    d.add_argument("--questions", type=int, default=6)
-    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rstar")
-    d.add_argument("--target", type=int, default=10)
-    d.add_argument("--time-scale", type=float, default=0.05, help="wall seconds per simulated second")
-
-    sb = sub.add_parser("submit", help="submit a question (or a JSONL file of them) to the ingress")
-    sb.add_argument("question", nargs="?", default=None)
-    sb.add_argument(
-        "--file", default=None, help="JSONL, a 'problem' or 'question' per line (and 'answer': graded)"
-    )
-    sb.add_argument("--redis", required=True)
-    sb.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
-    sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
-    sb.add_argument("--target", type=int, default=16)
-    sb.add_argument("--mode", choices=["baseline", "spex"], default="spex")
-    sb.add_argument("--client-key", default=None)
-    sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
-    sb.add_argument("--reference", default=None, help="grade the answer against this reference answer")
-
-    rs = sub.add_parser("result", help="print a question's answer")
-    rs.add_argument("query_id")
-    rs.add_argument("--redis", required=True)
-    rs.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
-    rs.add_argument("--wait", type=float, default=None)
-
-    m = sub.add_parser("model", help="local models: `spex model init` builds a random-weight one")
-    m.add_argument("action", choices=["init"])
-    m.add_argument("--out", required=True, help="the directory to write")
-    m.add_argument("--layers", type=int, default=2)
-    m.add_argument("--hidden", type=int, default=64)
-    m.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary trained on the shipped MATH-500")
-    m.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--prm", action="store_true", help="a reward model (token-classification head)")
-
+def add_profile_parser(sub: argparse._SubParsersAction) -> None:
     pr = sub.add_parser("profile", help="print the simulated step-time curve of a profile")
     pr.add_argument("--gpu", required=True, choices=sorted(GPUS))
     pr.add_argument("--model", required=True, choices=sorted(MODELS))
     pr.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     pr.add_argument("--contexts", default="128,512,1024,2048")
     pr.add_argument("--slack", type=float, default=0.10, help="step growth that still counts as flat")
-    return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    console = Console()
-    try:
-        if args.command == "bench":
-            return _bench(args, console)
-        if args.command == "profile":
-            return _profile(args, console)
-        if args.command == "model":
-            return model_init(args, console)
-        return runtime_command(args, console)
-    except ValueError as exc:
-        print(f"spex: error: {exc}", file=sys.stderr)
-        return 2
+def parse_mix(text: str | None) -> tuple[tuple[str, int], ...]:
+    """`rebase-16,rstar-10` -> (("rebase", 16), ("rstar", 10)); a bad item names itself."""
+    out = []
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, target = item.strip().rpartition("-")
+        if not name or not target.isdigit():
+            raise ValueError(f"mix: {item.strip()!r} is not ALGORITHM-TARGET (e.g. rebase-16)")
+        out.append((name, int(target)))
+    return tuple(out)
 
 
-def _bench(args: argparse.Namespace, console: Console) -> int:
+def _key_values(items: Sequence[str], what: str) -> dict[str, float]:
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"{what} {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = float(raw)
+        except ValueError:
+            raise ValueError(f"{what} {key.strip()!r}: {raw!r} is not a number") from None
+    return out
+
+
+def bench_command(args: argparse.Namespace, console: Console) -> int:
     if args.list_profiles:
-        from spex.shared.roofline.capacity import spare_concurrency
-
-        table = Table(
-            "profile", "KV tokens", "step ms", "k_total", caption="batch-1 step and k_total (+10%) at ctx 512"
-        )
-        for p in list_profiles():
-            knee = 1 + spare_concurrency(p, 1, 512, 512, 0.10)
-            table.add_row(
-                p.name, f"{p.kv_capacity_tokens:,}", f"{p.decode_step_s(1, 512) * 1e3:.1f}", str(knee)
-            )
-        console.print(table)
-        return 0
+        return _list_profiles(console)
     if args.list_knobs:
-        table = Table("knob", "default", "meaning")
-        for name, value, doc in knob_table():
-            table.add_row(name, str(value), doc)
-        console.print(table)
-        return 0
+        return _list_knobs(console)
     if args.grid:
         from spex.bench.grid import run_grid
 
         return run_grid(args.grid_questions, args.grid_out, args.seed, console)
-    mode = "spex" if args.mode == "compare" else args.mode
-    cfg = BenchConfig(
+    cfg = _config(args)
+    cfg.validate()
+    if args.affinity_bench:
+        from spex.bench.affinity import run_affinity
+
+        workers = max(2, args.workers)
+        scale = 0.01 if args.time_scale is None else args.time_scale
+        out = run_affinity(cfg, workers, args.distributed, scale, args.grid_out, console)
+        write_json(out, args.json)
+        return 0
+    if args.distributed:
+        from spex.bench.distributed import run_distributed
+
+        write_json(run_distributed(cfg, args.time_scale, console), args.json)
+        return 0
+    runs = [replace(cfg, mode="baseline"), cfg] if args.mode == "compare" else [cfg]
+    summaries = [summarize(_run(c, console, args.quiet)) for c in runs]
+    write_json(compare(*summaries) if args.mode == "compare" else summaries[0], args.json)
+    if not args.quiet:
+        console.print(_summary_table(summaries))
+        console.print(f"results: {args.json}")
+    return 0
+
+
+def _list_profiles(console: Console) -> int:
+    from spex.shared.roofline.capacity import spare_concurrency
+
+    caption = "batch-1 step and k_total (+10%) at ctx 512"
+    table = Table("profile", "KV tokens", "step ms", "k_total", caption=caption)
+    for p in list_profiles():
+        knee = 1 + spare_concurrency(p, 1, 512, 512, 0.10)
+        table.add_row(p.name, f"{p.kv_capacity_tokens:,}", f"{p.decode_step_s(1, 512) * 1e3:.1f}", str(knee))
+    console.print(table)
+    return 0
+
+
+def _list_knobs(console: Console) -> int:
+    table = Table("knob", "default", "meaning")
+    for name, value, doc in knob_table():
+        table.add_row(name, str(value), doc)
+    console.print(table)
+    return 0
+
+
+def _config(args: argparse.Namespace) -> BenchConfig:
+    """The run `spex bench`'s flags describe (`--mode compare`: the spex run; its baseline is a copy)."""
+    return BenchConfig(
         algorithm=args.algorithm,
         target=args.target,
         batch_size=args.batch_size,
@@ -285,7 +235,7 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         answer_selection=args.answer_selection,
         knobs=load_knobs(args.workload, args.set),
         params=preset_params(args.algorithm, args.preset, _key_values(args.param, "--param")),
-        mode=mode,
+        mode="spex" if args.mode == "compare" else args.mode,
         t1=not args.no_t1,
         t2=not args.no_t2,
         early_stop=EarlyStop(
@@ -317,27 +267,6 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         worker_slots=args.worker_slots,
         mix=parse_mix(args.mix),
     )
-    cfg.validate()
-    if args.affinity_bench:
-        from spex.bench.affinity import run_affinity
-
-        workers = max(2, args.workers)
-        scale = 0.01 if args.time_scale is None else args.time_scale
-        out = run_affinity(cfg, workers, args.distributed, scale, args.grid_out, console)
-        write_json(out, args.json)
-        return 0
-    if args.distributed:
-        from spex.bench.distributed import run_distributed
-
-        write_json(run_distributed(cfg, args.time_scale, console), args.json)
-        return 0
-    runs = [replace(cfg, mode="baseline"), cfg] if args.mode == "compare" else [cfg]
-    summaries = [summarize(_run(c, console, args.quiet)) for c in runs]
-    write_json(compare(*summaries) if args.mode == "compare" else summaries[0], args.json)
-    if not args.quiet:
-        console.print(_summary_table(summaries))
-        console.print(f"results: {args.json}")
-    return 0
 
 
 def _run(cfg: BenchConfig, console: Console, quiet: bool) -> BenchResult:
@@ -392,7 +321,7 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
     return table
 
 
-def _profile(args: argparse.Namespace, console: Console) -> int:
+def profile_command(args: argparse.Namespace, console: Console) -> int:
     profile: Profile = parse_profile(f"{args.model}@{args.gpu}")
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
@@ -411,7 +340,3 @@ def _profile(args: argparse.Namespace, console: Console) -> int:
         f"k_total (concurrency within +{args.slack:.0%} of the batch-1 step, measured by sweeping): {knees}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

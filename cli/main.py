@@ -1,0 +1,56 @@
+"""The `spex` parser and the table of its subcommands: for each, the function of its command
+group's module that declares its arguments and the one that runs it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from rich.console import Console
+
+from spex.cli import bench, chaos, model, runtime
+
+__all__ = ["build_parser", "main"]
+
+AddParser = Callable[[argparse._SubParsersAction], None]
+Command = Callable[[argparse.Namespace, Console], int]
+
+# Every subcommand: the function that declares its arguments, and the one that runs it, in the
+# order `spex --help` lists them.
+COMMANDS: dict[str, tuple[AddParser, Command]] = {
+    "bench": (bench.add_bench_parser, bench.bench_command),
+    "worker": (runtime.add_worker_parser, runtime.worker_command),
+    "up": (runtime.add_up_parser, runtime.up_command),
+    "chaos": (chaos.add_chaos_parser, chaos.chaos_command),
+    "demo": (runtime.add_demo_parser, runtime.demo_command),
+    "submit": (runtime.add_submit_parser, runtime.client_command),
+    "result": (runtime.add_result_parser, runtime.client_command),
+    "model": (model.add_model_parser, model.model_command),
+    "profile": (bench.add_profile_parser, bench.profile_command),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, naming the argument
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="spex", description="SPEX: speculative exploration for tree-of-thought serving")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add_parser, _ in COMMANDS.values():
+        add_parser(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console()
+    try:
+        _, command = COMMANDS[args.command]
+        return command(args, console)
+    except ValueError as exc:
+        print(f"spex: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,216 @@
+"""The distributed runtime's commands: `spex worker` (one service), `up` (Redis and every
+service, supervised), `demo`, and the client's `submit` and `result`. The services are
+imported only by the command that runs them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from spex.bench.vtime.config import CONTENTS
+from spex.shared.core.search.base import ALGORITHMS
+from spex.shared.runtime.settings import ENGINES
+
+if TYPE_CHECKING:
+    from spex.proto import AnswerResult
+    from spex.shared.runtime.client import IngressClient
+
+__all__ = [
+    "add_demo_parser",
+    "add_result_parser",
+    "add_submit_parser",
+    "add_up_parser",
+    "add_worker_parser",
+    "client_command",
+    "demo_command",
+    "up_command",
+    "worker_command",
+]
+
+def add_worker_parser(sub: argparse._SubParsersAction) -> None:
+    w = sub.add_parser("worker", help="run one service in this process")
+    w.add_argument("service", choices=["ingress", "coordinator", "generator", "scorer", "allocator"])
+
+
+def add_up_parser(sub: argparse._SubParsersAction) -> None:
+    u = sub.add_parser("up", help="start Redis (embedded unless --redis) and every service")
+    u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")
+    u.add_argument("--redis-password-file", default=None, help="file holding --redis's password")
+    u.add_argument("--data-dir", default=None, help="embedded Redis data (default ~/.local/share/spex)")
+    u.add_argument(
+        "--fsync", choices=["everysec", "always"], default="everysec", help="embedded Redis: AOF fsync policy"
+    )
+    u.add_argument("--host", default=None, help="address the HTTP ingress binds (default 127.0.0.1)")
+    u.add_argument("--port", type=int, default=None, help="port of the HTTP ingress (default 8080)")
+    u.add_argument("--metrics-port", type=int, default=None, help="first /metrics port (one per service)")
+    u.add_argument("--generators", type=int, default=1)
+    u.add_argument("--time-scale", type=float, default=None, help="wall seconds per simulated second")
+    u.add_argument("--engine", choices=list(ENGINES), default=None, help="sim (default), hf, vllm or sglang")
+    u.add_argument("--engine-url", default=None, help="vllm/sglang: server URL, or one per generator: A,B")
+    u.add_argument("--model", default=None, help="hf: the generator's local model directory")
+    u.add_argument("--prm", default=None, help="hf: the reward model's directory (default: simulated PRM)")
+    u.add_argument("--content", choices=list(CONTENTS), default=None, help="default: real with --engine hf")
+    u.add_argument("--deterministic", action="store_true", default=None, help="hf: batch-invariant outputs")
+    u.add_argument("--max-step-tokens", type=int, default=None, help="longest step a search asks for")
+    u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
+
+
+def add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser("demo", help="run a small question set through the pipeline, baseline and SPEX")
+    d.add_argument("--questions", type=int, default=6)
+    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rstar")
+    d.add_argument("--target", type=int, default=10)
+    d.add_argument("--time-scale", type=float, default=0.05, help="wall seconds per simulated second")
+
+
+def add_submit_parser(sub: argparse._SubParsersAction) -> None:
+    sb = sub.add_parser("submit", help="submit a question (or a JSONL file of them) to the ingress")
+    sb.add_argument("question", nargs="?", default=None)
+    sb.add_argument(
+        "--file", default=None, help="JSONL, a 'problem' or 'question' per line (and 'answer': graded)"
+    )
+    sb.add_argument("--redis", required=True)
+    sb.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
+    sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
+    sb.add_argument("--target", type=int, default=16)
+    sb.add_argument("--mode", choices=["baseline", "spex"], default="spex")
+    sb.add_argument("--client-key", default=None)
+    sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
+    sb.add_argument("--reference", default=None, help="grade the answer against this reference answer")
+
+
+def add_result_parser(sub: argparse._SubParsersAction) -> None:
+    rs = sub.add_parser("result", help="print a question's answer")
+    rs.add_argument("query_id")
+    rs.add_argument("--redis", required=True)
+    rs.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
+    rs.add_argument("--wait", type=float, default=None)
+
+
+def _no_password_in_url(redis_url: str | None) -> None:
+    if redis_url and "@" in redis_url.partition("://")[2].split("/")[0]:
+        raise ValueError(
+            "--redis: no password in the URL (other users see it in ps); use SPEX_REDIS_PASSWORD "
+            "or --redis-password-file"
+        )
+
+
+def worker_command(args: argparse.Namespace, console: Console) -> int:
+    import importlib
+
+    return int(importlib.import_module(f"spex.services.{args.service}").main())
+
+
+def up_command(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path
+
+    from spex.services.launcher import engine_urls, serve_forever
+    from spex.shared.runtime.settings import Settings
+
+    _no_password_in_url(args.redis)
+    if args.generators < 1:
+        raise ValueError("--generators: must be at least 1")
+    engine = args.engine or ("hf" if args.model else None)
+    content = args.content or ("real" if engine == "hf" else None)
+    settings = Settings.from_env(
+        None,
+        time_scale=args.time_scale,
+        engine=engine,
+        engine_url=args.engine_url,
+        model=args.model,
+        prm=args.prm,
+        content=content,
+        deterministic=args.deterministic,
+        max_step_tokens=args.max_step_tokens,
+        max_depth=args.max_depth,
+        http_host=args.host,
+        http_port=args.port,
+        metrics_port=args.metrics_port,
+        redis_password_file=args.redis_password_file,
+    )
+    if settings.engine in ("vllm", "sglang"):
+        engine_urls(settings.engine_url, args.generators)  # one URL, or one per generator
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    return serve_forever(settings, args.redis, args.generators, console, data_dir, args.fsync)
+
+
+def demo_command(args: argparse.Namespace, console: Console) -> int:
+    from spex.services.launcher import demo
+    from spex.shared.runtime.settings import Settings
+
+    settings = Settings.from_env(None, time_scale=args.time_scale)
+    if args.questions < 1 or args.target < 1:
+        raise ValueError("--questions and --target: must be at least 1")
+    return demo(settings, args.questions, args.algorithm, args.target, console)
+
+
+def client_command(args: argparse.Namespace, console: Console) -> int:
+    """`spex submit` and `spex result`, against the Redis at --redis."""
+    import asyncio
+
+    _no_password_in_url(args.redis)
+    return asyncio.run(_client(args, console))
+
+
+async def _client(args: argparse.Namespace, console: Console) -> int:
+    from spex.shared.runtime.client import IngressClient
+    from spex.shared.runtime.connect import redis_client
+    from spex.shared.runtime.settings import Settings
+
+    settings = Settings.from_env(None, redis_url=args.redis, redis_password_file=args.redis_password_file)
+    client = IngressClient(redis_client(settings), limits=settings.limits)
+    try:
+        if args.command == "result":
+            return await _result(client, args, console)
+        return await _submit(client, args, console)
+    finally:
+        await client.aclose()
+
+
+async def _result(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
+    answer = await client.result(args.query_id, args.wait)
+    if answer is None:
+        console.print(f"{args.query_id}: no answer yet")
+        return 1
+    _print_answer(console, answer)
+    return 0
+
+
+async def _submit(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
+    from spex.shared.content.datasets import load_questions
+
+    asked = [(args.question, args.reference)] if args.question else []
+    if args.file:
+        asked += [(q.text, q.reference_answer) for q in load_questions(args.file, require_answer=False)]
+    if not asked:
+        raise ValueError("submit: give a question, or --file with a 'question' or 'problem' per line")
+    qids = []
+    for i, (question, reference) in enumerate(asked):
+        key = f"{args.client_key}/{i}" if args.client_key else None
+        qids.append(
+            await client.submit(
+                question,
+                client_key=key,
+                algorithm=args.algorithm,
+                target=args.target,
+                mode=args.mode,
+                reference_answer=reference,
+            )
+        )
+    for qid in qids:
+        answer = await client.result(qid, args.wait) if args.wait else None
+        if answer is None:
+            console.print(qid if not args.wait else f"{qid}: no answer within {args.wait} s")
+        else:
+            _print_answer(console, answer)
+    return 0
+
+
+def _print_answer(console: Console, answer: AnswerResult) -> None:
+    """The query's answer, graded if it had a reference, then the steps of its solution."""
+    grade = {True: " (correct)", False: " (wrong)", None: ""}[answer.correct]
+    console.print(f"{answer.query_id}: {answer.answer}{grade}", markup=False)
+    for i, step in enumerate(answer.solution, 1):
+        console.print(f"  step {i}: {step}", markup=False, highlight=False)
