@@ -1,4 +1,5 @@
-"""Small helpers of the service tests: polling, HTTP, dead letters, answers."""
+"""Small helpers of the service tests: polling, HTTP, dead letters, answers, the state of a
+cluster's processes, requests and jobs built by hand."""
 
 import asyncio
 import json
@@ -6,8 +7,8 @@ import time
 import urllib.error
 import urllib.request
 
-from spex.proto import AnswerResult, decode
-from spex.proto.names import ANSWERS, dead_letter
+from spex.proto import AnswerResult, ScoreRequest, SubmitQuestionRequest, decode, encode
+from spex.proto.names import ANSWERS, dead_letter, query_request
 
 
 async def wait_for(predicate, timeout_s=20.0, every_s=0.05):
@@ -104,3 +105,32 @@ async def jobs_pending(r):
     for stream in await job_streams(r):
         total += (await r.xpending(stream, GENERATOR_GROUP))["pending"]
     return total
+
+
+def alive(cluster, name):
+    """Whether the cluster's process `name` still runs."""
+    return cluster.procs[name].poll() is None
+
+
+def restarts(cluster, name):
+    """How many times the cluster's supervisor restarted `name`."""
+    return cluster.supervisor.children[name].restarts
+
+
+async def all_adopted(r, questions):
+    """Whether the coordinators hold at least `questions` active queries."""
+    return await r.zcard("coord:active") >= questions
+
+
+async def known_query(r, qid="q"):
+    """Store a request for `qid`, so that its jobs are run, not dropped as of an unknown query."""
+    await r.set(query_request(qid), encode(SubmitQuestionRequest(msg_id="s", query_id=qid, question="?")))
+
+
+def score_job(path, **fields):
+    """A score job of query "q" (unless `fields` say otherwise) on the node path `path`."""
+    return ScoreRequest(
+        **{"msg_id": "m", "query_id": "q", "job_id": "j", "node_id": "n", **fields},
+        prompt_node_ids=path,
+        prompt_tokens=[5] * len(path),
+    )

@@ -1,0 +1,17 @@
+"""`spex up` gives each service process its own Prometheus metrics port."""
+
+from spex.shared.runtime.redis_server import free_port
+
+
+def test_spex_up_gives_each_service_its_own_metrics_port():
+    from spex.services.launcher import up
+    from spex.shared.runtime.settings import Settings
+    from tests.services.test_metrics_http import scrape
+
+    base = free_port()
+    settings = Settings(metrics_port=base, http_port=free_port(), time_scale=0.002)
+    with up(settings) as live:
+        assert live.redis_password_file and not live.redis_password
+        scraped = [scrape(base + i) for i in range(5)]  # coordinator, generator, scorer, ...
+    assert [status for status, _ in scraped] == [200] * 5
+    assert all("spex_jobs_total" in body for _, body in scraped)
