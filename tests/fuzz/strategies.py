@@ -27,13 +27,16 @@ from spex.proto.submission import ALGORITHMS, MODES
 
 __all__ = [
     "ALL_MESSAGES",
+    "BATCH",
     "EXTREME_FLOATS",
     "EXTREME_INTS",
     "ODD_IDS",
+    "SEED_ENTRIES",
     "any_message",
     "arbitrary_payload",
     "concrete_names",
     "encoded",
+    "entry_batches",
     "entry_fields",
     "floats",
     "ints",
@@ -450,6 +453,27 @@ def entry_fields(
         (2, st.builds(lambda p, x: {"e": p, "x": x}, payload, st.binary(max_size=8))),
         (1, without_e),
     )
+
+
+BATCH = 25  # fuzzed entries per case, at most
+
+
+def entry_batches(
+    types: Sequence[type[Message]], ids: Sequence[str], query_ids: Sequence[str] = (), max_size: int = BATCH
+) -> st.SearchStrategy[list[dict[str, bytes]]]:
+    """A batch of `entry_fields`: between a third of `max_size` and `max_size` entries."""
+    entries = entry_fields(types, ids, query_ids)
+    return st.lists(entries, min_size=max_size // 3, max_size=max_size)
+
+
+# Payloads every grouped stream gets once, before the generated cases: the nastiest shapes.
+SEED_ENTRIES: list[dict[str, bytes]] = [
+    {"e": b""},
+    {"e": b"\x91" * 5_000 + b"\xc0"},  # nested past the recursion limit
+    {"e": b"\x81\xa1a" * 2_000 + b"\xc0"},
+    {"e": b"x" * (MAX_MESSAGE_BYTES + 1)},  # over the message limit
+    {"x": b"no body"},
+]
 
 
 # ---------------------------------------------------------------------------- helpers
