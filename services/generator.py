@@ -1,6 +1,7 @@
 """Generator worker (one per GPU): takes generation jobs up to its free engine slots, runs them
-on its engine concurrently, publishes results to the query's inbox, aborts on cancel,
-heartbeats long jobs and reclaims the jobs of a dead peer.
+on its engine concurrently, publishes results to the query's inbox, aborts on cancel, raises a
+job's priority on promotion, heartbeats long jobs and reclaims the jobs of a dead peer (the
+skeleton it shares with the scorer: `spex.shared.runtime.worker`).
 
 Engines (`SPEX_ENGINE`): `sim` — the simulated GPU in scaled real time (`SPEX_TIME_SCALE`);
 `hf` — the in-process PyTorch engine (`SPEX_MODEL`), its steps in a worker thread; `vllm` or
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from functools import partial
-from typing import Any
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import cast
 
 import redis.asyncio as aioredis
-import structlog
 
 from spex.proto import (
     CONTENTS,
@@ -27,6 +28,7 @@ from spex.proto import (
     GenerateRequest,
     GenerateResult,
     LogprobSummary,
+    PromoteRequest,
     ProtocolError,
     WorkerLoadEvent,
     decode,
@@ -45,12 +47,14 @@ from spex.proto.names import (
 )
 from spex.shared.content.prompts import STEP_DELIMITER, prompt_pieces
 from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
+from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
-from spex.shared.runtime.bus import Bus, Delivery
-from spex.shared.runtime.jobs import engine_template, job_wanted, tell_query
-from spex.shared.runtime.metrics import EVENTS, JOBS, JOBS_IN_FLIGHT
+from spex.shared.runtime.bus import Delivery
+from spex.shared.runtime.jobs import job_wanted
+from spex.shared.runtime.metrics import JOBS_IN_FLIGHT
 from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.worker import Job, JobWorker
 from spex.shared.sim.engine import EngineConfig, SimEngine
 from spex.shared.sim.realtime import RealtimeEngine
 from spex.shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnobs
@@ -58,6 +62,7 @@ from spex.shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnob
 __all__ = ["Generator", "main"]
 
 LOAD_REPORT_S = 0.05  # how often load is published for the budget allocator
+PROMOTIONS_KEPT = 4096  # promotions of jobs not here yet, remembered (a job may arrive after)
 FORGET_S = 60.0  # a worker dead this long, its stream drained, leaves GEN_WORKERS
 
 # The load report: the key (its TTL is liveness) and the worker's entry in GEN_WORKERS,
@@ -84,113 +89,101 @@ return 1
 """
 
 
-class Generator:
+@dataclass(eq=False)
+class _GenJob(Job[GenerateRequest]):
+    synthetic: Generation | None = None  # the synthetic workload's step (synthetic content)
+
+
+class Generator(JobWorker[_GenJob]):
+    service = "generator"
+    group = GENERATOR_GROUP
+
     def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = DEFAULT_POOL) -> None:
-        self.bus = Bus(client, settings.consumer, settings.max_deliveries)
-        self.settings = settings
+        super().__init__(client, settings, _engine(settings))
         self.pool = pool
         self.own = worker_jobs(pool, settings.consumer)  # jobs routed to us by prefix affinity
         self.shared = gen_jobs(pool)  # jobs no worker had room for, or unrouted ones
         self.streams = [self.own, self.shared]
         self.adopted: list[str] = []  # streams of dead peers, read before ours
         self._grouped: set[str] = set()  # dead peers' streams whose group we made sure of
-        self.engine = _engine(settings)
-        self.template = engine_template(self.engine)  # a real engine reads text
-        self.running: dict[str, tuple[Delivery, GenerateRequest, Generation | None]] = {}
-        self.log = structlog.get_logger().bind(service="generator", consumer=settings.consumer)
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
-        self.bus.on_dead = partial(tell_query, self.bus)
-        self.done = 0
-        self.aborted = 0
+        self.control = {CancelRequest: self.on_control_cancel, PromoteRequest: self.on_promote}
         self._control_last = "$"
+        # Promotions of jobs not (yet) here: applied if the job arrives (bounded, oldest out).
+        self._promoted: OrderedDict[str, int] = OrderedDict()
+        self._report = client.register_script(REPORT)
+        self._forget = client.register_script(FORGET)
 
-    async def prepare(self) -> None:
-        """Before any job: a serving engine must answer and have the flags we need."""
-        start = getattr(self.engine, "start", None)
-        if start is not None:
-            await start()
-
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, int]:
         return {"jobs_done": self.done, "jobs_aborted": self.aborted, "dead_lettered": self.bus.dead_lettered}
 
     async def run(self, stop: asyncio.Event) -> None:
         for stream in self.streams:
             await self.bus.ensure_group(stream, GENERATOR_GROUP)
-        tasks = [
-            self._intake(stop),
-            self.engine.run(guarded(self._on_complete, self.log), stop),
-            self._control(stop),
-            self._heartbeats(stop),
-            self._adoption(stop),
+        loops = [self._intake_round, self._control_round, self._heartbeat_round, self._adoption_round]
+        await asyncio.gather(
+            self.run_engine(stop),
             self._load_reports(stop),
-        ]
-        await asyncio.gather(*tasks)
+            *(loop_forever(stop, body, self.log, self.bus.reconnected) for body in loops),
+        )
 
     # ------------------------------------------------------------------ handlers
     async def on_generate(self, d: Delivery) -> None:
         req = d.message
         assert isinstance(req, GenerateRequest)
-        if req.job_id in self.running:  # our own pending entry, redelivered after a reconnect
+        if req.job_id in self.jobs:  # our own pending entry, redelivered after a reconnect
             return
         if not await job_wanted(self.bus.r, req.query_id, req.job_id):
             # Cancelled while queued, or its query is unknown or answered: never starts.
             await self.bus.ack(d, GENERATOR_GROUP)
             self.aborted += 1
             return
-        problem = _job_problem(req, real_engine=self.template is not None)
+        problem = _job_problem(req, real_engine=self.reads_text)
         if problem:
             await self.bus.dead_letter(d, GENERATOR_GROUP, problem)
             return
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
-        gen = None
+        job = _GenJob(d, req)
         if req.content == "real":
             tokens, stop = UNTIL_STOP, tuple(req.stop) or (STEP_DELIMITER,)
         else:
             workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
-            gen = workload.generate(workload.question(req.query_id), [*req.prompt_node_ids[1:], req.node_id])
-            tokens, stop = min(gen.tokens, req.max_new_tokens), ()
+            path = [*req.prompt_node_ids[1:], req.node_id]
+            job.synthetic = workload.generate(workload.question(req.query_id), path)
+            tokens, stop = min(job.synthetic.tokens, req.max_new_tokens), ()
+        priority = min(req.priority, self._promoted.pop(req.job_id, req.priority))
         request = EngineRequest(
-            req.job_id,
-            prompt,
-            req.node_id,
-            tokens,
-            req.max_new_tokens,
-            req.priority,
-            req.seed,
-            req.temperature,
-            stop,
-        )
-        if self.template is not None:
-            request.text = tuple(prompt_pieces(req.question, req.steps, self.template))
-        try:
-            self.engine.submit(request)
-        except ValueError as exc:  # refused (e.g. more KV than the engine holds): this job's fault
-            await self.bus.dead_letter(d, GENERATOR_GROUP, f"engine: {exc}")
-            return
-        self.running[req.job_id] = (d, req, gen)
+            req.job_id, prompt, req.node_id, tokens, req.max_new_tokens, priority, req.seed,
+            req.temperature, stop,
+        )  # fmt: skip
+        if self.engine.template is not None:
+            request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template))
+        await self.start(job, request)
 
     async def on_cancel(self, d: Delivery) -> None:
         msg = d.message
         assert isinstance(msg, CancelRequest)
         for completion in self.engine.abort(msg.job_id):
-            await self._on_complete(completion)
+            await self.on_complete(completion)
         await self.bus.ack(d, GENERATOR_GROUP)
 
-    async def _on_complete(self, c: Completion) -> None:
-        entry = self.running.pop(c.rid, None)
-        if entry is None:
+    async def on_control_cancel(self, msg: CancelRequest) -> None:
+        for completion in self.engine.abort(msg.job_id):
+            await guarded(self.on_complete, self.log)(completion)
+
+    async def on_promote(self, msg: PromoteRequest) -> None:
+        """The search waits on a job it generated ahead: raise it on our engine, or, if it has
+        not reached us yet, when it does."""
+        if msg.job_id in self.jobs:
+            self.engine.promote(msg.job_id, msg.priority)
+            self.log.info("job_promoted", job_id=msg.job_id, query_id=msg.query_id)
             return
-        d, req, gen = entry
-        JOBS.labels("generator", self.settings.consumer, c.reason).inc()
-        if c.reason == "error":  # the engine refused or failed it: park it with the reason
-            self.log.error("job_failed", job_id=req.job_id, query_id=req.query_id, error=c.text)
-            await self.bus.dead_letter(d, GENERATOR_GROUP, f"engine: {c.text}")
-            return
-        if c.reason == "abort":
-            self.aborted += 1
-            self.log.info("job_cancelled", job_id=req.job_id, query_id=req.query_id, tokens=c.generated)
-            await self.bus.ack(d, GENERATOR_GROUP)
-            return
+        self._promoted[msg.job_id] = msg.priority
+        while len(self._promoted) > PROMOTIONS_KEPT:
+            self._promoted.popitem(last=False)
+
+    async def publish(self, job: _GenJob, c: Completion) -> str:
+        req, gen = job.request, job.synthetic
         result = GenerateResult(
             msg_id=f"{req.query_id}/{req.job_id}/result",
             query_id=req.query_id,
@@ -206,102 +199,69 @@ class Generator:
             logprobs=_logprobs(gen, c),
             worker=self.settings.consumer,
         )
-        # Result first, then the owner-checked ack: a crash in between redelivers the job and
-        # the duplicate result (same message id) is dropped by the idempotent publish.
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
-        if not await self.bus.ack(d, GENERATOR_GROUP):  # we stalled; a peer owns the job now
-            self.log.warning("job_taken_over", job_id=req.job_id, query_id=req.query_id)
-        self.done += 1
+        return ""
 
     # ------------------------------------------------------------------ loops
-    async def _dispatch(self, d: Delivery) -> None:
-        handler = self.handlers.get(type(d.message))
-        if handler is None:
-            await self.bus.dead_letter(d, GENERATOR_GROUP, f"no handler for {type(d.message).__name__}")
-            return
-        EVENTS.labels("generator", self.settings.consumer, type(d.message).__name__).inc()
-        with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
-            try:
-                await handler(d)
-            except Exception as exc:  # left unacknowledged: reclaimed, retried, then dead-lettered
-                self.log.error("handler_failed", error=repr(exc), deliveries=d.deliveries)
-
-    async def _intake(self, stop: asyncio.Event) -> None:
+    async def _intake_round(self) -> None:
         """Up to our free slots, never more: a dead peer's stream first (its queries wait on
         it), then our own, then the shared one; when all are empty, wait on ours and the
         shared one. (XREADGROUP counts per stream, so each read asks for what is left.)"""
+        free = self.settings.worker_slots - len(self.jobs)
+        if free <= 0 or not self.engine.healthy:
+            await asyncio.sleep(0.01 if free <= 0 else 0.1)
+            return
+        held = self.held()
+        taken: list[Delivery] = []
+        for stream in [*self.adopted, *self.streams]:
+            if len(taken) < free:
+                taken += await self.bus.read(
+                    [stream], GENERATOR_GROUP, count=free - len(taken), block_ms=None, held=held
+                )
+        if not taken:
+            streams = self.streams if free > 1 else [self.own]
+            count = free // len(streams)
+            block = self.settings.block_ms
+            taken = await self.bus.read(streams, GENERATOR_GROUP, count=count, block_ms=block, held=held)
+        for d in taken:
+            await self.dispatch(d)
 
-        async def once() -> None:
-            free = self.settings.worker_slots - len(self.running)
-            if free <= 0 or not getattr(self.engine, "healthy", True):
-                await asyncio.sleep(0.01 if free <= 0 else 0.1)
-                return
-            held = {d.entry_id for d, _, _ in self.running.values()}
-            taken: list[Delivery] = []
-            for stream in [*self.adopted, *self.streams]:
-                if len(taken) < free:
-                    taken += await self.bus.read(
-                        [stream], GENERATOR_GROUP, count=free - len(taken), block_ms=None, held=held
-                    )
-            if not taken:
-                streams = self.streams if free > 1 else [self.own]
-                block = self.settings.block_ms
-                count = free // len(streams)
-                taken = await self.bus.read(streams, GENERATOR_GROUP, count=count, block_ms=block, held=held)
-            for d in taken:
-                await self._dispatch(d)
-
-        await loop_forever(stop, once, self.log, self.bus.reconnected)
-
-    async def _control(self, stop: asyncio.Event) -> None:
-        async def once() -> None:
-            replies: Any = await self.bus.r.xread(
+    async def _control_round(self) -> None:
+        """Cancellations and promotions, fanned out to every generator (no group: each reads
+        all of them from where it joined)."""
+        replies = cast(
+            list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]],
+            await self.bus.r.xread(
                 {GEN_CONTROL: self._control_last}, count=100, block=self.settings.block_ms
-            )
-            for _, entries in replies or []:
-                for entry_id, fields in entries:
-                    self._control_last = entry_id
-                    try:
-                        msg = decode(GEN_CONTROL, (fields or {}).get(b"e", b""))
-                    except ProtocolError as exc:  # a fan-out stream has no group to park it in
-                        self.log.warning("control_message_malformed", entry_id=str(entry_id), error=str(exc))
-                        continue
-                    if isinstance(msg, CancelRequest):
-                        for completion in self.engine.abort(msg.job_id):
-                            await guarded(self._on_complete, self.log)(completion)
+            ),
+        )
+        for _, entries in replies or []:
+            for entry_id, fields in entries:
+                self._control_last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                try:
+                    msg = decode(GEN_CONTROL, (fields or {}).get(b"e", b""))
+                except ProtocolError as exc:  # a fan-out stream has no group to park it in
+                    self.log.warning("control_message_malformed", entry_id=self._control_last, error=str(exc))
+                    continue
+                if isinstance(msg, CancelRequest):
+                    await self.on_control_cancel(msg)
+                elif isinstance(msg, PromoteRequest):
+                    await self.on_promote(msg)
 
-        await loop_forever(stop, once, self.log, self.bus.reconnected)
+    async def _heartbeat_round(self) -> None:
+        await asyncio.sleep(self.settings.heartbeat_s)
+        for stream in {job.delivery.stream for job in self.jobs.values()}:
+            await self.heartbeat(stream)
+        for stream in self.streams:
+            free = self.settings.worker_slots - len(self.jobs)
+            if free > 0:  # a full worker leaves them to a peer with room
+                await self.reclaim(stream, count=free)
+            await self.bus.trim_now_and_then(stream)
 
-    async def _heartbeats(self, stop: asyncio.Event) -> None:
-        async def once() -> None:
-            await asyncio.sleep(self.settings.heartbeat_s)
-            by_stream: dict[str, list[str]] = {}
-            for d, _, _ in self.running.values():
-                by_stream.setdefault(d.stream, []).append(d.entry_id)
-            for stream, ids in by_stream.items():
-                lost = await self.bus.heartbeat(stream, GENERATOR_GROUP, ids)
-                if lost:  # we stalled and a peer took these over: stop them here, rejoin the group
-                    self._drop(stream, lost)
-            # Jobs of a peer that stopped heartbeating (three periods) are ours now.
-            idle_ms = int(3 * self.settings.heartbeat_s * 1000)
-            for stream in self.streams:
-                free = self.settings.worker_slots - len(self.running)
-                if free > 0:  # a full worker leaves them to a peer with room
-                    for d in await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms, count=free):
-                        self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
-                        await self._dispatch(d)
-                await self.bus.trim_now_and_then(stream)
-
-        await loop_forever(stop, once, self.log, self.bus.reconnected)
-
-    async def _adoption(self, stop: asyncio.Event) -> None:
+    async def _adoption_round(self) -> None:
         """Apart from the heartbeats, so draining many dead peers never delays ours."""
-
-        async def once() -> None:
-            await asyncio.sleep(self.settings.heartbeat_s)
-            await self._drain_dead_peers(int(3 * self.settings.heartbeat_s * 1000))
-
-        await loop_forever(stop, once, self.log, self.bus.reconnected)
+        await asyncio.sleep(self.settings.heartbeat_s)
+        await self._drain_dead_peers(int(3 * self.settings.heartbeat_s * 1000))
 
     async def _drain_dead_peers(self, idle_ms: int) -> None:
         """A worker that died (its load key expired: Redis's clock, not ours) leaves its own
@@ -309,10 +269,11 @@ class Generator:
         read, which the intake reads before anything else (`adopted`). The coordinators route
         its queries elsewhere as soon as its key expired. A worker dead for FORGET_S whose
         stream is empty is forgotten, and its stream deleted."""
-        members: Any = await self.bus.r.zrange(GEN_WORKERS, 0, -1)
+        members = cast(list[bytes], await self.bus.r.zrange(GEN_WORKERS, 0, -1))
         peers = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
         peers = [p for p in peers if p != self.settings.consumer]
-        alive: Any = await self.bus.r.mget([worker_load(p) for p in peers]) if peers else []
+        loads = await self.bus.r.mget([worker_load(p) for p in peers]) if peers else []
+        alive = cast(list[bytes | None], loads)
         adopted = []
         for peer, load in zip(peers, alive, strict=True):
             if load is not None:
@@ -321,14 +282,14 @@ class Generator:
             if stream not in self._grouped:  # once per dead peer, not every round
                 await self.bus.ensure_group(stream, GENERATOR_GROUP)
                 self._grouped.add(stream)
-            free = self.settings.worker_slots - len(self.running)
+            free = self.settings.worker_slots - len(self.jobs)
             claimed = await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms, count=free) if free > 0 else []
             for d in claimed:
                 self.log.info("job_adopted", worker=peer, entry_id=d.entry_id)
-                await self._dispatch(d)
+                await self.dispatch(d)
             await self.bus.trim_now_and_then(stream)
             keys = [GEN_WORKERS, worker_load(peer), stream]
-            if await self.bus.r.eval(FORGET, len(keys), *keys, peer, int(FORGET_S * 1000)):
+            if await self._forget(keys=keys, args=[peer, int(FORGET_S * 1000)]):
                 self.bus.forget(stream)
                 self._grouped.discard(stream)
                 self.log.info("worker_forgotten", worker=peer)
@@ -336,28 +297,21 @@ class Generator:
                 adopted.append(stream)
         self.adopted = adopted
 
-    def _drop(self, stream: str, entry_ids: set[str]) -> None:
-        for job_id, (d, req, _) in list(self.running.items()):
-            if d.stream == stream and d.entry_id in entry_ids:
-                del self.running[job_id]
-                self.engine.abort(job_id)
-                self.log.warning("job_taken_over", job_id=job_id, query_id=req.query_id)
-
     async def _load_reports(self, stop: asyncio.Event) -> None:
-        async def once() -> None:
+        async def report_round() -> None:
             await self._report_load()
             await asyncio.sleep(LOAD_REPORT_S)
 
-        await loop_forever(stop, once, self.log, self.bus.reconnected)
+        await loop_forever(stop, report_round, self.log, self.bus.reconnected)
 
     async def _report_load(self) -> None:
         """Liveness and load, readable by schedulers and autoscalers (expires if we die, and
         is not renewed while our engine cannot be reached: the coordinators then place our
         queries elsewhere and peers drain our stream)."""
         consumer = self.settings.consumer
-        if not getattr(self.engine, "healthy", True):
+        if not self.engine.healthy:
             return
-        JOBS_IN_FLIGHT.labels("generator", consumer).set(len(self.running))
+        JOBS_IN_FLIGHT.labels("generator", consumer).set(len(self.jobs))
         load = self.engine.load()
         event = WorkerLoadEvent(
             msg_id=f"load/{consumer}/{time.monotonic_ns()}",
@@ -372,9 +326,9 @@ class Generator:
             kv_capacity=load.kv_capacity,
             prefix_cache_hit_rate=load.prefix_cache_hit_rate,
             jobs_done=self.done,
-            jobs=len(self.running),
+            jobs=len(self.jobs),
             slots=self.settings.worker_slots,
-            queries=len({req.query_id for _, req, _ in self.running.values()}),
+            queries=len({job.request.query_id for job in self.jobs.values()}),
             prompt_tokens=load.prompt_tokens,
             cached_tokens=load.cached_tokens,
             primary_steps=load.primary_steps,
@@ -382,11 +336,10 @@ class Generator:
             primary_alone_s=load.primary_alone_s,
         )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
-        keys = [worker_load(consumer), GEN_WORKERS]
-        await self.bus.r.eval(REPORT, len(keys), *keys, encode(event), ttl_ms, consumer)
+        await self._report(keys=[worker_load(consumer), GEN_WORKERS], args=[encode(event), ttl_ms, consumer])
 
 
-def _engine(settings: Settings) -> RealtimeEngine | Any:
+def _engine(settings: Settings) -> LiveEngine:
     if settings.engine == "sim":
         sim = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
         return RealtimeEngine(SimEngine(parse_profile(settings.profile), sim), settings.time_scale)

@@ -1,5 +1,6 @@
 """Reward scorer: batches score jobs on its reward engine (prefill-only requests, so a
-batch shares one prefill step) and publishes rewards to the query's inbox.
+batch shares one prefill step) and publishes rewards to the query's inbox (the skeleton it
+shares with the generator: `spex.shared.runtime.worker`).
 
 Engines: `sim` — the simulated PRM in scaled real time; or, with `SPEX_PRM` set, a reward
 model in process (`spex.shared.hf.reward`), its passes in a worker thread; or, with
@@ -13,22 +14,20 @@ it from the generation.)
 from __future__ import annotations
 
 import asyncio
-from functools import partial
-from typing import Any
 
 import redis.asyncio as aioredis
-import structlog
 
 from spex.proto import CONTENTS, ScoreRequest, ScoreResult
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox, query_request
 from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
+from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
-from spex.shared.runtime.bus import Bus, Delivery
-from spex.shared.runtime.jobs import engine_template, job_wanted, tell_query
-from spex.shared.runtime.metrics import JOBS
-from spex.shared.runtime.service import guarded, loop_forever, run_service
+from spex.shared.runtime.bus import Delivery
+from spex.shared.runtime.jobs import job_wanted
+from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.worker import Job, JobWorker
 from spex.shared.sim.engine import SimEngine
 from spex.shared.sim.realtime import RealtimeEngine
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
@@ -38,67 +37,49 @@ __all__ = ["Scorer", "main"]
 MAX_BATCH = 64
 
 
-class Scorer:
+class Scorer(JobWorker[Job[ScoreRequest]]):
+    service = "scorer"
+    group = SCORER_GROUP
+
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        self.bus = Bus(client, settings.consumer, settings.max_deliveries)
-        self.settings = settings
-        self.engine = _engine(settings)
-        self.template = engine_template(self.engine)  # a reward model reads text
-        self.pending: dict[str, tuple[Delivery, ScoreRequest]] = {}
-        self.scored = 0
-        self.bus.on_dead = partial(tell_query, self.bus)
-        self.log = structlog.get_logger().bind(service="scorer", consumer=settings.consumer)
+        super().__init__(client, settings, _engine(settings))
+        self.handlers = {ScoreRequest: self.on_score}
 
-    async def prepare(self) -> None:
-        start = getattr(self.engine, "start", None)  # a reward server: up, with its flags
-        if start is not None:
-            await start()
-
-    def summary(self) -> dict[str, Any]:
-        return {"scored": self.scored, "dead_lettered": self.bus.dead_lettered}
+    def summary(self) -> dict[str, int]:
+        return {"scored": self.done, "dead_lettered": self.bus.dead_lettered}
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.ensure_group(SCORE_JOBS, SCORER_GROUP)
         await asyncio.gather(
-            self._intake(stop),
-            self.engine.run(guarded(self._on_complete, self.log), stop),
-            self._reclaim(stop),
+            self.run_engine(stop),
+            loop_forever(stop, self._intake_round, self.log, self.bus.reconnected),
+            loop_forever(stop, self._reclaim_round, self.log, self.bus.reconnected),
         )
 
     async def on_score(self, d: Delivery) -> None:
         req = d.message
         assert isinstance(req, ScoreRequest)
-        rid = f"{req.job_id}:{d.entry_id}"
-        if any(r.job_id == req.job_id for _, r in self.pending.values()):
+        if any(job.request.job_id == req.job_id for job in self.jobs.values()):
             return
         if not await job_wanted(self.bus.r, req.query_id):  # unknown or answered: nothing to score for
             await self.bus.ack(d, SCORER_GROUP)
             return
-        problem = _job_problem(req, reward_model=self.template is not None)
+        problem = _job_problem(req, reward_model=self.reads_text)
         if problem:
             await self.bus.dead_letter(d, SCORER_GROUP, problem)
             return
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
+        rid = f"{req.job_id}:{d.entry_id}"
         request = EngineRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority)
-        if self.template is not None:
-            request.text = tuple(prompt_pieces(req.question, req.steps, self.template))
-        try:
-            self.engine.submit(request)
-        except ValueError as exc:  # refused: this job's fault
-            await self.bus.dead_letter(d, SCORER_GROUP, f"reward engine: {exc}")
-            return
-        self.pending[rid] = (d, req)
+        if self.engine.template is not None:
+            request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template))
+        await self.start(Job(d, req), request)
 
-    async def _on_complete(self, c: Completion) -> None:
-        entry = self.pending.pop(c.rid, None)
-        if entry is None:
-            return
-        d, req = entry
-        if c.reason == "error" or (req.content == "real" and c.reward is None):
-            await self.bus.dead_letter(d, SCORER_GROUP, f"reward engine: {c.text or 'no reward'}")
-            return
+    async def publish(self, job: Job[ScoreRequest], c: Completion) -> str:
+        req = job.request
         if req.content == "real":
-            assert c.reward is not None
+            if c.reward is None:
+                return f"reward engine: {c.text or 'no reward'}"
             reward = c.reward
         else:
             workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed)
@@ -113,44 +94,18 @@ class Scorer:
             reward=reward,
         )
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
-        await self.bus.ack(d, SCORER_GROUP)
-        self.scored += 1
-        JOBS.labels("scorer", self.settings.consumer, "finished").inc()
+        return ""
 
-    async def _dispatch(self, d: Delivery) -> None:
-        if not isinstance(d.message, ScoreRequest):
-            await self.bus.dead_letter(d, SCORER_GROUP, f"no handler for {type(d.message).__name__}")
-            return
-        try:
-            await self.on_score(d)
-        except Exception as exc:  # left unacknowledged: reclaimed, retried, then dead-lettered
-            self.log.error("handler_failed", error=repr(exc), entry_id=d.entry_id, deliveries=d.deliveries)
+    async def _intake_round(self) -> None:
+        block, held = self.settings.block_ms, self.held()
+        for d in await self.bus.read([SCORE_JOBS], SCORER_GROUP, count=MAX_BATCH, block_ms=block, held=held):
+            await self.dispatch(d)
 
-    async def _intake(self, stop: asyncio.Event) -> None:
-        async def once() -> None:
-            block = self.settings.block_ms
-            held = {d.entry_id for d, _ in self.pending.values()}
-            for d in await self.bus.read(
-                [SCORE_JOBS], SCORER_GROUP, count=MAX_BATCH, block_ms=block, held=held
-            ):
-                await self._dispatch(d)
-
-        await loop_forever(stop, once, self.log, self.bus.reconnected)
-
-    async def _reclaim(self, stop: asyncio.Event) -> None:
-        async def once() -> None:
-            await asyncio.sleep(self.settings.heartbeat_s)
-            held = [d.entry_id for d, _ in self.pending.values()]
-            lost = await self.bus.heartbeat(SCORE_JOBS, SCORER_GROUP, held)
-            for rid in [rid for rid, (d, _) in self.pending.items() if d.entry_id in lost]:
-                del self.pending[rid]  # we stalled and a peer took it over: its result is the peer's
-            for d in await self.bus.reclaim(
-                SCORE_JOBS, SCORER_GROUP, int(3 * self.settings.heartbeat_s * 1000)
-            ):
-                await self._dispatch(d)
-            await self.bus.trim_now_and_then(SCORE_JOBS)
-
-        await loop_forever(stop, once, self.log, self.bus.reconnected)
+    async def _reclaim_round(self) -> None:
+        await asyncio.sleep(self.settings.heartbeat_s)
+        await self.heartbeat(SCORE_JOBS)
+        await self.reclaim(SCORE_JOBS)
+        await self.bus.trim_now_and_then(SCORE_JOBS)
 
 
 def _job_problem(req: ScoreRequest, reward_model: bool) -> str:
@@ -166,7 +121,7 @@ def _job_problem(req: ScoreRequest, reward_model: bool) -> str:
     return ""
 
 
-def _engine(settings: Settings) -> RealtimeEngine | Any:
+def _engine(settings: Settings) -> LiveEngine:
     if not settings.prm:
         return RealtimeEngine(SimEngine(parse_profile(settings.reward_profile)), settings.time_scale)
     if settings.prm_url:  # the PRM served by SGLang (`/classify`); SPEX_PRM: its tokenizer

@@ -95,7 +95,7 @@ class _Run:
         start = cfg.tpot_slack if cfg.tpot_slack is not None else 0.10
         self.governors = [TpotGovernor(cfg.tpot_target, start) for _ in self.gens]
         self._slack_bound = [False] * len(self.gens)  # the slack set the last pool (not KV)
-        self._handlers: dict[type, Callable[[Any, str, float], int]] = {
+        self.interpreters: dict[type, Callable[[Any, str, float], int]] = {  # one per Command type
             GenerateCommand: self._generate,
             ScoreCommand: self._score,
             CancelCommand: self._cancel,
@@ -199,7 +199,7 @@ class _Run:
 
     # ------------------------------------------------------------------ commands
     def _execute(self, query_id: str, commands: list[Command], now: float) -> None:
-        primaries = sum(self._handlers[type(cmd)](cmd, query_id, now) for cmd in commands)
+        primaries = sum(self.interpreters[type(cmd)](cmd, query_id, now) for cmd in commands)
         self.metrics.need_issued(primaries, now)
 
     def _generate(self, cmd: GenerateCommand, query_id: str, now: float) -> int:

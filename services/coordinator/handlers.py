@@ -23,6 +23,7 @@ from spex.proto import (
     GenerateResult,
     JobFailedEvent,
     Message,
+    PromoteRequest,
     ScoreRequest,
     ScoreResult,
     SubmitQuestionRequest,
@@ -181,14 +182,21 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
 
 def cancel(q: Outgoing, cmd: CancelCommand) -> list[Effect]:
     qid = q.request.query_id
-    message = CancelRequest(msg_id=f"{qid}/{cmd.job_id}/cancel", query_id=qid, job_id=cmd.job_id)
+    message = CancelRequest(
+        msg_id=f"{qid}/{cmd.job_id}/cancel", query_id=qid, trace_id=q.request.trace_id, epoch=q.epoch,
+        job_id=cmd.job_id,
+    )  # fmt: skip
     return [MarkCancelled(cmd.job_id), Publish(GEN_CONTROL, message)]
 
 
 def promote(q: Outgoing, cmd: PromoteCommand) -> list[Effect]:
-    # No message: the job keeps the priority it was sent with. The wire has no way yet to
-    # raise a job's priority on the generator that runs it.
-    return []
+    """Fanned out like a cancel: the generator that has the job (or gets it later) raises it."""
+    qid = q.request.query_id
+    message = PromoteRequest(
+        msg_id=f"{qid}/{cmd.job_id}/promote", query_id=qid, trace_id=q.request.trace_id, epoch=q.epoch,
+        job_id=cmd.job_id,
+    )  # fmt: skip
+    return [Publish(GEN_CONTROL, message)]
 
 
 def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:

@@ -6,20 +6,35 @@ engine's advances by the measured duration of each of its steps. A driver submit
 and aborts at a time on that clock, asks when the engine's next event is (`next_event_s`),
 and advances it (`advance_to`), which returns the requests that finished. The virtual-time
 driver steps several engines this way in one discrete-event loop; a service runs one against
-the wall clock (`spex.shared.sim.realtime`, `spex.shared.hf.threaded`).
+the wall clock through the `LiveEngine` interface (`spex.shared.engine.live`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from spex.proto.messages import PRIMARY
 from spex.shared.core.commands import Segment
 
-__all__ = ["UNTIL_STOP", "Completion", "Engine", "EngineLoad", "EngineRequest", "EngineStats"]
+__all__ = [
+    "UNTIL_STOP",
+    "Completion",
+    "CompletionReason",
+    "Engine",
+    "EngineLoad",
+    "EngineRequest",
+    "EngineStats",
+    "StopReason",
+]
 
 UNTIL_STOP = -1  # output_tokens of a real generation: until a stop string, EOS or the limit
+
+# How a request ended: it ran to its end, it was aborted (asked for), or the engine refused or
+# failed it (`Completion.text` then says why; the service dead-letters the job).
+CompletionReason = Literal["finished", "abort", "error"]
+# Why a real generation stopped: a stop string, EOS, the token limit; "" for the simulator.
+StopReason = Literal["stop", "eos", "length", ""]
 
 
 @dataclass(eq=False)
@@ -45,13 +60,13 @@ class Completion:
     generated: int
     prompt_tokens: int
     cached_tokens: int
-    reason: str  # "finished" | "abort"
+    reason: CompletionReason
     arrival_s: float
     first_token_s: float | None
     priority: int
     # --- real engines (the simulator leaves them empty)
     text: str = ""  # what was generated, a stop string and EOS excluded
-    stop_reason: str = ""  # "stop" (a stop string) | "eos" | "length"; "" for the simulator
+    stop_reason: StopReason = ""
     logprob_mean: float = 0.0  # mean log-probability of the generated tokens
     logprob_min: float = 0.0
     reward: float | None = None  # a reward model's score (prefill-only requests)

@@ -31,7 +31,14 @@ import torch
 from transformers import DynamicCache
 
 from spex.proto.messages import PRIMARY
-from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
+from spex.shared.engine.api import (
+    Completion,
+    CompletionReason,
+    EngineLoad,
+    EngineRequest,
+    EngineStats,
+    StopReason,
+)
 from spex.shared.hf.kvcache import KV, Entry, PrefixCache
 from spex.shared.hf.models import load_lm, load_tokenizer
 from spex.shared.hf.stepped import SteppedEngine
@@ -59,7 +66,7 @@ class _Seq:
     ids: list[int] = field(default_factory=list)  # generated tokens
     logprobs: list[float] = field(default_factory=list)
     text: str = ""
-    stop_reason: str = ""
+    stop_reason: StopReason = ""
     prompt_tokens: int = 0
     cached_tokens: int = 0
     first_token_s: float | None = None
@@ -191,7 +198,7 @@ class HFEngine(SteppedEngine):
         """One scheduler iteration; the engine's clock advances by its measured duration."""
         start = time.perf_counter()
         aborted = [s for s in self._running if s.abort_s is not None and s.abort_s <= self.clock_s]
-        done: list[tuple[_Seq, str]] = [(s, "abort") for s in aborted]
+        done: list[tuple[_Seq, CompletionReason]] = [(s, "abort") for s in aborted]
         for s, _ in done:
             self._running.remove(s)
         self._admit()
@@ -399,7 +406,7 @@ class HFEngine(SteppedEngine):
         new_kv = [(k[:, :, width:], v[:, :, width:]) for k, v in _layers(cache)]
         return out.logits[:, -1].float(), new_kv
 
-    def _finish(self, s: _Seq, now_s: float, reason: str) -> Completion:
+    def _finish(self, s: _Seq, now_s: float, reason: CompletionReason) -> Completion:
         if s.entries:
             self.cache.unlock(s.entries)
         self._by_rid.pop(s.req.rid, None)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from spex.proto.messages import PRIMARY
-from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
+from spex.shared.engine.api import Completion, CompletionReason, EngineLoad, EngineRequest, EngineStats
 from spex.shared.hf.models import load_prm, load_tokenizer
 from spex.shared.hf.stepped import SteppedEngine
 
@@ -157,7 +157,9 @@ class RewardEngine(SteppedEngine):
         probs = torch.softmax(logits, dim=-1)[..., 1]
         return [float(probs[b, len(p) - 1]) for b, p in enumerate(paths)]
 
-    def _completion(self, s: _Score, now_s: float, reason: str, reward: float | None) -> Completion:
+    def _completion(
+        self, s: _Score, now_s: float, reason: CompletionReason, reward: float | None
+    ) -> Completion:
         return Completion(
             rid=s.req.rid,
             time_s=now_s,

@@ -12,8 +12,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import chat_template
-from spex.shared.engine.api import Completion
+from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
 
 __all__ = ["SteppedEngine"]
 
@@ -24,6 +25,22 @@ class SteppedEngine(ABC):
     def __init__(self) -> None:
         self.clock_s = 0.0  # end of the last step, on the engine's measured clock
         self._held: list[Completion] = []  # finished by the last step, released at its end
+
+    @abstractmethod
+    def submit(self, req: EngineRequest, now_s: float) -> None: ...
+
+    @abstractmethod
+    def abort(self, rid: str, now_s: float) -> list[Completion]: ...
+
+    @abstractmethod
+    def promote(self, rid: str, now_s: float, priority: int = PRIMARY) -> None: ...
+
+    @abstractmethod
+    def load(self) -> EngineLoad: ...
+
+    @abstractmethod
+    def drop_all(self) -> list[str]:
+        """Forget every request (after a failed step); their ids."""
 
     @abstractmethod
     def ready_s(self) -> float | None:

@@ -3,22 +3,13 @@ its query is told that the job was given up on."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import redis.asyncio as aioredis
 
 from spex.proto import GenerateRequest, JobFailedEvent, Message, ScoreRequest
 from spex.proto.names import cancel_key, query_inbox, query_request, reply_key
 from spex.shared.runtime.bus import Bus
 
-__all__ = ["engine_template", "job_wanted", "tell_query"]
-
-
-def engine_template(engine: Any) -> Any:
-    """The prompt template of an engine that reads text (a model in process or a serving
-    engine), or None for the simulator, which reads token counts only."""
-    template = getattr(engine, "template", None)
-    return template if template is not None else getattr(getattr(engine, "engine", None), "template", None)
+__all__ = ["job_wanted", "tell_query"]
 
 
 async def job_wanted(r: aioredis.Redis, query_id: str, job_id: str | None = None) -> bool:

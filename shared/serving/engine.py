@@ -1,5 +1,5 @@
-"""A serving engine over HTTP (vLLM or SGLang), driven against the wall clock like the other
-engines a service runs (`spex.shared.sim.realtime`, `spex.shared.hf.threaded`).
+"""A serving engine over HTTP (vLLM or SGLang), a `LiveEngine` (`spex.shared.engine.live`)
+like the other engines a service runs (`spex.shared.sim.realtime`, `spex.shared.hf.threaded`).
 
 Each request is one HTTP call in its own task; what it returns becomes a `Completion`.
 A backend (`spex.shared.serving.vllm`, `spex.shared.serving.sglang`) says how a request is
@@ -31,15 +31,15 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 
 from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template, plain_template
-from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
+from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, StopReason
+from spex.shared.engine.live import OnComplete
 
 __all__ = [
     "Backend",
@@ -49,6 +49,7 @@ __all__ = [
     "ServerMetrics",
     "ServingEngine",
     "parse_prometheus",
+    "read_finish",
     "server_rid",
 ]
 
@@ -59,6 +60,19 @@ RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 CHECK_TIMEOUT_S = 30.0
 ABORT_REPEAT_S = 0.1  # an abort not yet answered by the call ending is sent again (doubling)
+
+
+Finish = StopReason | Literal["abort"]
+FINISHES: tuple[Finish, ...] = ("stop", "eos", "length", "abort")
+
+
+def read_finish(raw: object) -> Finish:
+    """A server's finish reason as ours; one we do not know fails the request (its job's
+    query hears why) rather than being guessed."""
+    for finish in FINISHES:
+        if raw == finish:
+            return finish
+    raise ValueError(f"unknown finish reason {raw!r}")
 
 
 class EngineUnavailable(RuntimeError):
@@ -77,7 +91,7 @@ class Reply:
     generated: int
     prompt_tokens: int
     cached_tokens: int
-    finish: str  # "stop" | "eos" | "length" | "abort"
+    finish: Finish
     logprobs: tuple[float, ...] = ()
     reward: float | None = None
 
@@ -134,6 +148,7 @@ class _InFlight:
     aborted: bool = False
     sent: bool = False  # the request reached the server (it may be running it)
     beside_spec: bool = False  # a speculative request was in flight at some point of its life
+    promoted: bool = False  # its priority was raised while in flight (its timing is no primary's)
 
 
 class ServingEngine:
@@ -228,6 +243,16 @@ class ServingEngine:
         task.add_done_callback(self._stopping.discard)
         return []  # the reply comes back with what was generated
 
+    def promote(self, rid: str, priority: int = PRIMARY) -> None:
+        """vLLM and SGLang read a request's priority when it arrives and offer no call that
+        changes it later: a request still connecting goes with the new priority; one the server
+        has keeps its place there and counts as primary in this worker's load from now on."""
+        f = self._inflight.get(rid)
+        if f is None or f.aborted or f.req.priority <= priority:
+            return
+        f.req.priority = priority
+        f.promoted = True
+
     @property
     def waiting(self) -> int:
         """Requests the server holds queued (from its last /metrics)."""
@@ -251,7 +276,7 @@ class ServingEngine:
             primary_alone_s=self._primary_alone_s,
         )
 
-    async def run(self, on_complete: Callable[[Completion], Awaitable[None]], stop: asyncio.Event) -> None:
+    async def run(self, on_complete: OnComplete, stop: asyncio.Event) -> None:
         """Report completions as they come and poll the server's metrics, until `stop`."""
         poller = asyncio.get_running_loop().create_task(self._poll_forever(stop))
         try:
@@ -283,8 +308,8 @@ class ServingEngine:
         deadline = time.monotonic() + self.timeout_s
         delay = RETRY_FIRST_S
         try:
-            path, body = self.backend.generate(f.req, f.rid)
             while True:
+                path, body = self.backend.generate(f.req, f.rid)  # with a priority raised meanwhile
                 f.sent = True  # from here the server may have it, unless the connection fails
                 try:
                     reply = self.backend.read(f.req, await self._post(path, body, deadline))
@@ -360,7 +385,7 @@ class ServingEngine:
             )
         else:
             c = self._completion(f, reply)
-            if c.reason == "finished" and f.req.priority <= PRIMARY and c.generated > 1:
+            if c.reason == "finished" and f.req.priority <= PRIMARY and not f.promoted and c.generated > 1:
                 self._measure(f, c)
         self._done.put_nowait(c)
 
@@ -388,7 +413,7 @@ class ServingEngine:
             first_token_s=None,  # not streamed: the first token's time is the server's to know
             priority=f.req.priority,
             text=reply.text,
-            stop_reason="" if aborted else reply.finish,
+            stop_reason="" if aborted or reply.finish == "abort" else reply.finish,
             logprob_mean=sum(logprobs) / len(logprobs) if logprobs else 0.0,
             logprob_min=min(logprobs) if logprobs else 0.0,
             reward=reply.reward,

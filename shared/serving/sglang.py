@@ -31,6 +31,7 @@ from spex.shared.serving.engine import (
     ServerMetrics,
     metric_sum,
     parse_prometheus,
+    read_finish,
 )
 
 __all__ = ["SGLangBackend", "required_flags"]
@@ -116,7 +117,7 @@ class SGLangBackend:
             generated=int(meta.get("completion_tokens") or len(logprobs)),
             prompt_tokens=prompt,
             cached_tokens=cached,
-            finish=kind,
+            finish=read_finish(kind),
             logprobs=logprobs,
         )
 

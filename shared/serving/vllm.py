@@ -29,6 +29,7 @@ from spex.shared.serving.engine import (
     ServerMetrics,
     metric_sum,
     parse_prometheus,
+    read_finish,
 )
 
 __all__ = ["VLLMBackend"]
@@ -101,7 +102,7 @@ class VLLMBackend:
             generated=int(usage.get("completion_tokens") or len(lp)),
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             cached_tokens=int(details.get("cached_tokens") or 0),
-            finish=finish,
+            finish=read_finish(finish),
             logprobs=tuple(float(x) for x in lp if x is not None),
         )
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spex.proto.messages import PRIMARY
-from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
+from spex.shared.engine.api import Completion, CompletionReason, EngineLoad, EngineRequest, EngineStats
 from spex.shared.roofline.capacity import spare_concurrency
 from spex.shared.roofline.hardware import Profile
 from spex.shared.sim.radix import RadixCache
@@ -400,11 +400,11 @@ class SimEngine:
         step in flight finishes, the request runs one more step, then its slot is freed."""
         return req.abort_s is not None and step.start_s >= req.abort_s
 
-    def _finish(self, req: SimRequest, now_s: float, reason: str) -> Completion:
+    def _finish(self, req: SimRequest, now_s: float, reason: CompletionReason) -> Completion:
         self._release(req, now_s)
         return self._complete(req, now_s, reason)
 
-    def _complete(self, req: SimRequest, now_s: float, reason: str) -> Completion:
+    def _complete(self, req: SimRequest, now_s: float, reason: CompletionReason) -> Completion:
         del self._by_rid[req.rid]
         return Completion(
             rid=req.rid,

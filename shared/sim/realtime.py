@@ -1,8 +1,9 @@
-"""A simulated engine run against the wall clock, for the distributed runtime.
+"""A simulated engine run against the wall clock, for the distributed runtime (a
+`LiveEngine`, `spex.shared.engine.live`).
 
 Virtual (GPU) time advances as `(monotonic() − start) / time_scale`: with time_scale 0.02 a
 simulated second passes in 20 ms. The same step model as the virtual-time benchmark decides
-when each request finishes.
+when each request finishes. It reads token counts only (no template).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
 
+from spex.proto.messages import PRIMARY
+from spex.shared.content.prompts import Template
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
+from spex.shared.engine.live import OnComplete
 from spex.shared.sim.engine import SimEngine
 
 __all__ = ["RealtimeEngine"]
@@ -24,6 +27,14 @@ class RealtimeEngine:
         self.time_scale = time_scale
         self._start = time.monotonic()
         self._wake = asyncio.Event()
+        self.healthy = True  # the simulator is always reachable (tests set it to play an outage)
+
+    @property
+    def template(self) -> Template | None:
+        return None
+
+    async def start(self) -> None:
+        return None
 
     def now(self) -> float:
         """Virtual seconds since the engine started."""
@@ -41,7 +52,12 @@ class RealtimeEngine:
         self._wake.set()
         return done
 
-    async def run(self, on_complete: Callable[[Completion], Awaitable[None]], stop: asyncio.Event) -> None:
+    def promote(self, rid: str, priority: int = PRIMARY) -> None:
+        """A waiting request is admitted sooner; a running one is retracted later."""
+        self.engine.promote(rid, self.now(), priority)
+        self._wake.set()
+
+    async def run(self, on_complete: OnComplete, stop: asyncio.Event) -> None:
         """Advance with the clock, reporting completions, until `stop` is set."""
         while not stop.is_set():
             for completion in self.engine.advance_to(self.now()):

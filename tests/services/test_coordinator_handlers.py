@@ -5,11 +5,13 @@ import typing
 import msgspec
 
 from spex.proto import (
+    PRIMARY,
     BudgetUpdateEvent,
     CancelRequest,
     GenerateRequest,
     GenerateResult,
     LogprobSummary,
+    PromoteRequest,
     ScoreRequest,
     ScoreResult,
     SubmitQuestionRequest,
@@ -78,7 +80,10 @@ def test_score_cancel_promote_and_finish():
     assert publish.stream == GEN_CONTROL and isinstance(publish.message, CancelRequest)
     assert publish.message.job_id == "n.0"
 
-    assert effects(q, [PromoteCommand("n.0")]) == []
+    (promote,) = effects(q, [PromoteCommand("n.0")])  # fanned out: whoever has the job raises it
+    assert promote.stream == GEN_CONTROL and isinstance(promote.message, PromoteRequest)
+    assert (promote.message.job_id, promote.message.priority, promote.message.epoch) == ("n.0", PRIMARY, 5)
+    assert promote.message.msg_id == "q7/n.0/promote"
 
     (answer,) = effects(q, [FinishCommand("q7", "4")])
     assert isinstance(answer, Answer)

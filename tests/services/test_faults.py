@@ -171,7 +171,7 @@ def test_a_real_content_job_on_a_simulated_engine_is_dead_lettered_with_the_reas
             await r.xadd(gen_jobs(DEFAULT_POOL), {"e": encode(job)})
             assert await wait_for(lambda: r.xlen(dead_letter(gen_jobs(DEFAULT_POOL))))
             ((_, entry),) = await r.xrange(dead_letter(gen_jobs(DEFAULT_POOL)))
-            return entry[b"reason"].decode(), cluster.service("gen-0").running
+            return entry[b"reason"].decode(), cluster.service("gen-0").jobs
         finally:
             await cluster.stop()
 

@@ -52,7 +52,7 @@ def test_a_generator_never_holds_more_jobs_than_its_slots(redis_url):
         try:
             peak = 0
             for _ in range(60):  # 3 s: the intake, the dead peer's drain, reclaims
-                peak = max(peak, len(gen.running))
+                peak = max(peak, len(gen.jobs))
                 await asyncio.sleep(0.05)
             assert peak == 3
             assert await r.exists(worker_load("gen-a"))

@@ -1,0 +1,156 @@
+"""The skeleton the generator and the scorer share: jobs read from streams onto a live engine,
+results published to the query's inbox, the job acknowledged after.
+
+A job goes: `dispatch` (its handler by message type, or a dead letter) → the service's handler
+checks it is still wanted and can run here, builds the engine request and calls `start` → the
+engine runs it → `on_complete`: an engine error dead-letters the job with the reason (its query
+hears, through `tell_query`), an abort acknowledges it, a finished job's result is published by
+the service's `publish` and then the job is acknowledged (owner-checked: a peer that took it
+over while we stalled owns it now).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import ClassVar, Generic, TypeVar
+
+import redis.asyncio as aioredis
+import structlog
+
+from spex.proto import GenerateRequest, Message, ScoreRequest
+from spex.shared.engine.api import Completion, EngineRequest
+from spex.shared.engine.live import LiveEngine
+from spex.shared.runtime.bus import Bus, Delivery
+from spex.shared.runtime.jobs import tell_query
+from spex.shared.runtime.metrics import EVENTS, JOBS
+from spex.shared.runtime.service import guarded
+from spex.shared.runtime.settings import Settings
+
+__all__ = ["Job", "JobWorker"]
+
+Req = TypeVar("Req", GenerateRequest, ScoreRequest)
+
+
+@dataclass(eq=False)
+class Job(Generic[Req]):
+    """A job this worker took: where it came from (acknowledged there) and what it asks."""
+
+    delivery: Delivery
+    request: Req
+
+
+J = TypeVar("J", bound="Job[GenerateRequest] | Job[ScoreRequest]")
+
+
+class JobWorker(ABC, Generic[J]):
+    """One service's jobs on one engine. A subclass names its `service` and consumer `group`,
+    fills `handlers` (message type → handler of its delivery) and says how a finished job's
+    result is published."""
+
+    service: ClassVar[str]
+    group: ClassVar[str]
+
+    def __init__(self, client: aioredis.Redis, settings: Settings, engine: LiveEngine) -> None:
+        self.bus = Bus(client, settings.consumer, settings.max_deliveries)
+        self.bus.on_dead = partial(tell_query, self.bus)  # a job given up on: its query hears
+        self.settings = settings
+        self.engine = engine
+        self.jobs: dict[str, J] = {}  # engine request id -> the job it runs
+        self.handlers: dict[type[Message], Callable[[Delivery], Awaitable[None]]] = {}
+        self.done = 0  # results published
+        self.aborted = 0  # jobs cancelled, before or while running
+        self.log = structlog.get_logger().bind(service=self.service, consumer=settings.consumer)
+
+    @property
+    def reads_text(self) -> bool:
+        """A model reads the prompt's text; the simulator only its token counts."""
+        return self.engine.template is not None
+
+    async def prepare(self) -> None:
+        """Before any job: the engine must answer and serve this configuration."""
+        await self.engine.start()
+
+    def run_engine(self, stop: asyncio.Event) -> Awaitable[None]:
+        return self.engine.run(guarded(self.on_complete, self.log), stop)
+
+    def held(self) -> set[str]:
+        """The entries of the jobs we run (not read again when our own pending ones are)."""
+        return {job.delivery.entry_id for job in self.jobs.values()}
+
+    # ------------------------------------------------------------------ a job's life
+    async def dispatch(self, d: Delivery) -> None:
+        handler = self.handlers.get(type(d.message))
+        if handler is None:
+            await self.bus.dead_letter(d, self.group, f"no handler for {type(d.message).__name__}")
+            return
+        EVENTS.labels(self.service, self.settings.consumer, type(d.message).__name__).inc()
+        with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
+            try:
+                await handler(d)
+            except Exception as exc:  # left unacknowledged: reclaimed, retried, then dead-lettered
+                self.log.error("handler_failed", error=repr(exc), deliveries=d.deliveries)
+
+    async def start(self, job: J, request: EngineRequest) -> None:
+        """Hand `job` to the engine as `request`; a request the engine refuses is the job's
+        fault: dead-lettered with the reason."""
+        try:
+            self.engine.submit(request)
+        except ValueError as exc:
+            await self.bus.dead_letter(job.delivery, self.group, f"engine: {exc}")
+            return
+        self.jobs[request.rid] = job
+
+    async def on_complete(self, c: Completion) -> None:
+        job = self.jobs.pop(c.rid, None)
+        if job is None:
+            return
+        req = job.request
+        JOBS.labels(self.service, self.settings.consumer, c.reason).inc()
+        if c.reason == "error":  # the engine refused or failed it: park it with the reason
+            self.log.error("job_failed", job_id=req.job_id, query_id=req.query_id, error=c.text)
+            await self.bus.dead_letter(job.delivery, self.group, f"engine: {c.text}")
+            return
+        if c.reason == "abort":
+            self.aborted += 1
+            self.log.info("job_cancelled", job_id=req.job_id, query_id=req.query_id, tokens=c.generated)
+            await self.bus.ack(job.delivery, self.group)
+            return
+        problem = await self.publish(job, c)
+        if problem:
+            await self.bus.dead_letter(job.delivery, self.group, problem)
+            return
+        # Result first, then the owner-checked ack: a crash in between redelivers the job and
+        # the duplicate result (same message id) is dropped by the idempotent publish.
+        if not await self.bus.ack(job.delivery, self.group):  # we stalled; a peer owns it now
+            self.log.warning("job_taken_over", job_id=req.job_id, query_id=req.query_id)
+        self.done += 1
+
+    @abstractmethod
+    async def publish(self, job: J, c: Completion) -> str:
+        """Publish the result of a finished job; or, without publishing, say why it has none
+        (the job is then dead-lettered with that reason)."""
+
+    # ------------------------------------------------------------------ stalls and peers
+    async def heartbeat(self, stream: str) -> None:
+        """Keep our jobs on `stream` ours; those a peer took over while we stalled are
+        stopped here (the peer's result counts)."""
+        entries = {job.delivery.entry_id for job in self.jobs.values() if job.delivery.stream == stream}
+        if not entries:
+            return
+        lost = await self.bus.heartbeat(stream, self.group, list(entries))
+        for rid, job in list(self.jobs.items()):
+            if job.delivery.stream == stream and job.delivery.entry_id in lost:
+                del self.jobs[rid]
+                self.engine.abort(rid)
+                self.log.warning("job_taken_over", job_id=job.request.job_id, query_id=job.request.query_id)
+
+    async def reclaim(self, stream: str, count: int = 100) -> None:
+        """Jobs of a peer that stopped heartbeating (three periods) are ours now."""
+        idle_ms = int(3 * self.settings.heartbeat_s * 1000)
+        for d in await self.bus.reclaim(stream, self.group, idle_ms, count=count):
+            self.log.info("job_reclaimed", entry_id=d.entry_id, deliveries=d.deliveries)
+            await self.dispatch(d)
