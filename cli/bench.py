@@ -13,7 +13,10 @@ from rich.table import Table
 
 from spex.bench.results import RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
-from spex.bench.vtime.config import BACKENDS, CONTENTS, SCHEDULINGS
+from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
+from spex.proto import CONTENTS, MODES
+from spex.shared.core.machine import REWARDS
+from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
@@ -41,8 +44,8 @@ def _workload_args(b: argparse.ArgumentParser) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--profile", default="Llemma-7B@A6000", help="MODEL@GPU of the generator")
     b.add_argument("--reward-profile", default=None, help="MODEL@GPU of the PRM (default Llemma-7B@same GPU)")
-    b.add_argument("--reward", choices=["prm", "logprob"], default="prm")
-    b.add_argument("--answer-selection", choices=["majority", "weighted", "best"], default=None)
+    b.add_argument("--reward", choices=list(REWARDS), default="prm")
+    b.add_argument("--answer-selection", choices=list(SELECTIONS), default=None)
     b.add_argument("--workload", default=None, help="TOML file of workload knobs")
     b.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="override a knob")
     b.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="algorithm parameter")
@@ -55,7 +58,7 @@ def _workload_args(b: argparse.ArgumentParser) -> None:
 
 def _speculation_args(b: argparse.ArgumentParser) -> None:
     """SPEX's switches: T1, T2, T3 and what holds speculation back."""
-    b.add_argument("--mode", choices=["baseline", "spex", "compare"], default="baseline")
+    b.add_argument("--mode", choices=[*MODES, "compare"], default="baseline")
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
     b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")
     b.add_argument("--early-stop", action="store_true", help="T3: stop a search once its answer is settled")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from spex.proto import MODES
 from spex.shared.core.search.base import ALGORITHMS
 
 if TYPE_CHECKING:  # the chaos rig imports the services: only `spex chaos` loads it
@@ -24,7 +25,7 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--faults-per-minute", type=float, default=6.0)
     c.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
     c.add_argument("--target", type=int, default=8)
-    c.add_argument("--mode", choices=["baseline", "spex"], default="spex")
+    c.add_argument("--mode", choices=list(MODES), default="spex")
     c.add_argument("--time-scale", type=float, default=0.01, help="wall seconds per simulated second")
     c.add_argument("--json", default=None, help="write the report here")
 

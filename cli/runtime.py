@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from spex.bench.vtime.config import CONTENTS
+from spex.proto import CONTENTS, MODES
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.runtime.settings import ENGINES
 
@@ -75,7 +75,7 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
     sb.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
     sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
     sb.add_argument("--target", type=int, default=16)
-    sb.add_argument("--mode", choices=["baseline", "spex"], default="spex")
+    sb.add_argument("--mode", choices=list(MODES), default="spex")
     sb.add_argument("--client-key", default=None)
     sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
     sb.add_argument("--reference", default=None, help="grade the answer against this reference answer")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, Union
+from typing import Any, Literal, Union, get_args, get_origin
 
 import msgspec
 
@@ -63,5 +63,29 @@ def decode(name: str, payload: bytes) -> Message:
         raise ProtocolError(str(exc)) from None
     try:
         return _decoder(types).decode(payload)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except msgspec.ValidationError as exc:
+        raise _invalid(name, types, head.get("type", "message"), str(exc)) from None
+    except msgspec.DecodeError as exc:
         raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {name}: {exc}") from None
+
+
+def _invalid(name: str, types: tuple[type[Message], ...], kind: object, error: str) -> ProtocolError:
+    """A field with a bad value reads `field: problem (invalid Type on stream)`, the field first
+    as in the services' own reasons, with a value set's values; anything else, as msgspec says."""
+    problem, at, path = error.rpartition(" - at `$.")
+    if not at:
+        return ProtocolError(f"invalid {kind!s} on {name}: {error}")
+    field = path.removesuffix("`")
+    allowed = _values(types, kind, field)
+    if allowed:
+        problem += f"; known: {', '.join(allowed)}"
+    return ProtocolError(f"{field}: {problem} (invalid {kind!s} on {name})")
+
+
+def _values(types: tuple[type[Message], ...], kind: object, field: str) -> tuple[str, ...]:
+    """The values of `field` of message type `kind` if its type is a value set, else ()."""
+    for cls in types:
+        if cls.__name__ == kind:
+            tp = next((f.type for f in msgspec.structs.fields(cls) if f.name == field), None)
+            return tuple(map(str, get_args(tp))) if get_origin(tp) is Literal else ()
+    return ()

@@ -5,38 +5,75 @@ services can be upgraded one at a time. Each struct carries the envelope fields 
 `Message` and a `type` tag (its class name) that decoders dispatch on. Naming rule: a
 struct's name ends in its role — `…Request` (asks for work), `…Result` (answers one), or
 `…Event` (reports a fact).
+
+A field that takes one of a closed set of values has that set's `Literal` type (`Content`,
+`SimStyle`, `FinishReason`, `JobKind`), so msgspec refuses any other value at decode and the
+codec names the field; each set's values are also a tuple (`CONTENTS`, ...) for the checks and
+the CLI's choices. A set is closed: a new value is a protocol change (deploy its readers first).
+A submission's `algorithm` and `mode` stay `str` on the wire, checked against `ALGORITHMS` and
+`MODES` by `spex.proto.submission`: a submission with a bad value must still decode to be
+answered as rejected (its client told, its in-flight place freed).
 """
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import msgspec
 
 __all__ = [
+    "ALGORITHMS",
     "CONTENTS",
+    "FINISH_REASONS",
+    "JOB_KINDS",
     "MAX_MESSAGE_BYTES",
+    "MODES",
     "PRIMARY",
     "PROTOCOL_VERSION",
+    "SIM_STYLES",
     "SPECULATIVE",
+    "Algorithm",
     "AnswerResult",
     "BudgetUpdateEvent",
     "CancelRequest",
+    "Content",
+    "FinishReason",
     "GenerateRequest",
     "GenerateResult",
     "JobFailedEvent",
+    "JobKind",
     "LogprobSummary",
     "Message",
+    "Mode",
     "PromoteRequest",
     "QueryStatsEvent",
     "ScoreRequest",
     "ScoreResult",
+    "SimStyle",
     "SubmitQuestionRequest",
     "WorkerLoadEvent",
 ]
 
-PROTOCOL_VERSION = 1  # a decoder rejects any other version (dead-lettered, never guessed)
+# A decoder rejects any other version (dead-lettered, never guessed). Still 1 with the typed
+# value sets and without ScoreRequest.reward: the values on the wire are the ones always sent,
+# and a reader ignores a field it does not know and defaults one it is not sent, so old and
+# new services read each other's messages.
+PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20  # an encoded message may not be larger (1 MiB), either way
 
-CONTENTS = ("synthetic", "real")  # what a job's text is: the synthetic workload's, or a model's
+Content = Literal["synthetic", "real"]  # what a job's text is: the synthetic workload's, or a model's
+SimStyle = Literal["bfs", "dfs"]  # the synthetic workload's step-length model: its search's family
+FinishReason = Literal["stop", "eos", "length", "abort"]  # stop: the step delimiter (or a stop string)
+JobKind = Literal["generate", "score"]  # the job a JobFailedEvent reports
+Algorithm = Literal["ets", "rebase", "rest", "rstar"]  # a search (the core registers one class each)
+Mode = Literal["baseline", "spex"]  # a query searched plainly, or with speculation
+
+CONTENTS: tuple[Content, ...] = get_args(Content)
+SIM_STYLES: tuple[SimStyle, ...] = get_args(SimStyle)
+FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
+JOB_KINDS: tuple[JobKind, ...] = get_args(JobKind)
+ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 PRIMARY = 0  # engine priority of jobs the search is waiting on
 SPECULATIVE = 1  # engine priority of jobs generated ahead of the search
@@ -61,10 +98,10 @@ class SubmitQuestionRequest(Message, frozen=True):
 
     question: str
     client_key: str = ""  # idempotency key: the same key is answered once
-    algorithm: str = "rebase"
+    algorithm: str = "rebase"  # one of ALGORITHMS (checked by spex.proto.submission)
     target: int = 16  # REBASE/ETS width, or MCTS rollouts
     seed: int = 0
-    mode: str = "spex"  # "baseline" | "spex"
+    mode: str = "spex"  # one of MODES (checked by spex.proto.submission)
     prompt_tokens: int = 0  # the question's length in tokens (0: estimated from the text)
     reference_answer: str = ""  # if given, the answer is graded against it (math-verify)
     client: str = ""  # who submitted it (the ingress token's name; "" without auth)
@@ -88,8 +125,8 @@ class GenerateRequest(Message, frozen=True):
     stop: list[str] = []
     priority: int = PRIMARY
     sim_seed: int = 0  # sim engine only: world seed of the synthetic workload
-    sim_style: str = "bfs"  # sim engine only: "dfs" | "bfs" step-length model
-    content: str = "synthetic"  # "synthetic" | "real" (CONTENTS)
+    sim_style: SimStyle = "bfs"  # sim engine only: the step-length model
+    content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, root's child first
 
@@ -106,7 +143,7 @@ class GenerateResult(Message, frozen=True):
     text: str
     tokens: int
     cached_tokens: int = 0
-    finish_reason: str = "stop"  # "stop" (the step delimiter) | "eos" | "length" | "abort"
+    finish_reason: FinishReason = "stop"
     logprobs: LogprobSummary = LogprobSummary()
     worker: str = ""
 
@@ -117,7 +154,7 @@ class JobFailedEvent(Message, frozen=True):
 
     job_id: str
     node_id: str
-    kind: str  # "generate" | "score"
+    kind: JobKind
     reason: str
 
 
@@ -141,10 +178,9 @@ class ScoreRequest(Message, frozen=True):
     node_id: str
     prompt_node_ids: list[str]  # the path including the node to score
     prompt_tokens: list[int]
-    reward: str = "prm"  # "prm" | "sim"
     priority: int = PRIMARY
     sim_seed: int = 0  # sim scorer only: world seed of the synthetic workload
-    content: str = "synthetic"  # "synthetic" | "real" (CONTENTS)
+    content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, the scored one last
 

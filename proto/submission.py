@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spex.proto.messages import SubmitQuestionRequest
+from spex.proto.messages import ALGORITHMS, MODES, SubmitQuestionRequest
 
 __all__ = [
     "ALGORITHMS",
@@ -29,10 +29,8 @@ __all__ = [
     "validate",
 ]
 
-# The search algorithms a question may name (the core registers one class per name; a test
-# holds the two lists equal).
-ALGORITHMS = ("ets", "rebase", "rest", "rstar")
-MODES = ("baseline", "spex")
+# ALGORITHMS (the searches a question may name: the core registers one class per name, and a
+# test holds the two lists equal) and MODES are the value sets of `spex.proto.messages`.
 # Every job of a search repeats the question (and the path's steps) within the 1 MiB message
 # limit, so the question itself is held well below it.
 MAX_QUESTION_CHARS = 100_000

@@ -5,21 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spex.proto import SubmitQuestionRequest, submission
+from spex.proto import CONTENTS, Content, SubmitQuestionRequest, submission
 from spex.shared.core.ids import derived_int
-from spex.shared.core.machine import REWARDS
+from spex.shared.core.machine import REWARDS, Reward
 from spex.shared.core.search import SearchConfig, make_algorithm
+from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.tree import Tree
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
-__all__ = ["BACKENDS", "CONTENTS", "SCHEDULINGS", "BenchConfig"]
+__all__ = ["BACKENDS", "SCHEDULINGS", "BenchConfig"]
 
 BACKENDS = ("sim", "hf")
 SCHEDULINGS = ("sglang", "paused")
-CONTENTS = ("synthetic", "real")
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class BenchConfig:
     seed: int = 0
     profile: str = "Llemma-7B@A6000"
     reward_profile: str | None = None  # None: Llemma-7B PRM on its own GPU of the same kind
-    reward: str = "prm"
-    answer_selection: str | None = None
+    reward: Reward = "prm"
+    answer_selection: AnswerSelection | None = None
     knobs: WorkloadKnobs = field(default_factory=WorkloadKnobs)
     engine: EngineConfig = field(default_factory=EngineConfig)
     params: dict[str, float] = field(default_factory=dict)
@@ -40,7 +40,7 @@ class BenchConfig:
     backend: str = "sim"  # "sim" (the simulated GPU) | "hf" (in-process PyTorch)
     model: str | None = None  # hf: the generator's local model directory
     prm: str | None = None  # a local reward-model directory (else the simulated PRM)
-    content: str = "synthetic"  # "synthetic" (the workload's tree) | "real" (the model's text)
+    content: Content = "synthetic"  # the workload's tree, or the model's text
     dataset: str | None = None  # real content: a JSONL file or a shipped name (math500)
     deterministic: bool = False  # hf: batch-invariant outputs (lossless on a real model)
     max_running: int = 16  # hf: sequences decoded together; also the static speculative pool

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from spex.proto.messages import PRIMARY, SPECULATIVE
 from spex.shared.core.commands import (
@@ -42,9 +43,10 @@ from spex.shared.core.spec.early_stop import EarlyStop, should_stop
 from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy, algorithm_predictor
 from spex.shared.core.tree import EXPAND, Node, Tree
 
-__all__ = ["REWARDS", "QueryMachine", "QueryStats"]
+__all__ = ["REWARDS", "QueryMachine", "QueryStats", "Reward"]
 
-REWARDS = ("prm", "logprob")
+Reward = Literal["prm", "logprob"]  # a node's reward: the PRM's score, or the step's log-probability
+REWARDS: tuple[Reward, ...] = get_args(Reward)
 MAX_SPEC_PRIORITY = 64  # the least likely speculative job's priority
 
 
@@ -75,7 +77,7 @@ class QueryMachine:
     question_tokens: int
     config: SearchConfig
     seed: int
-    reward: str = "prm"
+    reward: Reward = "prm"
     speculation: SpecPolicy = field(default_factory=SpecPolicy)
     early_stop: EarlyStop = field(default_factory=EarlyStop)
     share: int = 0  # speculative jobs this query may have in flight (set by the T2 allocator)

@@ -10,7 +10,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
-from spex.proto import ALGORITHMS, MAX_MESSAGE_BYTES, Limits
+from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, Content, Limits
 
 __all__ = ["ENGINES", "ENV", "Settings", "parse_targets"]
 
@@ -90,7 +90,7 @@ class Settings:
     engine_timeout_s: float = 600.0
     model: str = ""
     prm: str = ""
-    content: str = "synthetic"
+    content: Content = "synthetic"
     deterministic: bool = False
     max_running: int = 16
     max_step_tokens: int = 256
@@ -135,7 +135,7 @@ class Settings:
             "prm_url": not self.prm_url or (_http(self.prm_url) and bool(self.prm)),
             "model": self.engine != "hf" or bool(self.model),
             "worker_slots": 1 <= self.worker_slots <= 4096,
-            "content": self.content in ("synthetic", "real"),  # generators refuse what they cannot write
+            "content": self.content in CONTENTS,  # generators refuse what they cannot write
             "max_running": self.max_running >= 1,
             "max_step_tokens": self.max_step_tokens >= 1,
             "max_depth": self.max_depth >= 0,
@@ -192,7 +192,7 @@ def parse_targets(raw: str) -> dict[str, int]:
     raw = raw.strip()
     if "=" not in raw:
         return dict.fromkeys(ALGORITHMS, int(raw))
-    out = dict.fromkeys(ALGORITHMS, DEFAULT_MAX_TARGET)
+    out: dict[str, int] = dict.fromkeys(ALGORITHMS, DEFAULT_MAX_TARGET)
     for item in raw.split(","):
         name, _, value = item.partition("=")
         if name.strip() not in ALGORITHMS:

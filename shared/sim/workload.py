@@ -30,6 +30,7 @@ import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from spex.proto.messages import SIM_STYLES, FinishReason, SimStyle
 from spex.shared.core.ids import derived_int, derived_uniform
 
 __all__ = ["Generation", "KNOB_DOCS", "SyntheticQuestion", "SyntheticWorkload", "WorkloadKnobs"]
@@ -159,7 +160,7 @@ class Generation:
     text: str
     tokens: int
     answer: str | None  # extracted final answer, None if the step does not answer
-    finish_reason: str  # "stop" | "length"
+    finish_reason: FinishReason  # "stop" | "length"
     mean_logprob: float
     on_track: bool  # hidden ground truth; the search never reads it
 
@@ -177,8 +178,8 @@ def _sigmoid(x: float) -> float:
 class SyntheticWorkload:
     """Pure functions of (seed, query, node path); `style` is "dfs" or "bfs"."""
 
-    def __init__(self, knobs: WorkloadKnobs, seed: int, style: str = "bfs") -> None:
-        if style not in ("dfs", "bfs"):
+    def __init__(self, knobs: WorkloadKnobs, seed: int, style: SimStyle = "bfs") -> None:
+        if style not in SIM_STYLES:
             raise ValueError(f"style must be 'dfs' or 'bfs', not {style!r}")
         self.knobs, self.seed, self.style = knobs, seed, style
         self._on_track: dict[tuple[str, str], bool] = {}
@@ -205,7 +206,7 @@ class SyntheticWorkload:
         node, depth = path[-1], len(path)
         on_track = self.on_track(query, path)
         tokens = self._length(qid, node)
-        finish = "stop"
+        finish: FinishReason = "stop"
         if tokens >= k.step_token_cap:
             tokens, finish = k.step_token_cap, "length"
         p_terminal = min(1.0, k.terminal_base + k.terminal_per_depth * depth)

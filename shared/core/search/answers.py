@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 from spex.shared.core.tree import Node
 
-__all__ = ["SELECTIONS", "extract_answer", "last_boxed", "normalize_answer", "select_answer"]
+__all__ = [
+    "SELECTIONS",
+    "AnswerSelection",
+    "extract_answer",
+    "last_boxed",
+    "normalize_answer",
+    "select_answer",
+]
 
-SELECTIONS = ("majority", "weighted", "best")
+AnswerSelection = Literal["majority", "weighted", "best"]
+SELECTIONS: tuple[AnswerSelection, ...] = get_args(AnswerSelection)
 
 # REBASE extracts with `The answer is:(.+) ки`; ETS also accepts "The final answer is".
 _ANSWER = re.compile(r"(?:final answer is|The answer is)\s*:?\s*(.+?)\s*(?:ки|$)", re.S)
@@ -51,7 +60,7 @@ def normalize_answer(answer: str) -> str:
     return re.sub(r"\s+", "", s)
 
 
-def select_answer(solutions: Sequence[Node], method: str) -> str | None:
+def select_answer(solutions: Sequence[Node], method: AnswerSelection) -> str | None:
     """Pick the final answer among solution nodes (each with `answer` and last-step `reward`).
 
     majority: most votes; weighted: largest summed reward; best: the single highest reward.

@@ -14,6 +14,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, Protocol
 
+from spex.proto.messages import SimStyle
+from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.tree import EXPAND, Node, Tree
 
 __all__ = [
@@ -43,7 +45,7 @@ class SearchConfig:
 
     algorithm: str = "rebase"
     target: int = 16
-    answer_selection: str | None = None  # None: the algorithm's reference default
+    answer_selection: AnswerSelection | None = None  # None: the algorithm's reference default
     max_step_tokens: int = 256
     params: dict[str, float] = field(default_factory=dict)  # algorithm-specific overrides
 
@@ -64,8 +66,8 @@ class SpecView(Protocol):
 
 class SearchAlgorithm(ABC):
     name: str
-    family: str  # "bfs" | "dfs"
-    default_selection: str
+    family: SimStyle  # breadth- or depth-first: the synthetic workload's step lengths follow it
+    default_selection: AnswerSelection
     presets: ClassVar[dict[str, dict[str, float]]] = {}  # named parameter sets (`preset_params`)
 
     def __init__(self, tree: Tree, config: SearchConfig) -> None:
@@ -81,7 +83,7 @@ class SearchAlgorithm(ABC):
         return None
 
     @property
-    def answer_selection(self) -> str:
+    def answer_selection(self) -> AnswerSelection:
         return self.config.answer_selection or self.default_selection
 
     # --- speculation hooks (T1). They read the algorithm's state and never change it.

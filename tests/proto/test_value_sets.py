@@ -1,0 +1,90 @@
+"""A field of a closed value set takes only its values: any other fails to decode with a reason
+that names the field (the bus dead-letters the entry with it), while the bytes on the wire are
+what they were, so old and new services read each other's messages."""
+
+from typing import get_args
+
+import msgspec
+import pytest
+
+from spex.proto import (
+    CONTENTS,
+    FINISH_REASONS,
+    JOB_KINDS,
+    MODES,
+    SIM_STYLES,
+    Content,
+    GenerateRequest,
+    GenerateResult,
+    JobFailedEvent,
+    ProtocolError,
+    ScoreRequest,
+    SubmitQuestionRequest,
+    decode,
+    encode,
+    submission,
+)
+from spex.proto.names import DEFAULT_POOL, INGRESS, SCORE_JOBS, gen_jobs, query_inbox
+
+ENV = {"msg_id": "m", "query_id": "q"}
+JOB = GenerateRequest(
+    **ENV,
+    job_id="j",
+    node_id="n",
+    parent_id="r",
+    child_index=0,
+    action="expand",
+    prompt_node_ids=["r"],
+    prompt_tokens=[10],
+    seed=1,
+)
+SCORE = ScoreRequest(**ENV, job_id="j", node_id="n", prompt_node_ids=["r", "n"], prompt_tokens=[10, 5])
+RESULT = GenerateResult(**ENV, job_id="j", node_id="n", text="Step 1.", tokens=3)
+FAILED = JobFailedEvent(**ENV, job_id="j", node_id="n", kind="generate", reason="refused")
+
+FIELDS = [
+    (gen_jobs(DEFAULT_POOL), JOB, "content", CONTENTS),
+    (gen_jobs(DEFAULT_POOL), JOB, "sim_style", SIM_STYLES),
+    (SCORE_JOBS, SCORE, "content", CONTENTS),
+    (query_inbox("q"), RESULT, "finish_reason", FINISH_REASONS),
+    (query_inbox("q"), FAILED, "kind", JOB_KINDS),
+]
+
+
+def _with(message, **fields) -> bytes:
+    """`message` as a producer with other values would write it (the encoder checks nothing)."""
+    return msgspec.msgpack.encode({**msgspec.msgpack.decode(encode(message)), **fields})
+
+
+def test_a_generate_request_with_an_unknown_content_fails_to_decode_naming_the_field():
+    with pytest.raises(ProtocolError) as err:
+        decode(gen_jobs(DEFAULT_POOL), _with(JOB, content="bogus"))
+    reason = str(err.value)
+    assert reason.startswith("content: ") and "'bogus'" in reason, reason
+    assert "synthetic, real" in reason and "GenerateRequest" in reason
+
+
+@pytest.mark.parametrize(("stream", "message", "field", "values"), FIELDS, ids=[f[2] for f in FIELDS])
+def test_every_value_of_a_set_decodes_and_no_other(stream, message, field, values):
+    for value in values:
+        assert getattr(decode(stream, _with(message, **{field: value})), field) == value
+    with pytest.raises(ProtocolError, match=f"^{field}: "):
+        decode(stream, _with(message, **{field: "bogus"}))
+
+
+def test_the_tuples_are_the_types_values():
+    assert CONTENTS == get_args(Content) == ("synthetic", "real")
+    assert MODES == ("baseline", "spex")
+
+
+def test_a_score_request_with_the_old_reward_field_still_decodes():
+    # Written by a service from before ScoreRequest.reward was dropped: the field is ignored.
+    assert decode(SCORE_JOBS, _with(SCORE, reward="prm")) == SCORE
+    assert "reward" not in msgspec.msgpack.decode(encode(SCORE))
+
+
+def test_a_submission_with_a_bad_mode_decodes_to_be_answered_as_rejected():
+    payload = _with(SubmitQuestionRequest(**ENV, question="1+1?"), mode="fast", algorithm="bfs")
+    req = decode(INGRESS, payload)
+    with pytest.raises(submission.SubmissionError, match="^algorithm: "):
+        submission.validate(req)
