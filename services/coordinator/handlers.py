@@ -19,6 +19,7 @@ from spex.proto import (
     AnswerResult,
     BudgetUpdateEvent,
     CancelRequest,
+    Content,
     GenerateRequest,
     GenerateResult,
     JobFailedEvent,
@@ -103,7 +104,7 @@ class Outgoing:
     request: SubmitQuestionRequest
     epoch: int  # fencing token of the lease the coordinator holds
     machine: QueryMachine
-    content: str = "synthetic"  # what the engines write: the workload's steps, or a model's
+    content: Content = "synthetic"  # what the engines write: the workload's steps, or a model's
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """The coordinator's Lua scripts: leases with a fencing epoch, the fenced checkpoint and the
-fenced answer. Each runs atomically on one query's keys (one hash tag, one cluster slot)."""
+fenced answer. Each runs atomically on one query's keys (one hash tag, one cluster slot).
+`store.QueryStore` registers each once, runs it by SHA, and is the only caller: the KEYS and
+ARGV each comment lists are in the order it passes them."""
 
 __all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "REJECT", "RELEASE", "RENEW"]
 
@@ -35,7 +37,7 @@ return 0
 """
 
 # Fenced: only the lease holder at the current epoch may write the checkpoint or the answer.
-# KEYS: lease, epoch, checkpoint. ARGV: owner, epoch, last entry id, digest, nodes. -> 1 | 0
+# KEYS: lease, epoch, checkpoint. ARGV: owner, epoch, last entry id, nodes. -> 1 | 0
 CHECKPOINT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
   return 0

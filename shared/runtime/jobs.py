@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from spex.proto import GenerateRequest, JobFailedEvent, Message, ScoreRequest
+from spex.proto import GenerateRequest, JobFailedEvent, JobKind, Message, ScoreRequest
 from spex.proto.names import cancel_key, query_inbox, query_request, reply_key
 from spex.shared.runtime.bus import Bus
 
@@ -28,7 +28,7 @@ async def tell_query(bus: Bus, message: Message, reason: str) -> None:
     """A job given up on (`Bus.on_dead`): its query fails instead of waiting for it forever."""
     if not isinstance(message, GenerateRequest | ScoreRequest):
         return
-    kind = "generate" if isinstance(message, GenerateRequest) else "score"
+    kind: JobKind = "generate" if isinstance(message, GenerateRequest) else "score"
     event = JobFailedEvent(
         msg_id=f"{message.query_id}/{message.job_id}/{kind}-failed",
         query_id=message.query_id,

@@ -2,9 +2,10 @@
 
 An entry point's shape: configure logging → build settings → build the service → run →
 clean up in `finally`. SIGTERM (and Ctrl-C) is a state change: the service stops taking work
-and returns from `run` (exit status 0). A loop that fails on something it cannot handle ends
-the process with status 1, so its supervisor (`spex up`, Kubernetes) restarts it — a service
-never lingers half-alive.
+and returns from `run` (exit status 0). A loop that keeps failing on something other than
+Redis's reachability (`loop_forever`: MAX_CONSECUTIVE_FAILURES in a row) ends the process with
+status 1, so its supervisor (`spex up`, Kubernetes) restarts it — a service never lingers
+half-alive.
 """
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ from spex.shared.runtime import connect
 from spex.shared.runtime.metrics import serve_metrics
 from spex.shared.runtime.settings import Settings
 
-__all__ = ["Service", "configure_logging", "guarded", "loop_forever", "redis_client", "run_service"]
+__all__ = [
+    "MAX_CONSECUTIVE_FAILURES",
+    "LoopFailed",
+    "Service",
+    "configure_logging",
+    "guarded",
+    "loop_forever",
+    "redis_client",
+    "run_service",
+]
 
 
 class Service(Protocol):
@@ -46,24 +56,44 @@ def configure_logging(level: str = "info") -> None:
     )
 
 
+MAX_CONSECUTIVE_FAILURES = 10  # a loop failing this often in a row (~11 s of backoff) gives up
+
+
+class LoopFailed(RuntimeError):
+    """A service loop kept failing on something other than Redis's reachability. Unrecoverable
+    here: the process exits with status 1 and its supervisor restarts it."""
+
+
 async def loop_forever(
-    stop: asyncio.Event, body: Callable[[], Awaitable[None]], log: Any, on_reconnect: Callable[[], None]
+    stop: asyncio.Event,
+    body: Callable[[], Awaitable[None]],
+    log: Any,
+    on_reconnect: Callable[[], None],
+    max_failures: int = MAX_CONSECUTIVE_FAILURES,
 ) -> None:
-    """Run `body` until `stop`. A lost Redis connection is waited out (with backoff) and the
-    consumer re-reads its own pending entries afterwards; any other error is logged and the
-    loop goes on — a service never dies of input it did not expect."""
+    """Run `body` until `stop`. A lost Redis connection is waited out (with backoff, for as
+    long as it takes) and the consumer re-reads its own pending entries afterwards. Any other
+    error is logged and retried with backoff; after `max_failures` in a row the loop raises
+    LoopFailed, so the service exits with status 1 instead of lingering half-alive (bad input
+    never gets here: handlers dead-letter it)."""
     backoff = 0.05
+    failures = 0
     while not stop.is_set():
         try:
             await body()
-            backoff = 0.05
+            backoff, failures = 0.05, 0
         except (RedisConnectionError, RedisTimeoutError) as exc:
             log.warning("redis_unavailable", error=str(exc), retry_in_s=backoff)
             await asyncio.sleep(backoff)
             backoff = min(2.0, backoff * 2)
             on_reconnect()
         except Exception as exc:  # noqa: BLE001 - the one place failures are handled
-            log.error("loop_failed", error=str(exc) or repr(exc), error_type=type(exc).__name__)
+            failures += 1
+            error = str(exc) or repr(exc)
+            log.error("loop_failed", error=error, error_type=type(exc).__name__, failures=failures)
+            if failures >= max_failures:
+                name = getattr(body, "__name__", "loop")
+                raise LoopFailed(f"{name}: {failures} failures in a row; the last: {error}") from exc
             await asyncio.sleep(backoff)
             backoff = min(2.0, backoff * 2)
 

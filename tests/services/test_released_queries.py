@@ -21,20 +21,20 @@ def test_a_released_query_redis_lost_is_searched_again_and_one_it_kept_is_not(re
     async def go():
         settings = Settings(redis_url=redis_url, consumer="coord-0")
         coord = Coordinator(redis_client(settings), settings)
-        r = coord.r
+        r = coord.store.r
         for qid in ("lost", "kept"):
             await r.set(query_request(qid), b"x")  # stands in for the ingress's copy
             assert await coord.adopt(request(qid))
             coord._release(coord.queries[qid])  # as when Redis could not be reached
-        assert not coord.queries and set(coord._released) == {"lost", "kept"}
+        assert not coord.queries and set(coord.recovery.released) == {"lost", "kept"}
         async for key in r.scan_iter(match="*lost*"):  # Redis came back without it
             await r.delete(key)
-        await coord._search_lost_releases()
+        await coord.recover()  # as each lease round does
         await asyncio.sleep(0.2)  # the search-again task
         adopted = set(coord.queries)
         stored = await r.exists(query_request("lost"))
         await r.aclose()
-        return adopted, stored, set(coord._released)
+        return adopted, stored, set(coord.recovery.released)
 
     adopted, stored, still_released = asyncio.run(go())
     assert adopted == {"lost"} and stored  # its request is stored again and it is searched again

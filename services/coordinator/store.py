@@ -1,0 +1,183 @@
+"""The coordinator's state in Redis: every key it owns, the order of their arguments, and its
+Lua scripts (`scripts`), registered once and run by SHA (redis-py loads a script again when
+a restarted Redis has forgotten it).
+
+A query's keys share its hash tag (`{q:<id>}`), so each script touches one cluster slot; the
+global sets (in-flight, active leases) and the answers stream are the exceptions the names
+module lists.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+
+from spex.proto import AnswerResult, QueryStatsEvent, SubmitQuestionRequest, decode, encode
+from spex.proto.names import (
+    ANSWERS,
+    COORDINATORS_ACTIVE,
+    INGRESS_IN_FLIGHT,
+    QUERY_STATS,
+    client_in_flight,
+    dead_letter,
+    query_checkpoint,
+    query_epoch,
+    query_inbox,
+    query_lease,
+    query_request,
+    reply_key,
+)
+from spex.services.coordinator import scripts
+
+__all__ = ["Entries", "QueryStore"]
+
+# What XRANGE and XREAD give for one stream: (entry id, fields) in order.
+Entries = list[tuple[bytes | str, dict[bytes, bytes]]]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class QueryStore:
+    """One coordinator's reads and writes of query state. `owner` is its consumer name (the
+    lease holder's mark); leases last `lease_s`; answered keys expire after `result_ttl_s`."""
+
+    def __init__(self, r: aioredis.Redis, owner: str, lease_s: float, result_ttl_s: int) -> None:
+        self.r = r
+        self.owner = owner
+        self.lease_ms = int(lease_s * 1000)
+        self.result_ttl_s = result_ttl_s
+        self._acquire = r.register_script(scripts.ACQUIRE)
+        self._renew = r.register_script(scripts.RENEW)
+        self._release = r.register_script(scripts.RELEASE)
+        self._checkpoint = r.register_script(scripts.CHECKPOINT)
+        self._answer = r.register_script(scripts.ANSWER)
+        self._reject = r.register_script(scripts.REJECT)
+
+    # ------------------------------------------------------------------ leases
+    async def acquire(self, qid: str) -> int:
+        """Take the lease on `qid`: its new fencing epoch, or 0 if another holds it."""
+        keys = [query_lease(qid), query_epoch(qid), COORDINATORS_ACTIVE]
+        args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
+        return int(await self._acquire(keys=keys, args=args) or 0)
+
+    async def renew(self, qid: str) -> int:
+        """Extend our lease: the epoch it holds, or 0 if it is no longer ours."""
+        keys = [query_lease(qid), query_epoch(qid), COORDINATORS_ACTIVE]
+        args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
+        return int(await self._renew(keys=keys, args=args) or 0)
+
+    async def release(self, qid: str) -> None:
+        """Give our lease up and make the query due for the reaper at once."""
+        await self._release(keys=[query_lease(qid), COORDINATORS_ACTIVE], args=[self.owner, qid])
+
+    async def leased(self, qid: str) -> bool:
+        return bool(await self.r.exists(query_lease(qid)))
+
+    async def expired(self) -> list[str]:
+        """Queries whose holder stopped renewing (their lease's expiry has passed)."""
+        raw = cast(list[bytes], await self.r.zrangebyscore(COORDINATORS_ACTIVE, 0, _now_ms()))
+        return [q.decode() for q in raw]
+
+    async def not_active(self, qid: str) -> None:
+        """Nothing to reap for `qid` (answered, expired or unreadable)."""
+        await self.r.zrem(COORDINATORS_ACTIVE, qid)
+
+    # ------------------------------------------------------------------ a query's record
+    async def keep_request(self, req: SubmitQuestionRequest) -> None:
+        """Store the request unless it is stored (the ingress usually has)."""
+        await self.r.set(query_request(req.query_id), encode(req), nx=True)
+
+    async def request(self, qid: str) -> SubmitQuestionRequest | None:
+        """The stored request, or None; raises ProtocolError if it cannot be read."""
+        key = query_request(qid)
+        blob = cast(bytes | None, await self.r.get(key))
+        if blob is None:
+            return None
+        req = decode(key, blob)
+        return req if isinstance(req, SubmitQuestionRequest) else None
+
+    async def answered(self, qid: str) -> bool:
+        return bool(await self.r.exists(reply_key(qid)))
+
+    async def known(self, qid: str) -> bool:
+        """Redis has the query's state (its epoch) or its answer."""
+        return bool(await self.r.exists(query_epoch(qid), reply_key(qid)))
+
+    async def stored(self, qid: str) -> bool:
+        """Redis has the query's request or its answer."""
+        return bool(await self.r.exists(query_request(qid), reply_key(qid)))
+
+    async def in_flight_again(self, req: SubmitQuestionRequest) -> None:
+        """A query Redis lost, about to be searched again: stored and counted in flight again."""
+        now_ms = _now_ms()
+        await self.keep_request(req)
+        await self.r.zadd(INGRESS_IN_FLIGHT, {req.query_id: now_ms})
+        await self.r.zadd(client_in_flight(req.client), {req.query_id: now_ms})
+
+    # ------------------------------------------------------------------ the inbox
+    async def inbox(self, qid: str) -> Entries:
+        """Every entry of the query's inbox, in order (a replay)."""
+        return cast(Entries, await self.r.xrange(query_inbox(qid), "-", "+"))
+
+    async def read_inboxes(
+        self, after: dict[str, str], count: int, block_ms: int
+    ) -> list[tuple[str, Entries]]:
+        """New entries of the inboxes in `after` (query id -> last entry applied)."""
+        streams: dict[Any, Any] = {query_inbox(q): last for q, last in after.items()}
+        replies = cast(list[tuple[bytes, Entries]], await self.r.xread(streams, count=count, block=block_ms))
+        out = []
+        for stream, entries in replies or []:
+            qid = query_inbox.parse(stream.decode() if isinstance(stream, bytes) else stream)
+            if qid is not None:
+                out.append((qid, entries))
+        return out
+
+    async def park(self, qid: str, entry_id: str, reason: str, payload: bytes) -> None:
+        """An inbox entry that cannot be read (the inbox has no group): kept with its reason."""
+        stream = query_inbox(qid)
+        await self.r.xadd(dead_letter(stream), {"id": entry_id, "reason": reason, "e": payload})
+
+    # ------------------------------------------------------------------ fenced writes
+    async def checkpoint(self, qid: str, epoch: int, last_id: str, nodes: int) -> bool:
+        """Record the last inbox entry applied; False if the lease is no longer ours."""
+        keys = [query_lease(qid), query_epoch(qid), query_checkpoint(qid)]
+        return bool(await self._checkpoint(keys=keys, args=[self.owner, epoch, last_id, nodes]))
+
+    async def answer(self, req: SubmitQuestionRequest, epoch: int, answer: AnswerResult) -> bool:
+        """Write the answer once and let the query go; False if the lease is no longer ours."""
+        qid = req.query_id
+        keys = [
+            query_lease(qid), query_epoch(qid), reply_key(qid), ANSWERS, INGRESS_IN_FLIGHT,
+            COORDINATORS_ACTIVE, client_in_flight(req.client), query_inbox(qid), query_request(qid),
+            query_checkpoint(qid),
+        ]  # fmt: skip
+        args: list[str | bytes | int] = [self.owner, epoch, encode(answer), qid, self.result_ttl_s]
+        return bool(await self._answer(keys=keys, args=args))
+
+    async def reject(self, req: SubmitQuestionRequest, reason: str) -> None:
+        """Answer a question that cannot be searched as failed, whoever holds what for it."""
+        qid = req.query_id
+        answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer=None, error=f"rejected: {reason}")
+        keys = [
+            reply_key(qid), ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client), query_request(qid),
+            COORDINATORS_ACTIVE, query_lease(qid), query_epoch(qid), query_inbox(qid), query_checkpoint(qid),
+        ]  # fmt: skip
+        await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s])
+
+    # ------------------------------------------------------------------ to the allocator
+    async def publish_stats(self, events: list[QueryStatsEvent]) -> None:
+        if not events:
+            return
+        async with self.r.pipeline(transaction=False) as pipe:
+            for event in events:
+                pipe.xadd(QUERY_STATS, {"e": encode(event)}, maxlen=10_000, approximate=True)
+            await pipe.execute()
+
+    async def redis_run(self) -> str:
+        """Redis's run id: a new one means it restarted."""
+        info = cast(dict[str, Any], await self.r.info("server"))
+        return str(info.get("run_id", ""))
