@@ -23,7 +23,6 @@ from typing import cast
 import redis.asyncio as aioredis
 
 from spex.proto import (
-    CONTENTS,
     CancelRequest,
     GenerateRequest,
     GenerateResult,
@@ -356,13 +355,10 @@ def _engine(settings: Settings) -> LiveEngine:
 
 
 def _job_problem(req: GenerateRequest, real_engine: bool) -> str:
-    """Why this worker cannot run `req` (a one-line reason), or "" if it can."""
-    if req.content not in CONTENTS:
-        return f"content: unknown {req.content!r}"
+    """Why this worker cannot run `req` (a one-line reason), or "" if it can. (A value outside
+    its set — content, sim_style — never gets here: the decoder refuses it.)"""
     if req.content == "real" and not real_engine:
         return "real content needs a real engine (SPEX_ENGINE=hf, vllm or sglang)"
-    if req.content == "synthetic" and req.sim_style not in ("dfs", "bfs"):
-        return f"sim_style: unknown {req.sim_style!r}; known: dfs, bfs"
     if not req.prompt_node_ids or len(req.prompt_node_ids) != len(req.prompt_tokens):
         return "prompt_node_ids: one entry per path node, as many as prompt_tokens, at least one"
     if any(t < 0 for t in req.prompt_tokens) or req.max_new_tokens < 1:

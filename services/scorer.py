@@ -17,7 +17,7 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from spex.proto import CONTENTS, ScoreRequest, ScoreResult
+from spex.proto import ScoreRequest, ScoreResult
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox, query_request
 from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
@@ -110,8 +110,6 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
 
 def _job_problem(req: ScoreRequest, reward_model: bool) -> str:
     """Why this scorer cannot score `req` (a one-line reason), or "" if it can."""
-    if req.content not in CONTENTS:
-        return f"content: unknown {req.content!r}"
     if req.content == "real" and not reward_model:
         return "real content needs a reward model (SPEX_PRM)"
     if len(req.prompt_node_ids) < 2 or len(req.prompt_node_ids) != len(req.prompt_tokens):

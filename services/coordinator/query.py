@@ -1,13 +1,24 @@
-"""A query a coordinator holds: its request, its machine and where its inbox stands."""
+"""A query a coordinator holds: its request, its machine and where its inbox stands; how its
+machine is built, what the allocator hears of it, and its answer graded."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
+from typing import Any
 
-from spex.proto import SubmitQuestionRequest
+from spex.proto import QueryStatsEvent, SubmitQuestionRequest
+from spex.shared.content.grading import grade
 from spex.shared.core.machine import QueryMachine
+from spex.shared.core.search import SearchConfig
+from spex.shared.core.spec.budget import hit_rate_estimate
+from spex.shared.core.speculation import SpecPolicy
+from spex.shared.runtime.settings import Settings
 
-__all__ = ["HeldQuery", "Unpublishable"]
+__all__ = ["LOCAL_SHARE", "HeldQuery", "Unpublishable", "graded", "new_machine", "stats"]
+
+LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
 
 
 @dataclass
@@ -23,6 +34,52 @@ class HeldQuery:
     @property
     def query_id(self) -> str:
         return self.request.query_id
+
+    @property
+    def speculates(self) -> bool:
+        return self.machine.speculation.enabled
+
+
+def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
+    speculate = req.mode == "spex"
+    params = {"max_depth": float(settings.max_depth)} if settings.max_depth else {}
+    search = SearchConfig(req.algorithm, req.target, max_step_tokens=settings.max_step_tokens, params=params)
+    return QueryMachine(
+        req.query_id,
+        req.prompt_tokens or max(1, len(req.question) // 4),
+        search,
+        req.seed,
+        # Real content without a reward model: the generator's own log-probabilities.
+        reward="logprob" if settings.content == "real" and not settings.prm else "prm",
+        speculation=SpecPolicy(enabled=speculate),
+        share=LOCAL_SHARE if speculate else 0,
+    )
+
+
+def stats(query: HeldQuery, worker: str) -> QueryStatsEvent:
+    """What the budget allocator needs of a speculating query (C_q, P_q, S_KV, load)."""
+    m = query.machine
+    return QueryStatsEvent(
+        msg_id=f"stats/{query.query_id}/{time.monotonic_ns()}",
+        query_id=query.query_id,
+        candidates=m.spec_candidates(64),
+        hit_rate=hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued),
+        prefix_tokens=m.context_tokens,
+        active_jobs=m.jobs_in_flight,
+        worker=worker,
+    )
+
+
+async def graded(answer: str | None, reference: str, limit_s: float, log: Any) -> bool | None:
+    """math-verify in a worker thread, so a slow parse never stalls the leases; None when
+    there is no reference, or grading took longer than `limit_s`."""
+    if not reference:
+        return None
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(grade, answer, reference), limit_s)
+    except TimeoutError:
+        log.warning("grading_timed_out", reference=reference[:80])
+        return None
 
 
 class Unpublishable(Exception):

@@ -43,7 +43,6 @@ from spex.proto import (
     GenerateRequest,
     Message,
     ProtocolError,
-    QueryStatsEvent,
     SubmissionError,
     SubmitQuestionRequest,
     decode,
@@ -59,16 +58,11 @@ from spex.services.coordinator.handlers import (
     Publish,
     effects,
 )
-from spex.services.coordinator.query import HeldQuery, Unpublishable
+from spex.services.coordinator.query import HeldQuery, Unpublishable, graded, new_machine, stats
 from spex.services.coordinator.recovery import Recovery
 from spex.services.coordinator.routing import REFRESH_S, Router
 from spex.services.coordinator.store import Entries, QueryStore
-from spex.shared.content.grading import grade
 from spex.shared.core.commands import Command
-from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import SearchConfig
-from spex.shared.core.spec.budget import hit_rate_estimate
-from spex.shared.core.speculation import SpecPolicy
 from spex.shared.runtime.bus import Bus, Delivery, entry_after
 from spex.shared.runtime.metrics import EVENTS, QUERIES_OWNED
 from spex.shared.runtime.service import loop_forever, run_service
@@ -76,7 +70,6 @@ from spex.shared.runtime.settings import Settings
 
 __all__ = ["Coordinator", "main"]
 
-LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
 STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
 GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
 INBOX_BATCH = 256  # inbox entries read per XREAD
@@ -225,7 +218,8 @@ class Coordinator:
         if not epoch:
             return False
         self.recovery.forget(req.query_id)  # ours again: a Redis restart is handled as for any held query
-        query = HeldQuery(req, self._machine(req), epoch, started_wall=self._now(), renewed=self._now())
+        now = self._now()
+        query = HeldQuery(req, new_machine(req, self.settings), epoch, started_wall=now, renewed=now)
         # Held (and renewed) from now on; the live reader joins once the replay is done and
         # goes on from the last entry applied here.
         self._hold(query)
@@ -240,21 +234,6 @@ class Coordinator:
             raise
         query.replaying = False
         return True
-
-    def _machine(self, req: SubmitQuestionRequest) -> QueryMachine:
-        s = self.settings
-        speculate = req.mode == "spex"
-        params = {"max_depth": float(s.max_depth)} if s.max_depth else {}
-        return QueryMachine(
-            req.query_id,
-            req.prompt_tokens or max(1, len(req.question) // 4),
-            SearchConfig(req.algorithm, req.target, max_step_tokens=s.max_step_tokens, params=params),
-            req.seed,
-            # Real content without a reward model: the generator's own log-probabilities.
-            reward="logprob" if s.content == "real" and not s.prm else "prm",
-            speculation=SpecPolicy(enabled=speculate),
-            share=LOCAL_SHARE if speculate else 0,
-        )
 
     # ------------------------------------------------------------------ inbox events
     async def _apply(self, query: HeldQuery, entries: Entries) -> None:
@@ -332,7 +311,8 @@ class Coordinator:
 
     async def _answer(self, query: HeldQuery, effect: Answer) -> None:
         qid, m = query.query_id, query.machine
-        correct = await self._grade(effect.message.answer, query.request.reference_answer)
+        limit_s = min(GRADE_TIMEOUT_S, self.settings.lease_s / 3)
+        correct = await graded(effect.message.answer, query.request.reference_answer, limit_s, self.log)
         # The latency is an I/O-time measurement: stamped here, as the answer is written.
         answer = msgspec.structs.replace(
             effect.message, latency_s=self._now() - query.started_wall, correct=correct
@@ -346,18 +326,6 @@ class Coordinator:
         self.log.info(
             "query_answered", query_id=qid, answer=m.answer, nodes=effect.message.nodes, cancelled=m.cancelled
         )
-
-    async def _grade(self, answer: str | None, reference: str) -> bool | None:
-        """math-verify in a worker thread, so a slow parse never stalls the leases; None when
-        there is no reference, or grading took longer than GRADE_TIMEOUT_S."""
-        if not reference:
-            return None
-        try:
-            limit = min(GRADE_TIMEOUT_S, self.settings.lease_s / 3)
-            return await asyncio.wait_for(asyncio.to_thread(grade, answer, reference), limit)
-        except TimeoutError:
-            self.log.warning("grading_timed_out", reference=reference[:80])
-            return None
 
     async def _fail(self, query: HeldQuery, reason: str) -> None:
         """The query cannot go on (a job it needs cannot be sent): answer it as failed."""
@@ -450,20 +418,8 @@ class Coordinator:
 
     async def _publish_stats(self) -> None:
         """What the budget allocator needs per speculating query (C_q, P_q, S_KV, load)."""
-        events = [
-            QueryStatsEvent(
-                msg_id=f"stats/{qid}/{time.monotonic_ns()}",
-                query_id=qid,
-                candidates=m.spec_candidates(64),
-                hit_rate=hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued),
-                prefix_tokens=m.context_tokens,
-                active_jobs=m.jobs_in_flight,
-                worker=self.router.owner(qid),
-            )
-            for qid, m in ((q, held.machine) for q, held in list(self.queries.items()))
-            if m.speculation.enabled
-        ]
-        await self.store.publish_stats(events)
+        held = [q for q in self.queries.values() if q.speculates]
+        await self.store.publish_stats([stats(q, self.router.owner(q.query_id)) for q in held])
 
 
 def main() -> int:

@@ -39,8 +39,8 @@ from spex.shared.engine.api import (
     EngineStats,
     StopReason,
 )
-from spex.shared.hf.kvcache import KV, Entry, PrefixCache
-from spex.shared.hf.models import load_lm, load_tokenizer
+from spex.shared.hf.kvcache import KV, Entry, PrefixCache, concat_kv, kv_layers, pad_left
+from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
 from spex.shared.hf.stepped import SteppedEngine
 
 __all__ = ["HFConfig", "HFEngine"]
@@ -96,7 +96,7 @@ class HFEngine(SteppedEngine):
         self._by_rid: dict[str, _Seq] = {}
         self._seq = 0
         self._piece_ids: dict[str, tuple[int, ...]] = {}
-        self._eos = _eos_ids(model, tokenizer)
+        self._eos = eos_ids(model, tokenizer)
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         # Prefill needs only the last position's logits: not [tokens × vocab] of them.
@@ -299,7 +299,7 @@ class HFEngine(SteppedEngine):
                 continue
             entry = self.cache.lookup(parent, ids)
             if entry is None:
-                past = _concat([e.kv for e in entries])
+                past = concat_kv([e.kv for e in entries])
                 logits, kv = self._forward_piece(ids, past)
                 entry = self.cache.insert(parent, ids, kv, logits)
             else:
@@ -311,7 +311,7 @@ class HFEngine(SteppedEngine):
         self.cache.lock(entries)
         s.entries = entries
         s.prompt_tokens = sum(e.tokens for e in entries)
-        s.past = _concat([e.kv for e in entries])
+        s.past = concat_kv([e.kv for e in entries])
         s.next_logits = entries[-1].last_logits
         self.stats.prompt_tokens += s.prompt_tokens
         self.stats.cached_tokens += s.cached_tokens
@@ -330,7 +330,7 @@ class HFEngine(SteppedEngine):
             **self._last_only,
             **{self._cache_kw: cache},
         )
-        kv = [(k[:, :, offset:].clone(), v[:, :, offset:].clone()) for k, v in _layers(cache)]
+        kv = [(k[:, :, offset:].clone(), v[:, :, offset:].clone()) for k, v in kv_layers(cache)]
         return out.logits[0, -1].float(), kv
 
     def _sample(self, s: _Seq) -> bool:
@@ -390,8 +390,8 @@ class HFEngine(SteppedEngine):
         layers = len(seqs[0].past or [])
         past = []
         for layer in range(layers):
-            ks = [_pad_left((s.past or [])[layer][0], width) for s in seqs]
-            vs = [_pad_left((s.past or [])[layer][1], width) for s in seqs]
+            ks = [pad_left((s.past or [])[layer][0], width) for s in seqs]
+            vs = [pad_left((s.past or [])[layer][1], width) for s in seqs]
             past.append((torch.cat(ks), torch.cat(vs)))
         kwargs: dict[str, Any] = {}
         if len(seqs) > 1 or width != lengths[0]:
@@ -403,7 +403,7 @@ class HFEngine(SteppedEngine):
         out = self.model(
             input_ids=input_ids, position_ids=positions, use_cache=True, **kwargs, **{self._cache_kw: cache}
         )
-        new_kv = [(k[:, :, width:], v[:, :, width:]) for k, v in _layers(cache)]
+        new_kv = [(k[:, :, width:], v[:, :, width:]) for k, v in kv_layers(cache)]
         return out.logits[:, -1].float(), new_kv
 
     def _finish(self, s: _Seq, now_s: float, reason: CompletionReason) -> Completion:
@@ -427,41 +427,3 @@ class HFEngine(SteppedEngine):
             logprob_mean=sum(logprobs) / len(logprobs),
             logprob_min=min(logprobs),
         )
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """Every token that ends the model's output: the tokenizer's EOS and the generation
-    config's (chat models end a turn with their own, e.g. `<|eot_id|>`, `<|im_end|>`)."""
-    ids: set[int] = set()
-    for source in (
-        tokenizer.eos_token_id,
-        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-    ):
-        if isinstance(source, int):
-            ids.add(source)
-        elif isinstance(source, list | tuple):
-            ids.update(i for i in source if isinstance(i, int))
-    return frozenset(ids)
-
-
-def _layers(cache: Any) -> KV:
-    """Per layer (keys, values) of a transformers cache after a forward pass."""
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def _concat(kvs: list[KV]) -> KV | None:
-    if not kvs:
-        return None
-    layers = len(kvs[0])
-    return [
-        (torch.cat([kv[i][0] for kv in kvs], dim=2), torch.cat([kv[i][1] for kv in kvs], dim=2))
-        for i in range(layers)
-    ]
-
-
-def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
-    short = width - t.shape[2]
-    if short <= 0:
-        return t
-    pad = torch.zeros(t.shape[0], t.shape[1], short, t.shape[3], dtype=t.dtype, device=t.device)
-    return torch.cat([pad, t], dim=2)

@@ -29,7 +29,7 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
 )
 
-__all__ = ["ModelSpec", "init_model", "load_lm", "load_prm", "load_tokenizer"]
+__all__ = ["ModelSpec", "eos_ids", "init_model", "load_lm", "load_prm", "load_tokenizer"]
 
 transformers.utils.logging.disable_progress_bar()  # a service's log is JSON lines, not bars
 transformers.utils.logging.set_verbosity_error()
@@ -145,3 +145,18 @@ def _check(path: str | Path) -> None:
         raise ValueError(
             f"model {str(path)!r}: not a model directory (no config.json); build one with spex model init"
         )
+
+
+def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """Every token that ends the model's output: the tokenizer's EOS and the generation
+    config's (chat models end a turn with their own, e.g. `<|eot_id|>`, `<|im_end|>`)."""
+    ids: set[int] = set()
+    for source in (
+        tokenizer.eos_token_id,
+        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+    ):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, list | tuple):
+            ids.update(i for i in source if isinstance(i, int))
+    return frozenset(ids)

@@ -31,15 +31,16 @@ import hashlib
 import logging
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
 from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template, plain_template
-from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, StopReason
+from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
 from spex.shared.engine.live import OnComplete
+from spex.shared.serving.backend import Backend, EngineMisconfigured, EngineUnavailable, Reply, ServerMetrics
 
 __all__ = [
     "Backend",
@@ -48,8 +49,6 @@ __all__ = [
     "Reply",
     "ServerMetrics",
     "ServingEngine",
-    "parse_prometheus",
-    "read_finish",
     "server_rid",
 ]
 
@@ -60,78 +59,6 @@ RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 CHECK_TIMEOUT_S = 30.0
 ABORT_REPEAT_S = 0.1  # an abort not yet answered by the call ending is sent again (doubling)
-
-
-Finish = StopReason | Literal["abort"]
-FINISHES: tuple[Finish, ...] = ("stop", "eos", "length", "abort")
-
-
-def read_finish(raw: object) -> Finish:
-    """A server's finish reason as ours; one we do not know fails the request (its job's
-    query hears why) rather than being guessed."""
-    for finish in FINISHES:
-        if raw == finish:
-            return finish
-    raise ValueError(f"unknown finish reason {raw!r}")
-
-
-class EngineUnavailable(RuntimeError):
-    """The server is not there or failed a request (a one-line reason)."""
-
-
-class EngineMisconfigured(EngineUnavailable, ValueError):
-    """The server runs without something the configuration needs (a flag, a model)."""
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What a backend read from the server's answer to one request."""
-
-    text: str
-    generated: int
-    prompt_tokens: int
-    cached_tokens: int
-    finish: Finish
-    logprobs: tuple[float, ...] = ()
-    reward: float | None = None
-
-
-@dataclass
-class ServerMetrics:
-    """The server's own view of its load (from `/metrics`)."""
-
-    running: int = 0
-    waiting: int = 0
-    kv_usage: float = 0.0  # fraction of KV in use
-    kv_capacity: int = 0  # tokens
-    prefix_queries: float = 0.0  # tokens looked up in the prefix cache (cumulative)
-    prefix_hits: float = 0.0  # of those, found
-    raw: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def prefix_cache_hit_rate(self) -> float:
-        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
-
-
-class Backend(Protocol):
-    """How one serving engine's HTTP API is spoken."""
-
-    name: str
-
-    async def check(self, session: aiohttp.ClientSession) -> None:
-        """Raise EngineUnavailable (one line: what is missing) unless the server can serve
-        this configuration; connection errors propagate (the server is not up yet)."""
-        ...
-
-    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
-        """(path, JSON body) of the request that runs `req` under the server id `rid`."""
-        ...
-
-    def read(self, req: EngineRequest, body: Any) -> Reply: ...
-
-    def abort(self, rid: str) -> tuple[str, dict[str, Any]]: ...
-
-    async def metrics(self, session: aiohttp.ClientSession) -> ServerMetrics: ...
 
 
 def server_rid(nonce: str, job_id: str) -> str:
@@ -428,49 +355,3 @@ class ServingEngine:
             log.debug("metrics of %s unavailable: %r", self.url, exc)
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             log.debug("metrics of %s unavailable: %r", self.url, exc)
-
-
-def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus text exposition: metric name -> [(labels, value)] (comments skipped)."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        name, brace, labels_text = head.partition("{")
-        labels: dict[str, str] = {}
-        if brace:
-            for item in _split_labels(labels_text.rstrip("}")):
-                key, _, raw = item.partition("=")
-                labels[key.strip()] = raw.strip().strip('"')
-        try:
-            out.setdefault(name.strip(), []).append((labels, float(value)))
-        except ValueError:
-            continue
-    return out
-
-
-def _split_labels(text: str) -> list[str]:
-    """`a="x",b="y,z"` -> ['a="x"', 'b="y,z"'] (commas inside quotes kept)."""
-    items: list[str] = []
-    cur: list[str] = []
-    quoted = False
-    for ch in text:
-        if ch == '"':
-            quoted = not quoted
-        if ch == "," and not quoted:
-            items.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        items.append("".join(cur))
-    return [i for i in items if i.strip()]
-
-
-def metric_sum(metrics: dict[str, list[tuple[dict[str, str], float]]], *names: str) -> float:
-    """The sum over label sets of the first of `names` the server exposes (0 if none)."""
-    for name in names:
-        if name in metrics:
-            return sum(v for _, v in metrics[name])
-    return 0.0

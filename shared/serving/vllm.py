@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from spex.shared.engine.api import UNTIL_STOP, EngineRequest
-from spex.shared.serving.engine import (
+from spex.shared.serving.backend import (
     EngineMisconfigured,
     EngineUnavailable,
     Reply,

@@ -15,6 +15,7 @@ from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
 
+
 async def wait_for(predicate, timeout_s: float = 10.0) -> bool:
     for _ in range(int(timeout_s / 0.02)):
         if predicate():
