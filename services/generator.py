@@ -106,7 +106,6 @@ class Generator(JobWorker[_GenJob]):
         self.adopted: list[str] = []  # streams of dead peers, read before ours
         self._grouped: set[str] = set()  # dead peers' streams whose group we made sure of
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
-        self.control = {CancelRequest: self.on_control_cancel, PromoteRequest: self.on_promote}
         self._control_last = "$"
         # Promotions of jobs not (yet) here: applied if the job arrives (bounded, oldest out).
         self._promoted: OrderedDict[str, int] = OrderedDict()
@@ -119,12 +118,12 @@ class Generator(JobWorker[_GenJob]):
     async def run(self, stop: asyncio.Event) -> None:
         for stream in self.streams:
             await self.bus.ensure_group(stream, GENERATOR_GROUP)
-        loops = [self._intake_round, self._control_round, self._heartbeat_round, self._adoption_round]
-        await asyncio.gather(
-            self.run_engine(stop),
-            self._load_reports(stop),
-            *(loop_forever(stop, body, self.log, self.bus.reconnected) for body in loops),
-        )
+        rounds = [
+            self._intake_round, self._control_round, self._heartbeat_round, self._adoption_round,
+            self._report_round,
+        ]  # fmt: skip
+        loops = [loop_forever(stop, body, self.log, self.bus.reconnected) for body in rounds]
+        await asyncio.gather(self.run_engine(stop), *loops)
 
     # ------------------------------------------------------------------ handlers
     async def on_generate(self, d: Delivery) -> None:
@@ -296,12 +295,9 @@ class Generator(JobWorker[_GenJob]):
                 adopted.append(stream)
         self.adopted = adopted
 
-    async def _load_reports(self, stop: asyncio.Event) -> None:
-        async def report_round() -> None:
-            await self._report_load()
-            await asyncio.sleep(LOAD_REPORT_S)
-
-        await loop_forever(stop, report_round, self.log, self.bus.reconnected)
+    async def _report_round(self) -> None:
+        await self._report_load()
+        await asyncio.sleep(LOAD_REPORT_S)
 
     async def _report_load(self) -> None:
         """Liveness and load, readable by schedulers and autoscalers (expires if we die, and
