@@ -10,7 +10,7 @@ import msgspec
 from spex.proto.messages import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Message
 from spex.proto.names import message_types
 
-__all__ = ["ProtocolError", "decode", "encode"]
+__all__ = ["Envelope", "ProtocolError", "decode", "encode", "envelope"]
 
 
 class ProtocolError(ValueError):
@@ -18,7 +18,30 @@ class ProtocolError(ValueError):
     message goes to the dead-letter stream with this error's text as the reason."""
 
 
+class Envelope(msgspec.Struct):
+    """What a message's bytes name, read leniently from one that does not decode (a value
+    outside its set, a field missing): enough to tell its query that its job was given up on."""
+
+    type: str = ""
+    msg_id: str = ""
+    query_id: str = ""
+    epoch: int = 0
+    job_id: str = ""
+    node_id: str = ""
+
+
 _encoder = msgspec.msgpack.Encoder()
+_envelope = msgspec.msgpack.Decoder(Envelope)
+
+
+def envelope(payload: bytes) -> Envelope | None:
+    """The ids `payload` names, or None if even they cannot be read."""
+    if len(payload) > MAX_MESSAGE_BYTES:
+        return None
+    try:
+        return _envelope.decode(payload)
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
 def encode(message: Message) -> bytes:

@@ -31,6 +31,7 @@ RELEASED_KEPT_S = 60.0  # how long a released query's request is kept for a Redi
 class RestartPlan:
     """What to do with the queries we held when Redis restarted."""
 
+    run: str  # Redis's run id now
     search_again: list[HeldQuery] = field(default_factory=list)  # Redis lost them
     adopt_again: list[HeldQuery] = field(default_factory=list)  # Redis has them: replay the inbox
 
@@ -50,12 +51,11 @@ class Recovery:
         self.released.pop(qid, None)
 
     async def after_restart(self, held: list[HeldQuery]) -> RestartPlan:
-        """If Redis restarted since the last call, what to do with `held` (the queries we held
-        before anything else this round adopted one)."""
+        """If Redis restarted since the last plan `handled`, what to do with `held` (the
+        queries we held before anything else this round adopted one)."""
         run = await self.store.redis_run()
-        previous, self._redis_run = self._redis_run, run
-        plan = RestartPlan()
-        if previous is None or run == previous:
+        plan = RestartPlan(run)
+        if self._redis_run is None or run == self._redis_run:
             return plan
         for query in held:
             if await self.store.known(query.request.query_id):
@@ -63,6 +63,10 @@ class Recovery:
             else:
                 plan.search_again.append(query)
         return plan
+
+    def handled(self, plan: RestartPlan) -> None:
+        """`plan` was carried out: Redis's run id is the one it was made for."""
+        self._redis_run = plan.run
 
     async def lost_releases(self, busy: Callable[[str], bool]) -> list[HeldQuery]:
         """Released queries Redis came back without (no request, no answer): ours to search

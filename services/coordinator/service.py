@@ -48,6 +48,7 @@ from spex.proto import (
     decode,
     submission,
 )
+from spex.proto.codec import Envelope
 from spex.proto.names import COORDINATOR_GROUP, DEFAULT_POOL, INGRESS, cancel_key, query_inbox
 from spex.services.coordinator.handlers import (
     EVENT_HANDLERS,
@@ -188,7 +189,7 @@ class Coordinator:
                 return
         await self.bus.ack(d, COORDINATOR_GROUP)
 
-    async def _on_dead(self, message: Message, reason: str) -> None:
+    async def _on_dead(self, message: Message | Envelope, reason: str) -> None:
         """A submission given up on: answer it as failed (its client is told, its in-flight
         place freed) — unless the id belongs to another, valid request."""
         if not isinstance(message, SubmitQuestionRequest):
@@ -402,6 +403,9 @@ class Coordinator:
         for query in plan.adopt_again:
             self._release(query)
             await self.store.release(query.query_id)
+        # Only now: a round that failed midway (Redis still loading, gone again) sees the
+        # restart again next time and finishes the plan (releasing twice is harmless).
+        self.recovery.handled(plan)
 
     async def _search_again(self, query: HeldQuery) -> None:
         """Redis lost this query (no epoch, no answer: it restarted without persistence).

@@ -36,6 +36,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import Message, ProtocolError, decode, encode
+from spex.proto.codec import Envelope, envelope
 from spex.proto.names import dead_letter, dedupe_key
 from spex.shared.runtime.metrics import DEAD_LETTERS
 
@@ -110,7 +111,7 @@ class Bus:
         self._groups: set[tuple[str, str]] = set()
         self.dead_lettered = 0
         # Told of every message given up on (the service tells its query, so nothing hangs).
-        self.on_dead: Callable[[Message, str], Awaitable[None]] | None = None
+        self.on_dead: Callable[[Message | Envelope, str], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------ producing
     async def publish(self, stream: str, message: Message, require: str | None = None) -> str | None:
@@ -355,9 +356,9 @@ class Bus:
         # given up on again later — acknowledged first, its query would never hear of it.
         if self.on_dead is not None and payload:
             try:
-                message: Message | None = decode(stream, payload)
-            except ProtocolError:
-                message = None  # no query to tell: the bytes name none
+                message: Message | Envelope | None = decode(stream, payload)
+            except ProtocolError:  # e.g. a value outside its set: what its bytes name still tells
+                message = envelope(payload)
             if message is not None:
                 await self.on_dead(message, reason)
         self.dead_lettered += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from spex.proto import GenerateRequest, JobFailedEvent, JobKind, Message, ScoreRequest
+from spex.proto.codec import Envelope
 from spex.proto.names import cancel_key, query_inbox, query_request, reply_key
 from spex.shared.runtime.bus import Bus
 
@@ -24,17 +25,25 @@ async def job_wanted(r: aioredis.Redis, query_id: str, job_id: str | None = None
     return bool(known) and not answered and not any(cancelled)
 
 
-async def tell_query(bus: Bus, message: Message, reason: str) -> None:
-    """A job given up on (`Bus.on_dead`): its query fails instead of waiting for it forever."""
-    if not isinstance(message, GenerateRequest | ScoreRequest):
+# A job's message type -> the kind its JobFailedEvent reports.
+JOB_KINDS: dict[str, JobKind] = {GenerateRequest.__name__: "generate", ScoreRequest.__name__: "score"}
+
+
+async def tell_query(bus: Bus, message: Message | Envelope, reason: str) -> None:
+    """A job given up on (`Bus.on_dead`): its query fails instead of waiting for it forever —
+    also when the job's bytes did not decode (`Envelope`: the ids they name)."""
+    if isinstance(message, GenerateRequest | ScoreRequest):
+        kind, job_id, node_id = JOB_KINDS[type(message).__name__], message.job_id, message.node_id
+    elif isinstance(message, Envelope) and message.type in JOB_KINDS and message.query_id and message.job_id:
+        kind, job_id, node_id = JOB_KINDS[message.type], message.job_id, message.node_id
+    else:
         return
-    kind: JobKind = "generate" if isinstance(message, GenerateRequest) else "score"
     event = JobFailedEvent(
-        msg_id=f"{message.query_id}/{message.job_id}/{kind}-failed",
+        msg_id=f"{message.query_id}/{job_id}/{kind}-failed",
         query_id=message.query_id,
         epoch=message.epoch,
-        job_id=message.job_id,
-        node_id=message.node_id,
+        job_id=job_id,
+        node_id=node_id,
         kind=kind,
         reason=reason,
     )
