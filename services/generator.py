@@ -177,6 +177,7 @@ class Generator(JobWorker[_GenJob]):
             self.log.info("job_promoted", job_id=msg.job_id, query_id=msg.query_id)
             return
         self._promoted[msg.job_id] = msg.priority
+        self._promoted.move_to_end(msg.job_id)
         while len(self._promoted) > PROMOTIONS_KEPT:
             self._promoted.popitem(last=False)
 

@@ -40,6 +40,7 @@ MAX_BATCH = 64
 class Scorer(JobWorker[Job[ScoreRequest]]):
     service = "scorer"
     group = SCORER_GROUP
+    engine_name = "reward engine"
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         super().__init__(client, settings, _engine(settings))

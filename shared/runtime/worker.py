@@ -53,6 +53,7 @@ class JobWorker(ABC, Generic[J]):
 
     service: ClassVar[str]
     group: ClassVar[str]
+    engine_name: ClassVar[str] = "engine"  # how dead-letter reasons name the engine
 
     def __init__(self, client: aioredis.Redis, settings: Settings, engine: LiveEngine) -> None:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
@@ -100,7 +101,7 @@ class JobWorker(ABC, Generic[J]):
         try:
             self.engine.submit(request)
         except ValueError as exc:
-            await self.bus.dead_letter(job.delivery, self.group, f"engine: {exc}")
+            await self.bus.dead_letter(job.delivery, self.group, f"{self.engine_name}: {exc}")
             return
         self.jobs[request.rid] = job
 
@@ -112,7 +113,7 @@ class JobWorker(ABC, Generic[J]):
         JOBS.labels(self.service, self.settings.consumer, c.reason).inc()
         if c.reason == "error":  # the engine refused or failed it: park it with the reason
             self.log.error("job_failed", job_id=req.job_id, query_id=req.query_id, error=c.text)
-            await self.bus.dead_letter(job.delivery, self.group, f"engine: {c.text}")
+            await self.bus.dead_letter(job.delivery, self.group, f"{self.engine_name}: {c.text}")
             return
         if c.reason == "abort":
             self.aborted += 1
