@@ -37,7 +37,7 @@ def test_coordinator_survives_a_fuzzed_inbox(fuzz):
         entries = data.draw(fz.entry_batches(types, ids, [qid]), label="entries")
         inbox = query_inbox(qid)
         added = fuzz.add(inbox, entries)
-        fuzz.run(settle(coord, qid, query, added[-1][0]), DRAIN_S + 10)
+        query = fuzz.run(settle(coord, qid, query, added[-1][0]), DRAIN_S + 10)
         applied = [(i, f) for i, f in added if entry_order(i) <= entry_order(query.last_id)]
         fuzz.check_dead_letters(inbox, applied, grouped=False)
         result = fuzz.run(answer(fuzz, coord, qid), DRAIN_S + 10)
@@ -72,14 +72,14 @@ async def job_ids(fuzz: Fuzz, qid: str) -> list[str]:
     return sorted(out)
 
 
-async def settle(coord, qid: str, query: Any, last: str) -> bool:
-    """Wait until the query applied its inbox to `last`, or finished; True if it finished."""
+async def settle(coord, qid: str, query: Any, last: str) -> Any:
+    """Wait until the query applied its inbox to `last`, or finished; the query as last held
+    (a stall past the 1 s lease can lose it and adopt it again: a new record, replayed)."""
     deadline = asyncio.get_running_loop().time() + DRAIN_S
     while True:
-        if qid not in coord.queries:
-            return True
-        if entry_order(query.last_id) >= entry_order(last):
-            return False
+        query = coord.queries.get(qid, query)
+        if qid not in coord.queries or entry_order(query.last_id) >= entry_order(last):
+            return query
         assert asyncio.get_running_loop().time() < deadline, f"{qid}: the inbox was not read"
         await asyncio.sleep(0.01)
 
