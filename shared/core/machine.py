@@ -40,14 +40,19 @@ from spex.shared.core.ids import child_id
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
 from spex.shared.core.search.answers import extract_answer, select_answer
 from spex.shared.core.spec.early_stop import EarlyStop, should_stop
-from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy, algorithm_predictor
+from spex.shared.core.speculation import (
+    PredictorFactory,
+    SpecCache,
+    SpecPolicy,
+    algorithm_predictor,
+    spec_priority,
+)
 from spex.shared.core.tree import EXPAND, Node, Tree
 
 __all__ = ["REWARDS", "QueryMachine", "QueryStats", "Reward"]
 
 Reward = Literal["prm", "logprob"]  # a node's reward: the PRM's score, or the step's log-probability
 REWARDS: tuple[Reward, ...] = get_args(Reward)
-MAX_SPEC_PRIORITY = 64  # the least likely speculative job's priority
 
 
 @dataclass
@@ -424,14 +429,6 @@ class QueryMachine:
         wasted = self.stats.spec_tokens - self.stats.spec_tokens_consumed
         projected = consumed + wasted + (self.spec_in_flight + 1) * mean_job
         return projected / consumed > cap
-
-
-def spec_priority(distance: int) -> int:
-    """The engine priority of a speculative job predicted `distance` ahead: the nearer, the
-    likelier the search asks for it (hit rates fall with distance: BFS depth, DFS rollouts
-    ahead), so the sooner it is admitted and the later it is retracted. Lower runs first, as
-    SGLang (`--schedule-low-priority-values-first`) and vLLM take it; primaries are 0."""
-    return SPECULATIVE + min(max(distance, 0), MAX_SPEC_PRIORITY - SPECULATIVE)
 
 
 def _logprob_reward(mean_logprob: float) -> float:

@@ -17,11 +17,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from spex.proto.messages import SPECULATIVE
 from spex.shared.core.ids import child_id, node_seed
 from spex.shared.core.search.base import SearchAlgorithm, SpecView
 from spex.shared.core.tree import Node
 
-__all__ = ["Predictor", "PredictorFactory", "SpecCache", "SpecPolicy", "algorithm_predictor"]
+__all__ = [
+    "MAX_SPEC_PRIORITY",
+    "Predictor",
+    "PredictorFactory",
+    "SpecCache",
+    "SpecPolicy",
+    "algorithm_predictor",
+    "spec_priority",
+]
+
+MAX_SPEC_PRIORITY = 64  # the least likely speculative job's priority
 
 
 @dataclass(frozen=True)
@@ -132,3 +143,11 @@ class SpecCache:
     def clear(self) -> None:
         self._handles.clear()
         self._distance.clear()
+
+
+def spec_priority(distance: int) -> int:
+    """The engine priority of a speculative job predicted `distance` ahead: the nearer, the
+    likelier the search asks for it (hit rates fall with distance: BFS depth, DFS rollouts
+    ahead), so the sooner it is admitted and the later it is retracted. Lower runs first, as
+    SGLang (`--schedule-low-priority-values-first`) and vLLM take it; primaries are 0."""
+    return SPECULATIVE + min(max(distance, 0), MAX_SPEC_PRIORITY - SPECULATIVE)

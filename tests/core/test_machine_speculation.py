@@ -6,9 +6,9 @@ import random
 import pytest
 
 from spex.shared.core.commands import CancelCommand, GenerateCommand, PromoteCommand, ScoreCommand
-from spex.shared.core.machine import MAX_SPEC_PRIORITY, QueryMachine, spec_priority
+from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import ALGORITHMS, SearchConfig
-from spex.shared.core.speculation import SpecPolicy
+from spex.shared.core.speculation import MAX_SPEC_PRIORITY, SpecPolicy, spec_priority
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 
