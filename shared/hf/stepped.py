@@ -50,9 +50,9 @@ class SteppedEngine(ABC):
     def step(self) -> list[Completion]:
         """Run one step at `clock_s`, advancing it by the step's measured duration."""
 
-    def template(self, message: str) -> str:
-        """The prompt head for a user message: the tokenizer's chat template if it has one."""
-        return chat_template(self.tokenizer)(message)
+    def template(self, question: str) -> str:
+        """The prompt head for a question: through the tokenizer's chat template if it has one."""
+        return chat_template(self.tokenizer)(question)
 
     def next_event_s(self) -> float | None:
         return self.clock_s if self._held else self.ready_s()

@@ -11,7 +11,9 @@ from spex.shared.core.tree import Node
 __all__ = [
     "SELECTIONS",
     "AnswerSelection",
+    "PLACEHOLDERS",
     "extract_answer",
+    "is_placeholder",
     "last_boxed",
     "normalize_answer",
     "select_answer",
@@ -20,36 +22,60 @@ __all__ = [
 AnswerSelection = Literal["majority", "weighted", "best"]
 SELECTIONS: tuple[AnswerSelection, ...] = get_args(AnswerSelection)
 
-# REBASE extracts with `The answer is:(.+) ки`; ETS also accepts "The final answer is".
-_ANSWER = re.compile(r"(?:final answer is|The answer is)\s*:?\s*(.+?)\s*(?:ки|$)", re.S)
+# REBASE extracts with `The answer is:(.+) ки`; ETS also accepts "The final answer is". The
+# answer ends with its sentence: at a period followed by a space or the end, a line break, or
+# REBASE's step mark — "The answer is 25. Now you have two" gives 25, "is 3.5." gives 3.5.
+_ANSWER = re.compile(r"(?:final answer is|[Tt]he answer is)\s*:?\s*(.+?)(?=\s*(?:ки|\.\s|\.$|\n|$))")
+# "7 is the answer." — how SmolLM2 ends a solution — read only for a number.
+_NUMBER_IS_ANSWER = re.compile(r"(-?\d[\d,]*(?:\.\d+)?)\s+is the (?:final )?answer\b")
+# What a model copies from an instruction instead of answering: never an answer.
+PLACEHOLDERS = frozenset({"answer", "final answer", "your answer", "the answer", "...", "…", "?"})
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer a step gives: the last `\\boxed{...}` (braces nested to any depth), else
-    what follows "The answer is"; None if the step gives none."""
+    """The final answer a step gives: the last `\\boxed{...}` that holds one (braces nested to
+    any depth; an empty box or a placeholder such as `\\boxed{answer}` does not), else what
+    follows "The answer is" up to the end of its sentence, else a number that "is the
+    answer"; None if the step gives none."""
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed
     m = _ANSWER.search(text)
     if m is None:
-        return None
-    return m.group(1).strip().rstrip(".")
+        numbers = _NUMBER_IS_ANSWER.findall(text)
+        return numbers[-1] if numbers else None
+    answer = m.group(1).strip().rstrip(".").strip()
+    return None if not answer or is_placeholder(answer) else answer
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last `\\boxed{...}` in `text`, or None (also when it is unclosed)."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed")
+    """The content of the last `\\boxed{...}` in `text` that is an answer (not empty, not a
+    placeholder), or None (also when it is unclosed)."""
+    end = len(text)
+    while (start := text.rfind("\\boxed{", 0, end)) >= 0:
+        content = _box_content(text, start + len("\\boxed"))
+        if content is not None and content and not is_placeholder(content):
+            return content
+        end = start
+    return None
+
+
+def is_placeholder(answer: str) -> bool:
+    """`answer` is a placeholder (`answer`, `\\text{your answer}`, `...`), not a value."""
+    plain = re.sub(r"\\text\{([^{}]*)\}", r"\1", answer).strip().strip("$").strip().lower()
+    return plain in PLACEHOLDERS
+
+
+def _box_content(text: str, i: int) -> str | None:
+    """The stripped content of the brace group opening at `text[i]`; None if it is unclosed."""
+    depth = 0
     for j in range(i, len(text)):
         if text[j] == "{":
             depth += 1
         elif text[j] == "}":
             depth -= 1
             if depth == 0:
-                content = text[i + 1 : j].strip()
-                return content or None
+                return text[i + 1 : j].strip()
     return None
 
 

@@ -38,6 +38,20 @@ def test_no_answers_gives_none_and_bad_method_fails():
         ("The answer is: \\boxed{\\frac{1}{2}} ки", "\\frac{1}{2}"),
         ("Therefore, the final answer is 17.", "17"),
         ("Step 1: keep going.", None),
+        # "The answer is" ends with its sentence, not the step
+        ("The answer is 25. Now you have two apples.", "25"),
+        ("The answer is 3.5.", "3.5"),
+        ("The answer is: 42 ки", "42"),
+        ("the answer is $\\frac{1}{2}$.\nThen more text", "$\\frac{1}{2}$"),
+        # placeholders and empty boxes are not answers; an earlier real box still is
+        ("Write the final answer as \\boxed{answer}.", None),
+        ("So \\boxed{} it is.", None),
+        ("\\boxed{\\text{your answer}}", None),
+        ("\\boxed{7}, the format being \\boxed{answer}", "7"),
+        ("The answer is answer.", None),
+        # a number that "is the answer", as SmolLM2 ends a solution; nothing else that is
+        ("So 7 is the answer.", "7"),
+        ("The sum is the answer.", None),
     ],
 )
 def test_extract_answer(text, answer):
