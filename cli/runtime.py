@@ -5,13 +5,14 @@ imported only by the command that runs them."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from spex.proto import CONTENTS, MODES
 from spex.shared.core.search.base import ALGORITHMS
-from spex.shared.runtime.settings import ENGINES
+from spex.shared.runtime.settings import ENGINES, Settings
 
 if TYPE_CHECKING:
     from spex.proto import AnswerResult
@@ -26,6 +27,7 @@ __all__ = [
     "client_command",
     "demo_command",
     "up_command",
+    "up_settings",
     "worker_command",
 ]
 
@@ -51,7 +53,12 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--engine-url", default=None, help="vllm/sglang: server URL, or one per generator: A,B")
     u.add_argument("--model", default=None, help="hf: the generator's local model directory")
     u.add_argument("--prm", default=None, help="hf: the reward model's directory (default: simulated PRM)")
-    u.add_argument("--content", choices=list(CONTENTS), default=None, help="default: real with --engine hf")
+    u.add_argument(
+        "--content",
+        choices=list(CONTENTS),
+        default=None,
+        help="default: real on a real engine (hf, vllm, sglang), synthetic on sim",
+    )
     u.add_argument("--deterministic", action="store_true", default=None, help="hf: batch-invariant outputs")
     u.add_argument("--max-step-tokens", type=int, default=None, help="longest step a search asks for")
     u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
@@ -107,13 +114,20 @@ def up_command(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
     from spex.services.launcher import engine_urls, serve_forever
-    from spex.shared.runtime.settings import Settings
 
     _no_password_in_url(args.redis)
     if args.generators < 1:
         raise ValueError("--generators: must be at least 1")
+    settings = up_settings(args)
+    if settings.engine in ("vllm", "sglang"):
+        engine_urls(settings.engine_url, args.generators)  # one URL, or one per generator
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    return serve_forever(settings, args.redis, args.generators, console, data_dir, args.fsync)
+
+
+def up_settings(args: argparse.Namespace) -> Settings:
+    """The settings `spex up` runs its services with: the environment, then its flags."""
     engine = args.engine or ("hf" if args.model else None)
-    content = args.content or ("real" if engine == "hf" else None)
     settings = Settings.from_env(
         None,
         time_scale=args.time_scale,
@@ -121,7 +135,7 @@ def up_command(args: argparse.Namespace, console: Console) -> int:
         engine_url=args.engine_url,
         model=args.model,
         prm=args.prm,
-        content=content,
+        content=args.content,
         deterministic=args.deterministic,
         max_step_tokens=args.max_step_tokens,
         max_depth=args.max_depth,
@@ -130,10 +144,11 @@ def up_command(args: argparse.Namespace, console: Console) -> int:
         metrics_port=args.metrics_port,
         redis_password_file=args.redis_password_file,
     )
-    if settings.engine in ("vllm", "sglang"):
-        engine_urls(settings.engine_url, args.generators)  # one URL, or one per generator
-    data_dir = Path(args.data_dir) if args.data_dir else None
-    return serve_forever(settings, args.redis, args.generators, console, data_dir, args.fsync)
+    if args.content is None and settings.engine != "sim":
+        # A real model writes real text unless told otherwise: synthetic content on one (exactly
+        # the workload's token counts) is an explicit --content synthetic.
+        settings = replace(settings, content="real")
+    return settings
 
 
 def demo_command(args: argparse.Namespace, console: Console) -> int:

@@ -192,3 +192,22 @@ def test_grid_runs_end_to_end(tmp_path):
     report = json.loads((tmp_path / "grid.json").read_text())
     assert report["all_lossless"]
     assert (tmp_path / "grid_speedup.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("flags", "content"),
+    [
+        ([], "synthetic"),  # the simulated GPU writes the workload's tree
+        (["--engine", "vllm", "--engine-url", "http://127.0.0.1:1"], "real"),  # a real model: its text
+        (["--engine", "sglang", "--engine-url", "http://127.0.0.1:1"], "real"),
+        (["--engine", "vllm", "--engine-url", "http://127.0.0.1:1", "--content", "synthetic"], "synthetic"),
+        (["--content", "real", "--engine", "sim"], "real"),
+    ],
+)
+def test_spex_up_runs_a_real_model_on_real_content_unless_told_otherwise(flags, content, monkeypatch):
+    from spex.cli.main import build_parser
+    from spex.cli.runtime import up_settings
+
+    monkeypatch.delenv("SPEX_CONTENT", raising=False)
+    monkeypatch.delenv("SPEX_ENGINE", raising=False)
+    assert up_settings(build_parser().parse_args(["up", *flags])).content == content
