@@ -96,7 +96,9 @@ class LevelSearch(SearchAlgorithm):
 
     def run(self) -> Program:
         remaining, level, solutions = self.config.target, [self.tree.root], []
-        for _depth in range(self.params.max_depth):
+        # One pass more than there are levels to grow: the last level grown is examined too (its
+        # terminals are solutions; its unfinished nodes are not grown further).
+        for depth in range(self.params.max_depth + 1):
             candidates = []
             for node in level:
                 if node.parent is not None and self.finished(node):
@@ -105,7 +107,7 @@ class LevelSearch(SearchAlgorithm):
                         solutions.append(node)
                 else:
                     candidates.append(node)
-            if remaining <= 0 or not candidates:
+            if remaining <= 0 or not candidates or depth == self.params.max_depth:
                 break
             children: list[Node] = []
             for node, k in zip(candidates, self.widths(candidates, remaining), strict=True):
