@@ -124,7 +124,10 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     b.add_argument("--engine", choices=list(BACKENDS), default="sim", help="sim (the simulated GPU) or hf")
     b.add_argument("--model", default=None, help="hf: the generator's local model directory")
     b.add_argument("--prm", default=None, help="a local reward-model directory (default: the simulated PRM)")
-    b.add_argument("--dataset", default=None, help="real content: a JSONL file, or math500 (shipped)")
+    b.add_argument(
+        "--dataset", default=None, help="real content: a JSONL file, or a shipped set: math500, easy"
+    )
+    b.add_argument("--level", type=int, default=None, help="real content: the dataset's questions of a level")
     b.add_argument(
         "--content", choices=list(CONTENTS), default=None, help="default: real with --dataset, else synthetic"
     )
@@ -261,6 +264,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         prm=args.prm,
         content=args.content or ("real" if args.dataset else "synthetic"),
         dataset=args.dataset,
+        level=args.level,
         deterministic=args.deterministic,
         max_running=args.max_running,
         sampling_temperature=args.sampling_temperature,

@@ -41,7 +41,8 @@ class BenchConfig:
     model: str | None = None  # hf: the generator's local model directory
     prm: str | None = None  # a local reward-model directory (else the simulated PRM)
     content: Content = "synthetic"  # the workload's tree, or the model's text
-    dataset: str | None = None  # real content: a JSONL file or a shipped name (math500)
+    dataset: str | None = None  # real content: a JSONL file or a shipped name (math500, easy)
+    level: int | None = None  # real content: only the dataset's questions of this level
     deterministic: bool = False  # hf: batch-invariant outputs (lossless on a real model)
     max_running: int = 16  # hf: sequences decoded together; also the static speculative pool
     sampling_temperature: float = 1.0  # real content: the generator's sampling temperature
@@ -122,7 +123,7 @@ class BenchConfig:
             if self.backend == "sim":
                 raise ValueError("content: real content needs a real engine (--engine hf)")
             if not self.dataset:
-                raise ValueError("dataset: real content needs --dataset FILE (or math500)")
+                raise ValueError("dataset: real content needs --dataset FILE (or math500, easy)")
             if self.reward == "prm" and not self.prm:
                 raise ValueError("prm: the prm reward on real content needs --prm DIR (or --reward logprob)")
         for name in ("model", "prm"):

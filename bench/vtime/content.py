@@ -170,7 +170,7 @@ class RealContent:
         self._prm_text = _template(prm)
         count = getattr(gen, "count_tokens", len)
         self.questions: list[Question] = []
-        for q in load_questions(str(cfg.dataset), cfg.questions):
+        for q in load_questions(str(cfg.dataset), cfg.questions, level=cfg.level):
             head = prompt_pieces(q.text, [], self._gen_text)[0]
             self.questions.append(Question(q.query_id, q.text, count(head), q.reference_answer))
 

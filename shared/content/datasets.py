@@ -1,5 +1,8 @@
 """Question sets: JSONL files in the MATH-500 format (`problem`, `answer`) or the GSM8K format
-(`question`, `answer` ending in `#### <number>`). MATH-500 ships with SPEX (`spex.data`)."""
+(`question`, `answer` ending in `#### <number>`). MATH-500 ships with SPEX (`spex.data`), and
+so does `easy`: one- and two-step arithmetic word problems (`spex.data.make_easy`), a set a
+small model can be measured on. A row's `level` (MATH-500's 1–5; `easy`'s number of steps)
+selects questions."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from pathlib import Path
 
 __all__ = ["SHIPPED", "DatasetQuestion", "load_questions", "resolve_dataset"]
 
-SHIPPED = {"math500": "math500.jsonl"}  # names usable instead of a path
+SHIPPED = {"math500": "math500.jsonl", "easy": "easy.jsonl"}  # names usable instead of a path
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,12 @@ def resolve_dataset(name: str) -> Path:
     return path
 
 
-def load_questions(name: str, limit: int | None = None, require_answer: bool = True) -> list[DatasetQuestion]:
-    """The first `limit` questions of a dataset; ValueError naming the line of a bad row.
-    Without `require_answer`, a row may lack its answer (its reference is then empty)."""
+def load_questions(
+    name: str, limit: int | None = None, require_answer: bool = True, level: int | None = None
+) -> list[DatasetQuestion]:
+    """The first `limit` questions of a dataset (of `level`, if given); ValueError naming the
+    line of a bad row. Without `require_answer`, a row may lack its answer (its reference is
+    then empty)."""
     path = resolve_dataset(name)
     out: list[DatasetQuestion] = []
     with path.open() as f:
@@ -46,9 +52,12 @@ def load_questions(name: str, limit: int | None = None, require_answer: bool = T
                 row = json.loads(line)
             except json.JSONDecodeError:
                 raise ValueError(f"dataset {path}: line {n} is not JSON") from None
+            if level is not None and not (isinstance(row, dict) and row.get("level") == level):
+                continue
             out.append(_question(row, len(out), f"dataset {path}: line {n}", require_answer))
     if not out:
-        raise ValueError(f"dataset {path}: no questions")
+        of_level = f" of level {level}" if level is not None else ""
+        raise ValueError(f"dataset {path}: no questions{of_level}")
     return out
 
 
