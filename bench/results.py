@@ -17,7 +17,15 @@ import numpy as np
 from spex.bench.vtime import BenchResult
 from spex.shared.core.ids import digest
 
-__all__ = ["WALL_CLOCK_FIELDS", "Comparison", "RunSummary", "compare", "summarize", "write_json"]
+__all__ = [
+    "WALL_CLOCK_FIELDS",
+    "Comparison",
+    "RunSummary",
+    "bootstrap_ci95",
+    "compare",
+    "summarize",
+    "write_json",
+]
 
 WALL_CLOCK_FIELDS = ("wall_s", "sim_speed")  # the only fields that differ between equal runs
 
@@ -43,6 +51,7 @@ class RunSummary:
     throughput_qpm: float
     makespan_s: float
     accuracy: float
+    accuracy_ci95: tuple[float, float]  # percentile bootstrap over the questions (seeded)
     answers: dict[str, str | None]  # query id -> answer
     trees_digest: str
     early_stopped_queries: int
@@ -102,6 +111,8 @@ class Comparison:
     same_answers: bool
     accuracy_baseline: float
     accuracy_spex: float
+    accuracy_ci95_baseline: tuple[float, float]
+    accuracy_ci95_spex: tuple[float, float]
     throughput_qpm_baseline: float
     throughput_qpm_spex: float
     hit_rate: float | None
@@ -138,6 +149,21 @@ def _ratio(num: float, den: float, empty: float) -> float:
     return num / den if den else empty
 
 
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def bootstrap_ci95(values: list[float], seed: int) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of the mean of `values` (resampled with a
+    generator seeded by `seed`, so equal runs write equal intervals); (0, 0) for none."""
+    if not values:
+        return (0.0, 0.0)
+    data = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, len(data), size=(BOOTSTRAP_RESAMPLES, len(data)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return (float(low), float(high))
+
+
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
@@ -165,6 +191,7 @@ def summarize(res: BenchResult) -> RunSummary:
         throughput_qpm=len(recs) / span * 60 if span else 0.0,
         makespan_s=span,
         accuracy=_ratio(sum(r.correct for r in recs), len(recs), 0.0),
+        accuracy_ci95=bootstrap_ci95([float(r.correct) for r in recs], cfg.seed),
         answers={r.query_id: r.answer for r in recs},
         trees_digest=digest(*(r.digest for r in recs)),
         early_stopped_queries=sum(r.early_stopped for r in recs),
@@ -224,6 +251,8 @@ def compare(base: RunSummary, spex: RunSummary) -> Comparison:
         same_answers=same_answers,
         accuracy_baseline=base.accuracy,
         accuracy_spex=spex.accuracy,
+        accuracy_ci95_baseline=base.accuracy_ci95,
+        accuracy_ci95_spex=spex.accuracy_ci95,
         throughput_qpm_baseline=base.throughput_qpm,
         throughput_qpm_spex=spex.throughput_qpm,
         hit_rate=spex.hit_rate,

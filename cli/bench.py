@@ -289,6 +289,7 @@ def _run(cfg: BenchConfig, console: Console, quiet: bool) -> BenchResult:
 ROWS: list[tuple[str, str, str]] = [
     ("throughput (questions/min)", "throughput_qpm", "{:.2f}"),
     ("accuracy", "accuracy", "{:.3f}"),
+    ("accuracy, 95% interval", "accuracy_ci95", "{0[0]:.3f}–{0[1]:.3f}"),
     ("latency p50 (s)", "latency_p50_s", "{:.1f}"),
     ("latency p99 (s)", "latency_p99_s", "{:.1f}"),
     ("tokens in final trees", "tokens_generated", "{:,}"),
