@@ -60,6 +60,9 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         help="default: real on a real engine (hf, vllm, sglang), synthetic on sim",
     )
     u.add_argument("--deterministic", action="store_true", default=None, help="hf: batch-invariant outputs")
+    u.add_argument(
+        "--sampling-temperature", type=float, default=None, help="real content: 0 is greedy (default 1.0)"
+    )
     u.add_argument("--max-step-tokens", type=int, default=None, help="longest step a search asks for")
     u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
 
@@ -136,6 +139,7 @@ def up_settings(args: argparse.Namespace) -> Settings:
         model=args.model,
         prm=args.prm,
         content=args.content,
+        sampling_temperature=args.sampling_temperature,
         deterministic=args.deterministic,
         max_step_tokens=args.max_step_tokens,
         max_depth=args.max_depth,

@@ -211,3 +211,14 @@ def test_spex_up_runs_a_real_model_on_real_content_unless_told_otherwise(flags, 
     monkeypatch.delenv("SPEX_CONTENT", raising=False)
     monkeypatch.delenv("SPEX_ENGINE", raising=False)
     assert up_settings(build_parser().parse_args(["up", *flags])).content == content
+
+
+def test_spex_up_takes_the_sampling_temperature_and_refuses_a_negative_one(monkeypatch):
+    from spex.cli.main import build_parser
+    from spex.cli.runtime import up_settings
+
+    monkeypatch.delenv("SPEX_SAMPLING_TEMPERATURE", raising=False)
+    greedy = up_settings(build_parser().parse_args(["up", "--sampling-temperature", "0"]))
+    assert greedy.sampling_temperature == 0
+    with pytest.raises(ValueError, match="SPEX_SAMPLING_TEMPERATURE"):
+        up_settings(build_parser().parse_args(["up", "--sampling-temperature", "-1"]))

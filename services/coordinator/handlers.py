@@ -105,6 +105,7 @@ class Outgoing:
     epoch: int  # fencing token of the lease the coordinator holds
     machine: QueryMachine
     content: Content = "synthetic"  # what the engines write: the workload's steps, or a model's
+    temperature: float = 1.0  # real content: the generator's sampling temperature
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         question=req.question,
         steps=_texts(node.parent),
         stop=[STEP_DELIMITER] if q.content == "real" else [],
+        temperature=q.temperature,
     )
     return [Publish(gen_jobs(DEFAULT_POOL), message)]
 

@@ -280,7 +280,8 @@ class Coordinator:
         """Carry out `commands`' effects. Publishes and cancel marks join `batch` (sent in one
         round trip by `_flush`, before anything that depends on them); without a batch they
         are sent at once. An answer flushes first."""
-        out = Outgoing(query.request, query.epoch, query.machine, self.settings.content)
+        s = self.settings
+        out = Outgoing(query.request, query.epoch, query.machine, s.content, s.sampling_temperature)
         own = batch is None
         pending: list[Effect] = [] if batch is None else batch
         for effect in effects(out, commands):

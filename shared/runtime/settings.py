@@ -42,6 +42,7 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_MODEL": ("model", "hf: the generator's model directory; vllm/sglang: its tokenizer"),
     "SPEX_PRM": ("prm", "hf: the reward model's local directory (empty: simulated PRM)"),
     "SPEX_CONTENT": ("content", "synthetic (the workload's tree) | real (the model's text)"),
+    "SPEX_SAMPLING_TEMPERATURE": ("sampling_temperature", "real content: sampling temperature (0: greedy)"),
     "SPEX_DETERMINISTIC": ("deterministic", "hf: batch-invariant outputs, 1 or 0"),
     "SPEX_MAX_RUNNING": ("max_running", "hf: sequences a generator decodes together"),
     "SPEX_MAX_STEP_TOKENS": ("max_step_tokens", "longest step a search asks for, tokens"),
@@ -91,6 +92,7 @@ class Settings:
     model: str = ""
     prm: str = ""
     content: Content = "synthetic"
+    sampling_temperature: float = 1.0  # as the bench's --sampling-temperature
     deterministic: bool = False
     max_running: int = 16
     max_step_tokens: int = 256
@@ -136,6 +138,7 @@ class Settings:
             "model": self.engine != "hf" or bool(self.model),
             "worker_slots": 1 <= self.worker_slots <= 4096,
             "content": self.content in CONTENTS,  # generators refuse what they cannot write
+            "sampling_temperature": 0 <= self.sampling_temperature <= 10,
             "max_running": self.max_running >= 1,
             "max_step_tokens": self.max_step_tokens >= 1,
             "max_depth": self.max_depth >= 0,

@@ -127,3 +127,11 @@ def test_a_reward_or_log_probability_that_is_not_a_number_fails_the_query_not_th
         step = msgspec.structs.replace(step, logprobs=LogprobSummary(mean=bad, min=bad, count=9))
         EVENT_HANDLERS[GenerateResult](q.machine, step, 1.0)
         assert q.machine.done and "log-probability" in (q.machine.error or "")
+
+
+def test_a_generation_carries_the_sampling_temperature_it_is_set_to():
+    q = Outgoing(REQUEST, epoch=5, machine=outgoing().machine, content="real", temperature=0.0)
+    (publish,) = effects(q, q.machine.start(0.0)[:1])
+    assert isinstance(publish.message, GenerateRequest) and publish.message.temperature == 0.0
+    (default,) = effects(outgoing(), outgoing().machine.start(0.0)[:1])
+    assert default.message.temperature == 1.0  # as the bench's --sampling-temperature
