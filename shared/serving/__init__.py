@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from spex.shared.content.prompts import Template, chat_template, plain_template
-from spex.shared.serving.engine import EngineUnavailable, ServingEngine
+from spex.shared.serving.backend import EngineUnavailable
+from spex.shared.serving.engine import ServingEngine
 from spex.shared.serving.sglang import SGLangBackend
 from spex.shared.serving.vllm import VLLMBackend
 

@@ -40,17 +40,9 @@ from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template, plain_template
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
 from spex.shared.engine.live import OnComplete
-from spex.shared.serving.backend import Backend, EngineMisconfigured, EngineUnavailable, Reply, ServerMetrics
+from spex.shared.serving.backend import Backend, EngineUnavailable, Reply, ServerMetrics
 
-__all__ = [
-    "Backend",
-    "EngineMisconfigured",
-    "EngineUnavailable",
-    "Reply",
-    "ServerMetrics",
-    "ServingEngine",
-    "server_rid",
-]
+__all__ = ["ServingEngine", "server_rid"]
 
 log = logging.getLogger(__name__)
 

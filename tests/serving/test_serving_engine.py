@@ -19,7 +19,8 @@ from aiohttp import web
 
 from spex.shared.runtime.redis_server import free_port
 from spex.shared.serving import open_engine
-from spex.shared.serving.engine import EngineMisconfigured, EngineUnavailable, ServingEngine
+from spex.shared.serving.backend import EngineMisconfigured, EngineUnavailable
+from spex.shared.serving.engine import ServingEngine
 from spex.shared.serving.sglang import required_flags
 from tests.serving.driving import SPECULATIVE, driving, request
 

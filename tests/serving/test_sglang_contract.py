@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from spex.shared.engine.api import UNTIL_STOP, EngineRequest
-from spex.shared.serving.engine import EngineMisconfigured
+from spex.shared.serving.backend import EngineMisconfigured
 from spex.shared.serving.sglang import SGLangBackend, required_flags
 
 io_struct = pytest.importorskip("sglang.srt.managers.io_struct", reason="sglang is not installed")
