@@ -46,7 +46,7 @@ def _import(args: argparse.Namespace, console: Console) -> int:
 
     gguf = gguf_source(args.source)
     out = args.out or str(Path(args.data_dir).expanduser() / "models" / gguf.stem)
-    path, written = import_gguf(args.source, out)
+    path, written = import_gguf(str(gguf), out)
     console.print(f"model: {path} ({'imported from' if written else 'already imported:'} {gguf.name})")
     return 0
 

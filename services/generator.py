@@ -159,10 +159,8 @@ class Generator(JobWorker[_GenJob]):
         await self.start(job, request)
 
     async def on_cancel(self, d: Delivery) -> None:
-        msg = d.message
-        assert isinstance(msg, CancelRequest)
-        for completion in self.engine.abort(msg.job_id):
-            await self.on_complete(completion)
+        assert isinstance(d.message, CancelRequest)
+        await self.on_control_cancel(d.message)
         await self.bus.ack(d, GENERATOR_GROUP)
 
     async def on_control_cancel(self, msg: CancelRequest) -> None:

@@ -54,7 +54,7 @@ def last_boxed(text: str) -> str | None:
     end = len(text)
     while (start := text.rfind("\\boxed{", 0, end)) >= 0:
         content = _box_content(text, start + len("\\boxed"))
-        if content is not None and content and not is_placeholder(content):
+        if content and not is_placeholder(content):
             return content
         end = start
     return None
