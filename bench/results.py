@@ -3,12 +3,19 @@ of a baseline and a SPEX run of the same workload (`Comparison`), and the result
 
 Both are typed records whose fields are the results file's keys; `to_json` gives the dict
 that is written.
+
+Two runs' trees are identical when their structure, every node's text, token count, answer
+and finish reason agree (`trees_digest`). Rewards are compared apart: a real model's rewards
+differ in their last bits between batch shapes (~1e-7 for log-probability means in float32),
+which is not a different search. A comparison reports the largest difference of a node's
+reward between the runs, and counts as lossless when the trees and answers are identical and
+that difference is within `REWARD_TOLERANCE`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +25,7 @@ from spex.bench.vtime import BenchResult
 from spex.shared.core.ids import digest
 
 __all__ = [
+    "REWARD_TOLERANCE",
     "WALL_CLOCK_FIELDS",
     "Comparison",
     "RunSummary",
@@ -28,6 +36,7 @@ __all__ = [
 ]
 
 WALL_CLOCK_FIELDS = ("wall_s", "sim_speed")  # the only fields that differ between equal runs
+REWARD_TOLERANCE = 1e-4  # rewards this close are the same reward (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class RunSummary:
     accuracy: float
     accuracy_ci95: tuple[float, float]  # percentile bootstrap over the questions (seeded)
     answers: dict[str, str | None]  # query id -> answer
-    trees_digest: str
+    trees_digest: str  # structure, texts, tokens and answers; rewards apart (`rewards`)
     early_stopped_queries: int
     tokens_generated: int  # tokens of the final trees
     nodes_generated: int
@@ -63,6 +72,10 @@ class RunSummary:
     latency_p50_s: float
     latency_p99_s: float
     critical_path_s_per_query: dict[str, float]
+    step_tokens_p50: float  # the steps of the final trees
+    step_tokens_p90: float
+    step_tokens_max: int
+    steps_capped_fraction: float  # steps that ended at the token cap
     # --- the engines
     mean_batch: float
     utilization: float
@@ -88,9 +101,11 @@ class RunSummary:
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
     sim_speed: float
+    # --- kept for comparisons, not written: query id -> node id -> reward
+    rewards: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rewards"}
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,9 @@ class Comparison:
     t2: bool
     early_stop: bool
     speedup: float
-    lossless: bool  # same trees and answers
+    lossless: bool  # identical trees and answers, rewards within REWARD_TOLERANCE
+    trees_identical: bool
+    max_reward_difference: float | None  # over the nodes both runs scored (None: none)
     same_answers: bool
     accuracy_baseline: float
     accuracy_spex: float
@@ -171,6 +188,7 @@ def _mean(values: list[float]) -> float | None:
 def summarize(res: BenchResult) -> RunSummary:
     cfg, recs, gens, spec, span = res.config, res.records, res.gens, res.spec, res.makespan_s
     latencies = [r.latency_s for r in recs]
+    steps = [float(t) for r in recs for t in r.step_tokens]
     tree_tokens = sum(r.tokens for r in recs)
     wide = [(first, last) for width, first, last in res.level_batches if width >= 8]
     return RunSummary(
@@ -183,7 +201,7 @@ def summarize(res: BenchResult) -> RunSummary:
         batch_size=cfg.batch_size,
         questions=len(recs),
         seed=cfg.seed,
-        profile=cfg.profile,
+        profile=cfg.profile if cfg.backend == "sim" else f"{Path(str(cfg.model)).name}@{cfg.backend}",
         reward_profile=cfg.reward_profile_name if cfg.reward == "prm" else None,
         reward=cfg.reward,
         knobs=asdict(cfg.knobs),
@@ -203,6 +221,10 @@ def summarize(res: BenchResult) -> RunSummary:
         latency_p50_s=_pct(latencies, 50),
         latency_p99_s=_pct(latencies, 99),
         critical_path_s_per_query={k: v / len(recs) for k, v in asdict(res.critical_path).items()},
+        step_tokens_p50=_pct(steps, 50),
+        step_tokens_p90=_pct(steps, 90),
+        step_tokens_max=int(max(steps, default=0)),
+        steps_capped_fraction=_ratio(sum(r.capped_steps for r in recs), len(steps), 0.0),
         mean_batch=_ratio(sum(g.stats.batch_time for g in gens), sum(g.stats.decode_s for g in gens), 0.0),
         utilization=float(np.mean([g.utilization(span) for g in gens])),
         gpu_busy_fraction=_ratio(sum(g.stats.busy_s for g in gens), span * len(gens), 0.0),
@@ -230,12 +252,27 @@ def summarize(res: BenchResult) -> RunSummary:
         spec_pool_peak=res.pool_peak,
         wall_s=res.wall_s,
         sim_speed=_ratio(span, res.wall_s, 0.0),
+        rewards={r.query_id: r.rewards for r in recs},
     )
+
+
+def max_reward_difference(base: RunSummary, spex: RunSummary) -> float | None:
+    """The largest difference of one node's reward between two runs (None: no node both scored)."""
+    diffs = [
+        abs(reward - spex.rewards[qid][node])
+        for qid, rewards in base.rewards.items()
+        if qid in spex.rewards
+        for node, reward in rewards.items()
+        if node in spex.rewards[qid]
+    ]
+    return max(diffs, default=None)
 
 
 def compare(base: RunSummary, spex: RunSummary) -> Comparison:
     """One results record for a baseline and a SPEX run of the same workload and seeds."""
     same_answers = base.answers == spex.answers
+    identical = base.trees_digest == spex.trees_digest
+    reward_diff = max_reward_difference(base, spex)
     return Comparison(
         algorithm=spex.algorithm,
         target=spex.target,
@@ -247,7 +284,9 @@ def compare(base: RunSummary, spex: RunSummary) -> Comparison:
         t2=spex.t2,
         early_stop=spex.early_stop,
         speedup=_ratio(spex.throughput_qpm, base.throughput_qpm, 0.0),
-        lossless=base.trees_digest == spex.trees_digest and same_answers,
+        lossless=identical and same_answers and (reward_diff or 0.0) <= REWARD_TOLERANCE,
+        trees_identical=identical,
+        max_reward_difference=reward_diff,
         same_answers=same_answers,
         accuracy_baseline=base.accuracy,
         accuracy_spex=spex.accuracy,

@@ -14,13 +14,14 @@ from rich.table import Table
 from spex.bench.results import RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
 from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
-from spex.proto import CONTENTS, MODES
+from spex.proto import CONTENTS, MODES, SPLITS
+from spex.shared.content.prompts import DEFAULT_SPLIT
 from spex.shared.core.machine import REWARDS
 from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
-from spex.shared.sim.workload import knob_table, load_knobs
+from spex.shared.sim.workload import WorkloadKnobs, knob_table, load_knobs
 
 __all__ = ["add_bench_parser", "add_profile_parser", "parse_mix", "bench_command", "profile_command"]
 
@@ -137,6 +138,18 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
         "--sampling-temperature", type=float, default=1.0, help="real content: sampling temperature"
     )
     b.add_argument("--device", default="cpu", help="hf: torch device (cuda on a GPU machine)")
+    b.add_argument(
+        "--step-split", choices=list(SPLITS), default=DEFAULT_SPLIT, help="real content: where a step ends"
+    )
+    b.add_argument(
+        "--min-step-tokens",
+        type=int,
+        default=0,
+        help="real content: a shorter step goes on past its delimiter",
+    )
+    b.add_argument(
+        "--max-step-tokens", type=int, default=None, help="a step's token cap (the knob step_token_cap)"
+    )
 
 
 def add_profile_parser(sub: argparse._SubParsersAction) -> None:
@@ -159,6 +172,13 @@ def parse_mix(text: str | None) -> tuple[tuple[str, int], ...]:
             raise ValueError(f"mix: {item.strip()!r} is not ALGORITHM-TARGET (e.g. rebase-16)")
         out.append((name, int(target)))
     return tuple(out)
+
+
+def _knobs(args: argparse.Namespace) -> WorkloadKnobs:
+    knobs = load_knobs(args.workload, args.set)
+    if args.max_step_tokens is not None:
+        knobs = replace(knobs, step_token_cap=args.max_step_tokens)
+    return knobs
 
 
 def _key_values(items: Sequence[str], what: str) -> dict[str, float]:
@@ -239,7 +259,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         reward_profile=args.reward_profile,
         reward=args.reward,
         answer_selection=args.answer_selection,
-        knobs=load_knobs(args.workload, args.set),
+        knobs=_knobs(args),
         params=preset_params(args.algorithm, args.preset, _key_values(args.param, "--param")),
         mode="spex" if args.mode == "compare" else args.mode,
         t1=not args.no_t1,
@@ -268,6 +288,8 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         deterministic=args.deterministic,
         max_running=args.max_running,
         sampling_temperature=args.sampling_temperature,
+        step_split=args.step_split,
+        min_step_tokens=args.min_step_tokens,
         device=args.device,
         workers=args.workers,
         affinity=args.routing == "affinity",
@@ -304,6 +326,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("cancel latency p50 (s)", "cancel_latency_p50_s", "{:.3f}"),
     ("virtual time (s)", "makespan_s", "{:.0f}"),
     ("wall time (s)", "wall_s", "{:.2f}"),
+    ("step tokens p50 / p90", "step_tokens_p50", "{:.0f}"),
+    ("steps at the token cap", "steps_capped_fraction", "{:.3f}"),
     ("trees digest", "trees_digest", "{}"),
 ]
 
@@ -315,6 +339,8 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
     for label, key, fmt in ROWS:
         values = [getattr(x, key) for x in summaries]
         cells = [fmt.format(v) if v is not None else "—" for v in values]
+        if key == "step_tokens_p50":
+            cells = [f"{x.step_tokens_p50:.0f} / {x.step_tokens_p90:.0f}" for x in summaries]
         if any(c != "—" for c in cells):
             table.add_row(label, *cells)
     if s.level_batch_first_quarter is not None:
@@ -325,7 +351,12 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
         table.add_section()
         table.add_row("speedup", "", f"{both.speedup:.2f}×")
         table.add_row("compute amplification", "", f"{both.compute_amplification:.2f}")
-        table.add_row("same trees and answers", "", "yes" if both.lossless else "no")
+        table.add_row(
+            "trees and answers identical", "", "yes" if both.trees_identical and both.same_answers else "no"
+        )
+        diff = both.max_reward_difference
+        table.add_row("largest reward difference", "", "—" if diff is None else f"{diff:.1e}")
+        table.add_row("lossless", "", "yes" if both.lossless else "no")
     return table
 
 

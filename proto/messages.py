@@ -32,6 +32,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SIM_STYLES",
     "SPECULATIVE",
+    "SPLITS",
     "Algorithm",
     "AnswerResult",
     "BudgetUpdateEvent",
@@ -50,6 +51,7 @@ __all__ = [
     "ScoreRequest",
     "ScoreResult",
     "SimStyle",
+    "Split",
     "SubmitQuestionRequest",
     "WorkerLoadEvent",
 ]
@@ -67,6 +69,7 @@ FinishReason = Literal["stop", "eos", "length", "abort"]  # stop: the step delim
 JobKind = Literal["generate", "score"]  # the job a JobFailedEvent reports
 Algorithm = Literal["ets", "rebase", "rest", "rstar"]  # a search (the core registers one class each)
 Mode = Literal["baseline", "spex"]  # a query searched plainly, or with speculation
+Split = Literal["blank-line", "newline", "numbered"]  # real content: where one step ends (content.prompts)
 
 CONTENTS: tuple[Content, ...] = get_args(Content)
 SIM_STYLES: tuple[SimStyle, ...] = get_args(SimStyle)
@@ -74,6 +77,7 @@ FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 JOB_KINDS: tuple[JobKind, ...] = get_args(JobKind)
 ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 MODES: tuple[Mode, ...] = get_args(Mode)
+SPLITS: tuple[Split, ...] = get_args(Split)
 
 PRIMARY = 0  # engine priority of jobs the search is waiting on
 SPECULATIVE = 1  # engine priority of jobs generated ahead of the search
@@ -129,6 +133,8 @@ class GenerateRequest(Message, frozen=True):
     content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, root's child first
+    split: Split = "blank-line"  # real content: how steps are delimited (its stop strings, its prompt)
+    min_tokens: int = 0  # real content: a stop string before this many tokens does not end the step
 
 
 class LogprobSummary(msgspec.Struct, frozen=True):
@@ -183,6 +189,7 @@ class ScoreRequest(Message, frozen=True):
     content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, the scored one last
+    split: Split = "blank-line"  # real content: how the steps are joined in the prompt
 
 
 class ScoreResult(Message, frozen=True):

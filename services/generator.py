@@ -44,7 +44,7 @@ from spex.proto.names import (
     worker_jobs,
     worker_load,
 )
-from spex.shared.content.prompts import STEP_DELIMITER, prompt_pieces
+from spex.shared.content.prompts import prompt_pieces, stop_strings
 from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
@@ -143,7 +143,7 @@ class Generator(JobWorker[_GenJob]):
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
         job = _GenJob(d, req)
         if req.content == "real":
-            tokens, stop = UNTIL_STOP, tuple(req.stop) or (STEP_DELIMITER,)
+            tokens, stop = UNTIL_STOP, tuple(req.stop) or stop_strings(req.split)
         else:
             workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
             path = [*req.prompt_node_ids[1:], req.node_id]
@@ -154,8 +154,10 @@ class Generator(JobWorker[_GenJob]):
             req.job_id, prompt, req.node_id, tokens, req.max_new_tokens, priority, req.seed,
             req.temperature, stop,
         )  # fmt: skip
+        if req.content == "real":
+            request.min_tokens = req.min_tokens
         if self.engine.template is not None:
-            request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template))
+            request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template, req.split))
         await self.start(job, request)
 
     async def on_cancel(self, d: Delivery) -> None:

@@ -73,7 +73,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         rid = f"{req.job_id}:{d.entry_id}"
         request = EngineRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority)
         if self.engine.template is not None:
-            request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template))
+            request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template, req.split))
         await self.start(Job(d, req), request)
 
     async def publish(self, job: Job[ScoreRequest], c: Completion) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spex.proto import CONTENTS, Content, SubmitQuestionRequest, submission
+from spex.proto import CONTENTS, SPLITS, Content, Split, SubmitQuestionRequest, submission
+from spex.shared.content.prompts import DEFAULT_SPLIT
 from spex.shared.core.ids import derived_int
 from spex.shared.core.machine import REWARDS, Reward
 from spex.shared.core.search import SearchConfig, make_algorithm
@@ -46,6 +47,8 @@ class BenchConfig:
     deterministic: bool = False  # hf: batch-invariant outputs (lossless on a real model)
     max_running: int = 16  # hf: sequences decoded together; also the static speculative pool
     sampling_temperature: float = 1.0  # real content: the generator's sampling temperature
+    step_split: Split = DEFAULT_SPLIT  # real content: where a step ends (content.prompts)
+    min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
     device: str = "cpu"  # hf: the torch device (cuda on a GPU machine)
     # --- SPEX
     mode: str = "baseline"  # a benchmark runs the plain search unless asked
@@ -138,6 +141,13 @@ class BenchConfig:
             raise ValueError(f"max_running: must be at least 1, not {self.max_running}")
         if self.sampling_temperature < 0:
             raise ValueError(f"sampling_temperature: must be at least 0, not {self.sampling_temperature}")
+        if self.step_split not in SPLITS:
+            raise ValueError(f"step_split: one of {', '.join(SPLITS)}, not {self.step_split!r}")
+        if not 0 <= self.min_step_tokens < self.knobs.step_token_cap:
+            raise ValueError(
+                f"min_step_tokens: at least 0 and below the step cap ({self.knobs.step_token_cap}), "
+                f"not {self.min_step_tokens}"
+            )
 
     def search_config(self, algorithm: str | None = None, target: int | None = None) -> SearchConfig:
         return SearchConfig(

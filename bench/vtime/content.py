@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 from spex.bench.vtime.config import BenchConfig
 from spex.shared.content.datasets import load_questions
-from spex.shared.content.prompts import STEP_DELIMITER, Template, plain_template, prompt_pieces
+from spex.shared.content.prompts import Template, plain_template, prompt_pieces, stop_strings
 from spex.shared.core.commands import GenerateCommand, ScoreCommand
+from spex.shared.core.search.answers import Equivalence
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.core.tree import Node
 from spex.shared.engine.api import UNTIL_STOP, Completion, Engine, EngineRequest
@@ -56,6 +57,7 @@ class Step:
 
 class Content(Protocol):
     questions: list[Any]  # Question or SyntheticQuestion: query_id, text, prompt_tokens, reference_answer
+    same_answer: Equivalence | None  # how votes group answers (None: by spelling)
 
     def generate(self, question: Any, cmd: GenerateCommand, rid: str) -> EngineRequest: ...
 
@@ -116,6 +118,8 @@ def _steps(node: Node) -> list[str]:
 
 
 class SyntheticContent:
+    same_answer: Equivalence | None = None
+
     def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
         self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, ALGORITHMS[cfg.algorithm].family)
         self.questions: list[SyntheticQuestion] = [self.workload.query(i) for i in range(cfg.questions)]
@@ -165,13 +169,16 @@ class SyntheticContent:
 
 class RealContent:
     def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
+        from spex.shared.content.grading import equivalent  # math-verify (sympy): real content only
+
         self.cfg = cfg
+        self.same_answer: Equivalence | None = equivalent
         self._gen_text = _template(gen)
         self._prm_text = _template(prm)
         count = getattr(gen, "count_tokens", len)
         self.questions: list[Question] = []
         for q in load_questions(str(cfg.dataset), cfg.questions, level=cfg.level):
-            head = prompt_pieces(q.text, [], self._gen_text)[0]
+            head = prompt_pieces(q.text, [], self._gen_text, cfg.step_split)[0]
             self.questions.append(Question(q.query_id, q.text, count(head), q.reference_answer))
 
     def generate(self, question: Question, cmd: GenerateCommand, rid: str) -> EngineRequest:
@@ -185,15 +192,18 @@ class RealContent:
             cmd.priority,
             seed=cmd.node.seed,
             temperature=self.cfg.sampling_temperature,
-            stop=(STEP_DELIMITER,),
-            text=tuple(prompt_pieces(question.text, _steps(cmd.node.parent), self._gen_text)),
+            stop=stop_strings(self.cfg.step_split),
+            text=tuple(
+                prompt_pieces(question.text, _steps(cmd.node.parent), self._gen_text, self.cfg.step_split)
+            ),
+            min_tokens=self.cfg.min_step_tokens,
         )
 
     def generated(self, question: Question, path: list[str], c: Completion) -> Step:
         return Step(c.text.strip(), c.generated, c.stop_reason or "stop", c.logprob_mean)
 
     def score(self, question: Question, cmd: ScoreCommand, rid: str) -> EngineRequest:
-        pieces = tuple(prompt_pieces(question.text, _steps(cmd.node), self._prm_text))
+        pieces = tuple(prompt_pieces(question.text, _steps(cmd.node), self._prm_text, self.cfg.step_split))
         return EngineRequest(rid, cmd.prompt, cmd.node.id + "/s", 0, priority=cmd.priority, text=pieces)
 
     def reward(self, question: Question, path: list[str], c: Completion) -> float:

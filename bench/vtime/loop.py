@@ -164,6 +164,7 @@ class _Run:
             speculation=self.policy,
             early_stop=self.cfg.early_stop,
             predictor=self.predictor,
+            same_answer=self.content.same_answer,
         )
         self.machines[question.query_id] = machine
         self._execute(question.query_id, machine.start(now), now)

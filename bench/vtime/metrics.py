@@ -25,8 +25,11 @@ class QueryRecord:
     latency_s: float
     nodes: int
     tokens: int
-    digest: str
+    digest: str  # the tree (structure, texts, tokens, answers) and the answer
     early_stopped: bool
+    rewards: dict[str, float]  # node id -> reward
+    step_tokens: tuple[int, ...]  # each generated step's tokens
+    capped_steps: int  # steps that ended at the token cap
 
 
 @dataclass
@@ -138,6 +141,7 @@ class RunMetrics:
     def query_done(self, machine: QueryMachine, correct: bool, now: float) -> None:
         st = machine.stats
         self.spec.add(st)
+        steps = [n for n in machine.tree.nodes.values() if n.parent is not None and n.generated]
         self.records[machine.query_id] = QueryRecord(
             query_id=machine.query_id,
             answer=machine.answer,
@@ -147,6 +151,9 @@ class RunMetrics:
             tokens=st.tokens_generated,
             digest=digest(machine.tree.digest(), machine.answer),
             early_stopped=machine.early_stopped,
+            rewards=machine.tree.rewards(),
+            step_tokens=tuple(n.tokens for n in steps),
+            capped_steps=sum(n.finish_reason == "length" for n in steps),
         )
 
     def level_batches(self, trace: Trace | None) -> list[tuple[int, float, float]]:

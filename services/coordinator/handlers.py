@@ -27,10 +27,11 @@ from spex.proto import (
     PromoteRequest,
     ScoreRequest,
     ScoreResult,
+    Split,
     SubmitQuestionRequest,
 )
 from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
-from spex.shared.content.prompts import STEP_DELIMITER
+from spex.shared.content.prompts import DEFAULT_SPLIT, stop_strings
 from spex.shared.core.commands import (
     CancelCommand,
     Command,
@@ -106,6 +107,8 @@ class Outgoing:
     machine: QueryMachine
     content: Content = "synthetic"  # what the engines write: the workload's steps, or a model's
     temperature: float = 1.0  # real content: the generator's sampling temperature
+    split: Split = DEFAULT_SPLIT  # real content: where a step ends
+    min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,10 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         content=q.content,
         question=req.question,
         steps=_texts(node.parent),
-        stop=[STEP_DELIMITER] if q.content == "real" else [],
+        stop=list(stop_strings(q.split)) if q.content == "real" else [],
         temperature=q.temperature,
+        split=q.split,
+        min_tokens=q.min_step_tokens if q.content == "real" else 0,
     )
     return [Publish(gen_jobs(DEFAULT_POOL), message)]
 
@@ -179,6 +184,7 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
         content=q.content,
         question=req.question,
         steps=_texts(cmd.node),
+        split=q.split,
     )
     return [Publish(SCORE_JOBS, message)]
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spex.proto import QueryStatsEvent, SubmitQuestionRequest
-from spex.shared.content.grading import grade
+from spex.shared.content.grading import equivalent, grade
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SearchConfig
 from spex.shared.core.spec.budget import hit_rate_estimate
@@ -53,6 +53,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         reward="logprob" if settings.content == "real" and not settings.prm else "prm",
         speculation=SpecPolicy(enabled=speculate),
         share=LOCAL_SHARE if speculate else 0,
+        same_answer=equivalent if settings.content == "real" else None,  # 0.5 and \frac12 vote together
     )
 
 

@@ -281,7 +281,10 @@ class Coordinator:
         round trip by `_flush`, before anything that depends on them); without a batch they
         are sent at once. An answer flushes first."""
         s = self.settings
-        out = Outgoing(query.request, query.epoch, query.machine, s.content, s.sampling_temperature)
+        out = Outgoing(
+            query.request, query.epoch, query.machine, s.content, s.sampling_temperature,
+            s.step_split, s.min_step_tokens,
+        )  # fmt: skip
         own = batch is None
         pending: list[Effect] = [] if batch is None else batch
         for effect in effects(out, commands):

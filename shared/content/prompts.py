@@ -4,32 +4,50 @@ A prompt is built in pieces: the head (the instruction, a worked example and the
 through the tokenizer's chat template where it has one) and then each step on the path followed by the
 step delimiter. A child's prompt is therefore its parent's prompt plus one piece, which is
 what lets an engine's prefix cache reuse the parent's KV piece by piece. A model writes one
-step per generation: it stops at the delimiter, at its end-of-sequence token, or at the step's
-token limit.
+step per generation: it stops at one of the split's stop strings, at its end-of-sequence
+token, or at the step's token limit (`max_new_tokens`).
+
+Where a step ends is the split (`Split`), the same for the prompt's example, its instruction,
+the delimiter between the path's steps and the generation's stop strings:
+- `blank-line`: a step is a paragraph; steps are separated by an empty line.
+- `newline`: a step is one line.
+- `numbered`: a step is a numbered line ("2. ...") with any unnumbered lines after it; the
+  next step starts at the next line that begins with a number and a full stop.
+A stop string met before a step's `min_tokens` does not end it (the step goes on): a model
+that writes a heading or a one-word line does not make a step of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from spex.proto.messages import SPLITS, Split
 
 __all__ = [
+    "DEFAULT_SPLIT",
     "EXAMPLE_QUESTION",
-    "EXAMPLE_SOLUTION",
     "EXAMPLE_STEPS",
-    "INSTRUCTION",
-    "STEP_DELIMITER",
+    "SPLITS",
+    "Split",
     "Template",
     "chat_template",
+    "delimiter",
+    "example_solution",
+    "instruction",
     "plain_template",
     "prompt_pieces",
+    "stop_strings",
 ]
 
-STEP_DELIMITER = "\n\n"  # between steps; a generation stops when it writes one
-INSTRUCTION = (
-    "Solve the math problem step by step. Write one short step per paragraph, leave a blank "
-    "line between steps, and end with the final answer in a box, as in the example."
-)
+DEFAULT_SPLIT: Split = "newline"  # measured best for SmolLM2-135M on the easy set (README)
+_DELIMITERS: dict[Split, str] = {"blank-line": "\n\n", "newline": "\n", "numbered": "\n"}
+_NUMBERED = 30  # numbered steps the stop strings know ("\n2." to "\n30.")
+_HOW: dict[Split, str] = {
+    "blank-line": "Write one short step per paragraph and leave a blank line between steps",
+    "newline": "Write one short step per line",
+    "numbered": "Number the steps and write each on its own line",
+}
 # The format is taught by a worked example, never by a placeholder a model would copy (told to
 # "write the final answer as \\boxed{answer}", a small model writes exactly that). With a chat
 # template the example is an earlier exchange, which a small model follows far better than an
@@ -40,16 +58,44 @@ EXAMPLE_STEPS = (
     "Together that is 3 + 5 = 8 pens.",
     "The answer is \\boxed{8}.",
 )
-EXAMPLE_SOLUTION = STEP_DELIMITER.join(EXAMPLE_STEPS)
-
-Template = Callable[[str], str]  # question -> the text the reply (its first step) continues
 
 
-def plain_template(question: str) -> str:
-    """For a tokenizer without a chat template: the instruction, the example, the question."""
+def delimiter(split: Split = DEFAULT_SPLIT) -> str:
+    """What follows each step of the path in a prompt."""
+    return _DELIMITERS[split]
+
+
+def stop_strings(split: Split = DEFAULT_SPLIT) -> tuple[str, ...]:
+    """The strings that end a generated step."""
+    if split == "numbered":
+        return tuple(f"\n{n}." for n in range(2, _NUMBERED + 1))
+    return (_DELIMITERS[split],)
+
+
+def instruction(split: Split = DEFAULT_SPLIT) -> str:
     return (
-        f"{INSTRUCTION}{STEP_DELIMITER}Question: {EXAMPLE_QUESTION}{STEP_DELIMITER}{EXAMPLE_SOLUTION}"
-        f"{STEP_DELIMITER}Question: {question}{STEP_DELIMITER}"
+        f"Solve the math problem step by step. {_HOW[split]}, and end with the final answer in a box, "
+        "as in the example."
+    )
+
+
+def example_solution(split: Split = DEFAULT_SPLIT) -> str:
+    steps = EXAMPLE_STEPS if split != "numbered" else [f"{i}. {s}" for i, s in enumerate(EXAMPLE_STEPS, 1)]
+    return delimiter(split).join(steps)
+
+
+class Template(Protocol):
+    """question, split -> the text the reply (its first step) continues."""
+
+    def __call__(self, question: str, split: Split = ..., /) -> str: ...
+
+
+def plain_template(question: str, split: Split = DEFAULT_SPLIT, /) -> str:
+    """For a tokenizer without a chat template: the instruction, the example, the question."""
+    gap = "\n\n"
+    return (
+        f"{instruction(split)}{gap}Question: {EXAMPLE_QUESTION}{gap}{example_solution(split)}"
+        f"{gap}Question: {question}{gap}"
     )
 
 
@@ -59,17 +105,17 @@ def chat_template(tokenizer: Any) -> Template:
     if not getattr(tokenizer, "chat_template", None):
         return plain_template
 
-    def head(question: str) -> str:
+    def head(question: str, split: Split = DEFAULT_SPLIT, /) -> str:
         example = [
             {"role": "user", "content": EXAMPLE_QUESTION},
-            {"role": "assistant", "content": EXAMPLE_SOLUTION},
+            {"role": "assistant", "content": example_solution(split)},
             {"role": "user", "content": question},
         ]
         try:
-            turns = [{"role": "system", "content": INSTRUCTION}, *example]
+            turns = [{"role": "system", "content": instruction(split)}, *example]
             text = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
         except Exception:  # noqa: BLE001 - a template without a system turn raises its own error
-            first = {"role": "user", "content": f"{INSTRUCTION}{STEP_DELIMITER}{EXAMPLE_QUESTION}"}
+            first = {"role": "user", "content": f"{instruction(split)}\n\n{EXAMPLE_QUESTION}"}
             turns = [first, *example[1:]]
             text = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
         return str(text)
@@ -77,6 +123,9 @@ def chat_template(tokenizer: Any) -> Template:
     return head
 
 
-def prompt_pieces(question: str, steps: Sequence[str], template: Template = plain_template) -> list[str]:
+def prompt_pieces(
+    question: str, steps: Sequence[str], template: Template = plain_template, split: Split = DEFAULT_SPLIT
+) -> list[str]:
     """The prompt as pieces: the head, then every step with its delimiter."""
-    return [template(question), *(step + STEP_DELIMITER for step in steps)]
+    gap = delimiter(split)
+    return [template(question, split), *(step + gap for step in steps)]

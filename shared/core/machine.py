@@ -38,7 +38,7 @@ from spex.shared.core.commands import (
 )
 from spex.shared.core.ids import child_id
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
-from spex.shared.core.search.answers import extract_answer, select_answer
+from spex.shared.core.search.answers import Equivalence, extract_answer, select_answer
 from spex.shared.core.spec.early_stop import EarlyStop, should_stop
 from spex.shared.core.speculation import (
     PredictorFactory,
@@ -87,6 +87,7 @@ class QueryMachine:
     early_stop: EarlyStop = field(default_factory=EarlyStop)
     share: int = 0  # speculative jobs this query may have in flight (set by the T2 allocator)
     predictor: PredictorFactory = algorithm_predictor
+    same_answer: Equivalence | None = None  # answers vote together when equivalent (else by spelling)
     tree: Tree = field(init=False)
     stats: QueryStats = field(default_factory=QueryStats)
     done: bool = False
@@ -361,7 +362,7 @@ class QueryMachine:
         # The query ends once the program has returned and every node it asked for is scored,
         # so the final tree never depends on which scores happened to arrive first.
         if self._program_done and not self._unscored:
-            answer = select_answer(self.solutions, self.algorithm.answer_selection)
+            answer = select_answer(self.solutions, self.algorithm.answer_selection, self.same_answer)
             commands.extend(self._finish(now_s, answer, early=False))
         return commands
 
@@ -373,7 +374,7 @@ class QueryMachine:
             return None
         self._answers_seen = seen
         family = self.algorithm.family
-        return should_stop(answers, self.config.target, self.early_stop, family, rollouts)
+        return should_stop(answers, self.config.target, self.early_stop, family, rollouts, self.same_answer)
 
     def _finish(self, now_s: float, answer: str | None, early: bool) -> list[Command]:
         self.answer, self.early_stopped = answer, early

@@ -90,18 +90,25 @@ class Tree:
         return len(self.nodes)
 
     def digest(self) -> str:
-        """Hash of every node's identity and content, in a canonical order."""
+        """Hash of the tree's structure and every node's content (text, tokens, answer, why it
+        ended), in a canonical order. Rewards are not in it: a real model's rewards differ in
+        their last bits between batch shapes, so they are compared apart (`rewards`), within
+        a tolerance."""
         rows = sorted(
             (
                 n.id,
                 n.parent.id if n.parent else "",
                 n.index,
                 n.action,
+                n.text,
                 n.tokens,
                 n.answer,
                 n.finish_reason,
-                repr(n.reward),
             )
             for n in self.nodes.values()
         )
         return digest(self.query_id, *rows)
+
+    def rewards(self) -> dict[str, float]:
+        """Every scored node's reward, by node id."""
+        return {n.id: n.reward for n in self.nodes.values() if n.reward is not None}

@@ -51,6 +51,7 @@ class EngineRequest:
     temperature: float = 1.0
     stop: tuple[str, ...] = ()  # stop strings (real engines)
     text: tuple[str, ...] = ()  # real engines: the prompt's text, one piece per prompt segment
+    min_tokens: int = 0  # real engines: a stop string met before this many tokens is passed over
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
-from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, Content, Limits
+from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
 
 __all__ = ["ENGINES", "ENV", "Settings", "parse_targets"]
 
@@ -46,6 +46,8 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_DETERMINISTIC": ("deterministic", "hf: batch-invariant outputs, 1 or 0"),
     "SPEX_MAX_RUNNING": ("max_running", "hf: sequences a generator decodes together"),
     "SPEX_MAX_STEP_TOKENS": ("max_step_tokens", "longest step a search asks for, tokens"),
+    "SPEX_STEP_SPLIT": ("step_split", "real content: where a step ends: blank-line | newline | numbered"),
+    "SPEX_MIN_STEP_TOKENS": ("min_step_tokens", "real content: a shorter step goes on past its delimiter"),
     "SPEX_MAX_DEPTH": ("max_depth", "deepest step a search goes to (0: the algorithm's default)"),
     "SPEX_DEVICE": ("device", "hf: torch device (cpu, cuda)"),
     "SPEX_AFFINITY": ("affinity", "route a query's jobs to one worker by consistent hashing, 1 or 0"),
@@ -96,6 +98,8 @@ class Settings:
     deterministic: bool = False
     max_running: int = 16
     max_step_tokens: int = 256
+    step_split: Split = "newline"  # as content.prompts.DEFAULT_SPLIT
+    min_step_tokens: int = 0
     max_depth: int = 0
     device: str = "cpu"
     affinity: bool = True
@@ -141,6 +145,8 @@ class Settings:
             "sampling_temperature": 0 <= self.sampling_temperature <= 10,
             "max_running": self.max_running >= 1,
             "max_step_tokens": self.max_step_tokens >= 1,
+            "step_split": self.step_split in SPLITS,
+            "min_step_tokens": 0 <= self.min_step_tokens < self.max_step_tokens,
             "max_depth": self.max_depth >= 0,
             "max_question_chars": 1 <= self.max_question_chars <= 1_000_000,
             "max_target": _targets_ok(self.max_target),

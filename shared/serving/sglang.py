@@ -84,6 +84,8 @@ class SGLangBackend:
         params: dict[str, Any] = {"temperature": req.temperature, "sampling_seed": req.seed}
         if req.output_tokens == UNTIL_STOP:
             params |= {"max_new_tokens": req.max_new_tokens, "stop": list(req.stop)}
+            if req.min_tokens:  # SGLang holds back EOS too until then (the HF engine does not)
+                params["min_new_tokens"] = req.min_tokens
         else:  # exactly this many tokens (the synthetic content mode)
             n = req.output_tokens
             params |= {"max_new_tokens": n, "min_new_tokens": n, "ignore_eos": True}

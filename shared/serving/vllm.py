@@ -85,6 +85,8 @@ class VLLMBackend:
         }
         if req.output_tokens == UNTIL_STOP:  # the model's own step, up to a stop string
             body |= {"max_tokens": req.max_new_tokens, "stop": list(req.stop)}
+            if req.min_tokens:  # vLLM holds back EOS too until then (the HF engine does not)
+                body["min_tokens"] = req.min_tokens
         else:  # exactly this many tokens (the synthetic content mode)
             body |= {"max_tokens": req.output_tokens, "min_tokens": req.output_tokens, "ignore_eos": True}
         return "/v1/completions", body

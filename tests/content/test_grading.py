@@ -89,3 +89,31 @@ def test_the_last_boxed_answer_is_extracted(text, answer):
 
 def test_grading_an_extracted_answer_end_to_end():
     assert grade(extract_answer(r"Adding gives $\dfrac{6}{4}$, so \boxed{\dfrac{3}{2}}."), "1.5")
+
+
+def test_votes_go_by_meaning_with_math_verify_s_equivalence():
+    """`0.5`, `\\frac12` and `1/2` are one answer to vote for; by spelling alone they are three
+    and lose to `3`."""
+    from spex.shared.content.grading import equivalent
+    from spex.shared.core.search.answers import select_answer
+    from spex.shared.core.spec.early_stop import EarlyStop, should_stop
+    from tests.factories import answer_nodes
+
+    sols = answer_nodes([("0.5", 0.4), ("\\frac12", 0.4), ("1/2", 0.4), ("3", 0.5), ("3", 0.5)])
+    assert select_answer(sols, "majority") == "3"
+    assert select_answer(sols, "majority", equivalent) == "0.5"  # named by its first spelling
+    assert select_answer(sols, "weighted", equivalent) == "0.5"  # 1.2 > 1.0
+    rule = EarlyStop(enabled=True, alpha=0.0, min_answers=1)
+    assert should_stop(sols, 8, rule, same=equivalent) == "0.5"
+    assert should_stop(sols, 8, rule) == "3"
+
+
+def test_equivalence_is_cached_and_symmetric():
+    from spex.shared.content import grading
+
+    grading._equivalent.cache_clear()
+    assert grading.equivalent("\\frac{1}{2}", "0.5") and grading.equivalent("0.5", "\\frac{1}{2}")
+    assert not grading.equivalent("0.5", "2")
+    info = grading._equivalent.cache_info()
+    assert info.misses == 2 and info.hits == 1  # the second order was the first pair again
+    assert grading.equivalent(" 7 ", "7")  # same spelling: no math-verify at all

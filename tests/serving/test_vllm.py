@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from spex.shared.content.prompts import STEP_DELIMITER, prompt_pieces
+from spex.shared.content.prompts import delimiter, prompt_pieces
 from spex.shared.engine.api import UNTIL_STOP, Completion
 from spex.shared.serving import ServingEngine, open_engine
 from tests.services.helpers import ask_math500
@@ -302,6 +302,6 @@ def test_the_pipeline_answers_three_math500_questions_through_vllm(vllm: VLLMSer
         assert answer.nodes >= 2
         steps = [e for e in events if isinstance(e, GenerateResult)]
         assert steps and all(e.text and not e.text.startswith("Step ") for e in steps)  # a model's text
-        assert all(STEP_DELIMITER not in e.text for e in steps)  # one step each
+        assert all(delimiter() not in e.text for e in steps)  # one step each
         assert all(e.logprobs.count == e.tokens and e.logprobs.mean < 0 for e in steps if e.tokens)
         assert not [e for e in events if isinstance(e, ScoreResult)]  # the logprob reward

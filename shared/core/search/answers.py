@@ -1,9 +1,14 @@
-"""Answer extraction and final-answer selection: majority, weighted majority, best-of-n."""
+"""Answer extraction and final-answer selection: majority, weighted majority, best-of-n.
+
+Votes go to answers by meaning where an equivalence is given (`Equivalence`: real content
+passes math-verify's, `spex.shared.content.grading.equivalent`, so `0.5` and `\\frac12` vote
+together), else by spelling up to `normalize_answer`. An answer joins the first earlier group
+whose answer it is equivalent to; the group is named by its first spelling."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
 from spex.shared.core.tree import Node
@@ -11,7 +16,9 @@ from spex.shared.core.tree import Node
 __all__ = [
     "SELECTIONS",
     "AnswerSelection",
+    "Equivalence",
     "PLACEHOLDERS",
+    "Votes",
     "extract_answer",
     "is_placeholder",
     "last_boxed",
@@ -21,6 +28,7 @@ __all__ = [
 
 AnswerSelection = Literal["majority", "weighted", "best"]
 SELECTIONS: tuple[AnswerSelection, ...] = get_args(AnswerSelection)
+Equivalence = Callable[[str, str], bool]  # do two (normalized) answers mean the same?
 
 # REBASE extracts with `The answer is:(.+) ки`; ETS also accepts "The final answer is". The
 # answer ends with its sentence: at a period followed by a space or the end, a line break, or
@@ -86,24 +94,49 @@ def normalize_answer(answer: str) -> str:
     return re.sub(r"\s+", "", s)
 
 
-def select_answer(solutions: Sequence[Node], method: AnswerSelection) -> str | None:
+class Votes:
+    """Weights cast for answers, grouped by meaning (`same`) or by normalized spelling."""
+
+    def __init__(self, same: Equivalence | None = None) -> None:
+        self.same = same
+        self.groups: dict[str, list[float]] = {}  # group key (normalized) -> weights, first found first
+        self.spelling: dict[str, str] = {}  # group key -> the group's first answer as written
+        self._key_of: dict[str, str] = {}  # normalized answer -> its group's key
+
+    def add(self, answer: str, weight: float) -> None:
+        key = self.key(answer)
+        self.groups.setdefault(key, []).append(weight)
+        self.spelling.setdefault(key, answer)
+
+    def key(self, answer: str) -> str:
+        norm = normalize_answer(answer)
+        key = self._key_of.get(norm)
+        if key is None:
+            same = self.same
+            key = next((k for k in self.groups if same is not None and same(k, norm)), norm)
+            self._key_of[norm] = key
+        return key
+
+
+def select_answer(
+    solutions: Sequence[Node], method: AnswerSelection, same: Equivalence | None = None
+) -> str | None:
     """Pick the final answer among solution nodes (each with `answer` and last-step `reward`).
 
     majority: most votes; weighted: largest summed reward; best: the single highest reward.
     Ties go to the larger summed reward, then to the answer first found."""
     if method not in SELECTIONS:
         raise ValueError(f"answer selection must be one of {SELECTIONS}, not {method!r}")
-    votes: dict[str, list[float]] = {}
+    votes = Votes(same)
     for node in solutions:
-        if node.answer is None:
-            continue
-        votes.setdefault(normalize_answer(node.answer), []).append(node.reward or 0.0)
-    if not votes:
+        if node.answer is not None:
+            votes.add(node.answer, node.reward or 0.0)
+    if not votes.groups:
         return None
-    order = list(votes)
+    order = list(votes.groups)
 
     def key(ans: str) -> tuple[float, float, int]:
-        w = votes[ans]
+        w = votes.groups[ans]
         primary = {"majority": float(len(w)), "weighted": sum(w), "best": max(w)}[method]
         return (primary, sum(w), -order.index(ans))
 

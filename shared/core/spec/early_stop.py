@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spex.shared.core.search.answers import normalize_answer
+from spex.shared.core.search.answers import Equivalence, Votes
 from spex.shared.core.tree import Node
 
 __all__ = ["EarlyStop", "answer_weight", "should_stop"]
@@ -91,6 +91,7 @@ def should_stop(
     rule: EarlyStop,
     family: str = "bfs",
     rollouts_done: int | None = None,
+    same: Equivalence | None = None,
 ) -> str | None:
     """The leading answer if the search should stop now, else None. `answers` are the
     terminal nodes found so far; those whose weight is not known yet are not counted."""
@@ -98,13 +99,11 @@ def should_stop(
     n = len(weighted)
     if n == 0 or not rule.far_enough(family, n, rollouts_done, target):
         return None
-    groups: dict[str, list[float]] = {}
-    first: dict[str, str] = {}
+    votes = Votes(same)
     for node, w in weighted:
         assert node.answer is not None
-        key = normalize_answer(node.answer)
-        groups.setdefault(key, []).append(w)
-        first.setdefault(key, node.answer)
+        votes.add(node.answer, w)
+    groups, first = votes.groups, votes.spelling
     ranked = sorted(groups, key=lambda k: (-sum(groups[k]), list(groups).index(k)))
     lead = groups[ranked[0]]
     c1 = sum(lead)
