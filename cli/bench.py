@@ -15,7 +15,7 @@ from spex.bench.results import RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
 from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
 from spex.proto import CONTENTS, MODES, SPLITS
-from spex.shared.content.prompts import DEFAULT_SPLIT
+from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.machine import REWARDS
 from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import ALGORITHMS, preset_params
@@ -135,7 +135,10 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     b.add_argument("--deterministic", action="store_true", help="hf: batch-invariant outputs (lossless)")
     b.add_argument("--max-running", type=int, default=16, help="hf: sequences decoded together")
     b.add_argument(
-        "--sampling-temperature", type=float, default=1.0, help="real content: sampling temperature"
+        "--sampling-temperature",
+        type=float,
+        default=DEFAULT_TEMPERATURE,
+        help=f"real content: sampling temperature (default {DEFAULT_TEMPERATURE}; 0 is greedy)",
     )
     b.add_argument("--device", default="cpu", help="hf: torch device (cuda on a GPU machine)")
     b.add_argument(
@@ -175,10 +178,8 @@ def parse_mix(text: str | None) -> tuple[tuple[str, int], ...]:
 
 
 def _knobs(args: argparse.Namespace) -> WorkloadKnobs:
-    knobs = load_knobs(args.workload, args.set)
-    if args.max_step_tokens is not None:
-        knobs = replace(knobs, step_token_cap=args.max_step_tokens)
-    return knobs
+    cap = [] if args.max_step_tokens is None else [f"step_token_cap={args.max_step_tokens}"]
+    return load_knobs(args.workload, [*(args.set or []), *cap])
 
 
 def _key_values(items: Sequence[str], what: str) -> dict[str, float]:

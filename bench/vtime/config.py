@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spex.proto import CONTENTS, SPLITS, Content, Split, SubmitQuestionRequest, submission
-from spex.shared.content.prompts import DEFAULT_SPLIT
+from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.ids import derived_int
 from spex.shared.core.machine import REWARDS, Reward
 from spex.shared.core.search import SearchConfig, make_algorithm
@@ -46,7 +46,7 @@ class BenchConfig:
     level: int | None = None  # real content: only the dataset's questions of this level
     deterministic: bool = False  # hf: batch-invariant outputs (lossless on a real model)
     max_running: int = 16  # hf: sequences decoded together; also the static speculative pool
-    sampling_temperature: float = 1.0  # real content: the generator's sampling temperature
+    sampling_temperature: float = DEFAULT_TEMPERATURE  # real content: the generator's
     step_split: Split = DEFAULT_SPLIT  # real content: where a step ends (content.prompts)
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
     device: str = "cpu"  # hf: the torch device (cuda on a GPU machine)
@@ -143,7 +143,7 @@ class BenchConfig:
             raise ValueError(f"sampling_temperature: must be at least 0, not {self.sampling_temperature}")
         if self.step_split not in SPLITS:
             raise ValueError(f"step_split: one of {', '.join(SPLITS)}, not {self.step_split!r}")
-        if not 0 <= self.min_step_tokens < self.knobs.step_token_cap:
+        if self.knobs.step_token_cap >= 1 and not 0 <= self.min_step_tokens < self.knobs.step_token_cap:
             raise ValueError(
                 f"min_step_tokens: at least 0 and below the step cap ({self.knobs.step_token_cap}), "
                 f"not {self.min_step_tokens}"

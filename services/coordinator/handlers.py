@@ -31,7 +31,7 @@ from spex.proto import (
     SubmitQuestionRequest,
 )
 from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
-from spex.shared.content.prompts import DEFAULT_SPLIT, stop_strings
+from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, stop_strings
 from spex.shared.core.commands import (
     CancelCommand,
     Command,
@@ -106,7 +106,7 @@ class Outgoing:
     epoch: int  # fencing token of the lease the coordinator holds
     machine: QueryMachine
     content: Content = "synthetic"  # what the engines write: the workload's steps, or a model's
-    temperature: float = 1.0  # real content: the generator's sampling temperature
+    temperature: float = DEFAULT_TEMPERATURE  # real content: the generator's sampling temperature
     split: Split = DEFAULT_SPLIT  # real content: where a step ends
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
 

@@ -94,7 +94,7 @@ class Settings:
     model: str = ""
     prm: str = ""
     content: Content = "synthetic"
-    sampling_temperature: float = 1.0  # as the bench's --sampling-temperature
+    sampling_temperature: float = 0.3  # as content.prompts.DEFAULT_TEMPERATURE
     deterministic: bool = False
     max_running: int = 16
     max_step_tokens: int = 256

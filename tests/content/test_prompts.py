@@ -97,9 +97,10 @@ def test_a_child_prompt_is_its_parent_s_plus_one_piece(split):
     assert child[: len(parent)] == parent and child[-1] == "That is 5." + delimiter(split)
 
 
-def test_the_services_and_the_bench_split_steps_the_same_way_by_default():
+def test_the_services_and_the_bench_split_and_sample_the_same_way_by_default():
     from spex.bench.vtime import BenchConfig
-    from spex.shared.content.prompts import DEFAULT_SPLIT
+    from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
     from spex.shared.runtime.settings import Settings
 
     assert Settings().step_split == BenchConfig().step_split == DEFAULT_SPLIT
+    assert Settings().sampling_temperature == BenchConfig().sampling_temperature == DEFAULT_TEMPERATURE

@@ -26,6 +26,7 @@ from spex.services.coordinator.handlers import (
     Publish,
     effects,
 )
+from spex.shared.content.prompts import DEFAULT_TEMPERATURE, stop_strings
 from spex.shared.core.commands import CancelCommand, Command, FinishCommand, PromoteCommand, ScoreCommand
 from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine
@@ -134,4 +135,14 @@ def test_a_generation_carries_the_sampling_temperature_it_is_set_to():
     (publish,) = effects(q, q.machine.start(0.0)[:1])
     assert isinstance(publish.message, GenerateRequest) and publish.message.temperature == 0.0
     (default,) = effects(outgoing(), outgoing().machine.start(0.0)[:1])
-    assert default.message.temperature == 1.0  # as the bench's --sampling-temperature
+    assert default.message.temperature == DEFAULT_TEMPERATURE  # as the bench's --sampling-temperature
+
+
+def test_a_generation_carries_its_split_s_stop_strings_and_minimum_length():
+    q = Outgoing(REQUEST, 5, outgoing().machine, "real", split="numbered", min_step_tokens=6)
+    (publish,) = effects(q, q.machine.start(0.0)[:1])
+    message = publish.message
+    assert isinstance(message, GenerateRequest) and message.split == "numbered" and message.min_tokens == 6
+    assert tuple(message.stop) == stop_strings("numbered")
+    (synthetic,) = effects(outgoing(), outgoing().machine.start(0.0)[:1])
+    assert synthetic.message.stop == [] and synthetic.message.min_tokens == 0
