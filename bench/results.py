@@ -257,7 +257,8 @@ def summarize(res: BenchResult) -> RunSummary:
 
 
 def max_reward_difference(base: RunSummary, spex: RunSummary) -> float | None:
-    """The largest difference of one node's reward between two runs (None: no node both scored)."""
+    """The largest difference of one node's reward between two runs, over the nodes both
+    scored (None: none)."""
     diffs = [
         abs(reward - spex.rewards[qid][node])
         for qid, rewards in base.rewards.items()
@@ -271,7 +272,9 @@ def max_reward_difference(base: RunSummary, spex: RunSummary) -> float | None:
 def compare(base: RunSummary, spex: RunSummary) -> Comparison:
     """One results record for a baseline and a SPEX run of the same workload and seeds."""
     same_answers = base.answers == spex.answers
-    identical = base.trees_digest == spex.trees_digest
+    # A node scored in one run only is a different search, whatever its digest says.
+    same_scored = {q: set(r) for q, r in base.rewards.items()} == {q: set(r) for q, r in spex.rewards.items()}
+    identical = base.trees_digest == spex.trees_digest and same_scored
     reward_diff = max_reward_difference(base, spex)
     return Comparison(
         algorithm=spex.algorithm,

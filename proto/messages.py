@@ -133,7 +133,9 @@ class GenerateRequest(Message, frozen=True):
     content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, root's child first
-    split: Split = "blank-line"  # real content: how steps are delimited (its stop strings, its prompt)
+    # Real content: how steps are delimited (its stop strings, its prompt). The default is what a
+    # message from before splits existed meant; coordinators always send it.
+    split: Split = "blank-line"
     min_tokens: int = 0  # real content: a stop string before this many tokens does not end the step
 
 

@@ -58,8 +58,8 @@ def model_demo(
     settings = replace(settings, engine="hf", model=str(model), content="real", http_port=free_port())
     runs = {mode: _run(settings, asked, algorithm, target, mode, console) for mode in MODES}
     base, spex = runs["baseline"], runs["spex"]
-    s = settings
-    title = f"{algorithm}-{target} on {model.name}, {s.step_split} steps, T={s.sampling_temperature}"
+    how = f"{settings.step_split} steps, T={settings.sampling_temperature}"
+    title = f"{algorithm}-{target} on {model.name}, {how}"
     table = Table(
         "question", "answer", "right", "same tree", "steps (baseline)", title=title, show_lines=True
     )

@@ -129,7 +129,9 @@ class SyntheticContent:
             q.query_id: styles[ALGORITHMS[cfg.search_of(q.query_id)[0]].family] for q in self.questions
         }
         self._pending: dict[tuple[str, str], Generation] = {}  # generated once, read at completion
-        # A real engine reads text: the synthetic question's and steps'.
+        # A real engine reads text: the synthetic question's and steps', split and sampled as
+        # the services do (the tokens are the workload's count whatever they are).
+        self._split, self._temperature = cfg.step_split, cfg.sampling_temperature
         self._gen_text = _template(gen) if not isinstance(gen, SimEngine) else None
         self._prm_text = _template(prm) if prm is not None and not isinstance(prm, SimEngine) else None
 
@@ -141,8 +143,9 @@ class SyntheticContent:
         req = EngineRequest(rid, cmd.prompt, cmd.node.id, tokens, cmd.max_new_tokens, cmd.priority)
         if self._gen_text is not None:
             assert cmd.node.parent is not None
-            req.text = tuple(prompt_pieces(question.text, _steps(cmd.node.parent), self._gen_text))
-            req.seed = cmd.node.seed
+            steps = _steps(cmd.node.parent)
+            req.text = tuple(prompt_pieces(question.text, steps, self._gen_text, self._split))
+            req.seed, req.temperature = cmd.node.seed, self._temperature
         return req
 
     def generated(self, question: SyntheticQuestion, path: list[str], c: Completion) -> Step:
@@ -154,7 +157,7 @@ class SyntheticContent:
     def score(self, question: SyntheticQuestion, cmd: ScoreCommand, rid: str) -> EngineRequest:
         req = EngineRequest(rid, cmd.prompt, cmd.node.id + "/s", 0, priority=cmd.priority)
         if self._prm_text is not None:
-            req.text = tuple(prompt_pieces(question.text, _steps(cmd.node), self._prm_text))
+            req.text = tuple(prompt_pieces(question.text, _steps(cmd.node), self._prm_text, self._split))
         return req
 
     def reward(self, question: SyntheticQuestion, path: list[str], c: Completion) -> float:

@@ -91,7 +91,7 @@ class _Run:
         self.books = [EngineBook() for _ in self.gens]  # per worker; scores in the first
         self.book = self.books[0]
         self.where: dict[str, int] = {}  # generation request id -> its worker
-        self.metrics = RunMetrics(trace_levels=self.gen.trace is not None)
+        self.metrics = RunMetrics(self.gen.trace is not None, exact_rewards=cfg.content == "synthetic")
         start = cfg.tpot_slack if cfg.tpot_slack is not None else 0.10
         self.governors = [TpotGovernor(cfg.tpot_target, start) for _ in self.gens]
         self._slack_bound = [False] * len(self.gens)  # the slack set the last pool (not KV)

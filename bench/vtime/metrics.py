@@ -25,7 +25,7 @@ class QueryRecord:
     latency_s: float
     nodes: int
     tokens: int
-    digest: str  # the tree (structure, texts, tokens, answers) and the answer
+    digest: str  # the tree (structure, texts, tokens, answers; synthetic rewards) and the answer
     early_stopped: bool
     rewards: dict[str, float]  # node id -> reward
     step_tokens: tuple[int, ...]  # each generated step's tokens
@@ -67,7 +67,8 @@ class CriticalPath:
 
 
 class RunMetrics:
-    def __init__(self, trace_levels: bool) -> None:
+    def __init__(self, trace_levels: bool, exact_rewards: bool = True) -> None:
+        self.exact_rewards = exact_rewards  # synthetic rewards are exact: a tree's digest holds them
         self.records: dict[str, QueryRecord] = {}
         self.tpots_s: list[float] = []  # primary jobs only
         self.tokens_all = 0  # every token the generator produced, cancelled jobs' included
@@ -149,7 +150,7 @@ class RunMetrics:
             latency_s=now - machine.started_s,
             nodes=len(machine.tree) - 1,
             tokens=st.tokens_generated,
-            digest=digest(machine.tree.digest(), machine.answer),
+            digest=digest(machine.tree.digest(rewards=self.exact_rewards), machine.answer),
             early_stopped=machine.early_stopped,
             rewards=machine.tree.rewards(),
             step_tokens=tuple(n.tokens for n in steps),

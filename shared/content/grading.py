@@ -38,7 +38,8 @@ def _equivalent(a: str, b: str) -> bool:
 
 def equivalent(a: str, b: str) -> bool:
     """Do two answers mean the same (math-verify; `0.5` and `\\frac12` do)? For votes: each
-    pair is compared once, both ways, and each answer parsed once (both cached)."""
+    pair is compared once (in a fixed order, so either order finds it) and each answer parsed
+    once (both cached)."""
     a, b = normalize_answer(a), normalize_answer(b)
     if a == b:
         return True

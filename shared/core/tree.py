@@ -89,11 +89,11 @@ class Tree:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def digest(self) -> str:
+    def digest(self, rewards: bool = False) -> str:
         """Hash of the tree's structure and every node's content (text, tokens, answer, why it
-        ended), in a canonical order. Rewards are not in it: a real model's rewards differ in
-        their last bits between batch shapes, so they are compared apart (`rewards`), within
-        a tolerance."""
+        ended), in a canonical order; with `rewards`, every reward exactly too. A real model's
+        rewards differ in their last bits between batch shapes, so real content compares them
+        apart (`rewards()`, within a tolerance); synthetic rewards are exact and hashed."""
         rows = sorted(
             (
                 n.id,
@@ -104,6 +104,7 @@ class Tree:
                 n.tokens,
                 n.answer,
                 n.finish_reason,
+                repr(n.reward) if rewards else "",
             )
             for n in self.nodes.values()
         )

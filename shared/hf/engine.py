@@ -70,7 +70,7 @@ class _Seq:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     first_token_s: float | None = None
-    scan_from: int = 0  # where in `text` the search for a stop string starts
+    short_text: int = 0  # characters of `text` written before the step's minimum length
     abort_s: float | None = None  # when an abort arrived (it takes effect at the next step)
 
     @property
@@ -360,11 +360,11 @@ class HFEngine(SteppedEngine):
         # A stop string counts after the step's first words (a step is never empty) and once
         # the step has its minimum length: one that ends before that is passed over.
         if len(s.ids) <= min(s.req.min_tokens, s.req.max_new_tokens - 1):
-            longest = max((len(stop) for stop in s.req.stop), default=1)
-            s.scan_from = max(0, len(s.text) - longest + 1)
+            s.short_text = len(s.text)
             return True
-        start = max(len(s.text) - len(s.text.lstrip()), s.scan_from)
-        cut = min((i for i in (s.text.find(stop, start) for stop in s.req.stop) if i >= 0), default=-1)
+        start = len(s.text) - len(s.text.lstrip())
+        found = (s.text.find(stop, max(start, s.short_text - len(stop) + 1)) for stop in s.req.stop)
+        cut = min((i for i in found if i >= 0), default=-1)
         if cut >= 0:
             s.text, s.stop_reason = s.text[:cut], "stop"
             return False

@@ -116,3 +116,35 @@ def test_the_reward_model_scores_paths_in_batches(tiny_model, tiny_prm):
     alone.submit(EngineRequest("s5", again.prompt, "s5/s", 0, text=again.text), 0.0)
     (one,) = drain(alone)
     assert one.reward == pytest.approx(next(c.reward for c in done if c.rid == "s5"), abs=1e-5)
+
+
+class CharTokenizer:
+    """One token per character: token i is chr(i)."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("min_tokens", "step"),
+    [(0, "1. a"), (7, "1. a\n2. b"), (12, "1. a\n2. b\n3. c")],
+)
+def test_a_stop_string_ending_before_the_minimum_length_is_passed_over(min_tokens, step):
+    """The numbered split's stop strings differ in length (`\\n2.`, `\\n10.`); a shorter one
+    that ended within the minimum is not found one token later."""
+    import torch
+
+    from spex.shared.content.prompts import stop_strings
+    from spex.shared.hf.engine import _Seq
+
+    engine = HFEngine.__new__(HFEngine)
+    engine.tokenizer, engine._eos = CharTokenizer(), set()
+    text = "1. a\n2. b\n3. c\n4. d"
+    req = EngineRequest("r", (("q", 1),), "o", UNTIL_STOP, 64, 0, 0, 0.0, stop_strings("numbered"), ("q",))
+    req.min_tokens = min_tokens
+    s = _Seq(req, 1, 0.0, torch.Generator())
+    for ch in text:
+        s.next_logits = torch.nn.functional.one_hot(torch.tensor(ord(ch)), 128).float()
+        if not engine._sample(s):
+            break
+    assert s.text == step and s.stop_reason == "stop"

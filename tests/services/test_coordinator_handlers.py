@@ -89,7 +89,7 @@ def test_score_cancel_promote_and_finish():
     (answer,) = effects(q, [FinishCommand("q7", "4")])
     assert isinstance(answer, Answer)
     m = q.machine
-    assert answer.message.tree_digest == digest(m.tree.digest(), m.answer)
+    assert answer.message.tree_digest == digest(m.tree.digest(rewards=True), m.answer)  # synthetic
     assert (answer.message.answer, answer.message.epoch) == ("4", 5)
 
 
