@@ -92,7 +92,7 @@ def test_spex_grows_the_baseline_s_trees_in_deterministic_mode(smollm2, algorith
         dataset="easy",
         deterministic=True,
         step_split="newline",
-        knobs=replace(WorkloadKnobs(), step_token_cap=16),  # short: a single-sequence decode
+        knobs=replace(WorkloadKnobs(), step_token_cap=8),  # short: a single-sequence decode
         params={"max_depth": 2},  # reads all 540 MB of weights per token (~0.1 s here)
     )
     base = summarize(run_bench(cfg))
