@@ -36,6 +36,8 @@ Equivalence = Callable[[str, str], bool]  # do two (normalized) answers mean the
 _ANSWER = re.compile(r"(?:final answer is|[Tt]he answer is)\s*:?\s*(.+?)(?=\s*(?:ки|\.\s|\.$|\n|$))")
 # "7 is the answer." — how SmolLM2 ends a solution — read only for a number.
 _NUMBER_IS_ANSWER = re.compile(r"(-?\d[\d,]*(?:\.\d+)?)\s+is the (?:final )?answer\b")
+# "The answer is 2 * 7 = 14 cards": the result after the last "=", and a number without its unit.
+_NUMBER_AND_WORDS = re.compile(r"(-?\d[\d,]*(?:\.\d+)?)(?:\s+[A-Za-z]+)+")
 # What a model copies from an instruction instead of answering: never an answer.
 PLACEHOLDERS = frozenset({"answer", "final answer", "your answer", "the answer", "...", "…", "?"})
 
@@ -43,8 +45,9 @@ PLACEHOLDERS = frozenset({"answer", "final answer", "your answer", "the answer",
 def extract_answer(text: str) -> str | None:
     """The final answer a step gives: the last `\\boxed{...}` that holds one (braces nested to
     any depth; an empty box or a placeholder such as `\\boxed{answer}` does not), else what
-    follows "The answer is" up to the end of its sentence, else a number that "is the
-    answer"; None if the step gives none."""
+    follows "The answer is" up to the end of its sentence (the result after its last "=", a
+    number without the words after it), else a number that "is the answer"; None if the step
+    gives none."""
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed
@@ -52,7 +55,10 @@ def extract_answer(text: str) -> str | None:
     if m is None:
         numbers = _NUMBER_IS_ANSWER.findall(text)
         return numbers[-1] if numbers else None
-    answer = m.group(1).strip().rstrip(".").strip()
+    answer = m.group(1).rpartition("=")[2].strip().rstrip(".").strip()
+    unit = _NUMBER_AND_WORDS.fullmatch(answer)
+    if unit is not None:
+        answer = unit.group(1)
     return None if not answer or is_placeholder(answer) else answer
 
 

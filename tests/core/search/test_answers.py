@@ -52,6 +52,11 @@ def test_no_answers_gives_none_and_bad_method_fails():
         # a number that "is the answer", as SmolLM2 ends a solution; nothing else that is
         ("So 7 is the answer.", "7"),
         ("The sum is the answer.", None),
+        # an expression's result, without its unit
+        ("The answer is 2 * 7 = 14 cards.", "14"),
+        ("The answer is 28 cards.", "28"),
+        ("The answer is x = 5.", "5"),
+        ("The answer is 3 apples and 2 pears.", "3 apples and 2 pears"),
     ],
 )
 def test_extract_answer(text, answer):
