@@ -34,10 +34,11 @@ Equivalence = Callable[[str, str], bool]  # do two (normalized) answers mean the
 # answer ends with its sentence: at a period followed by a space or the end, a line break, or
 # REBASE's step mark — "The answer is 25. Now you have two" gives 25, "is 3.5." gives 3.5.
 _ANSWER = re.compile(r"(?:final answer is|[Tt]he answer is)\s*:?\s*(.+?)(?=\s*(?:ки|\.\s|\.$|\n|$))")
+_NUMBER = r"(-?\d[\d,]*(?:\.\d+)?)"
 # "7 is the answer." — how SmolLM2 ends a solution — read only for a number.
-_NUMBER_IS_ANSWER = re.compile(r"(-?\d[\d,]*(?:\.\d+)?)\s+is the (?:final )?answer\b")
+_NUMBER_IS_ANSWER = re.compile(_NUMBER + r"\s+is the (?:final )?answer\b")
 # "The answer is 2 * 7 = 14 cards": the result after the last "=", and a number without its unit.
-_NUMBER_AND_WORDS = re.compile(r"(-?\d[\d,]*(?:\.\d+)?)(?:\s+[A-Za-z]+)+")
+_NUMBER_AND_WORDS = re.compile(_NUMBER + r"(?:\s+[A-Za-z]+)+")
 # What a model copies from an instruction instead of answering: never an answer.
 PLACEHOLDERS = frozenset({"answer", "final answer", "your answer", "the answer", "...", "…", "?"})
 
