@@ -28,7 +28,8 @@ def run(fault, questions=3, settle_s=90.0, **settings):
     return (answers, answers-stream counts, rig logs)."""
 
     async def go():
-        base = Settings(time_scale=0.01, heartbeat_s=0.5, lease_s=2.0, block_ms=50, **settings)
+        timing = {"time_scale": 0.01, "heartbeat_s": 0.5, "lease_s": 2.0, "block_ms": 50}
+        base = Settings(**{**timing, **settings})
         rig = Rig(base).start()
         try:
             await asyncio.to_thread(rig.wait_started)
