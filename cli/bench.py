@@ -142,6 +142,9 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     )
     b.add_argument("--device", default="cpu", help="hf: torch device (cuda on a GPU machine)")
     b.add_argument(
+        "--dtype", choices=["float32", "bfloat16"], default="", help="hf: weights and KV (default: as saved)"
+    )
+    b.add_argument(
         "--step-split", choices=list(SPLITS), default=DEFAULT_SPLIT, help="real content: where a step ends"
     )
     b.add_argument(
@@ -292,6 +295,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         step_split=args.step_split,
         min_step_tokens=args.min_step_tokens,
         device=args.device,
+        dtype=args.dtype,
         workers=args.workers,
         affinity=args.routing == "affinity",
         worker_slots=args.worker_slots,

@@ -65,6 +65,7 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         help="default: real on a real engine (hf, vllm, sglang), synthetic on sim",
     )
     u.add_argument("--deterministic", action="store_true", default=None, help="hf: batch-invariant outputs")
+    u.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="hf: weights and KV")
     u.add_argument(
         "--sampling-temperature", type=float, default=None, help="real content: 0 is greedy (default 0.3)"
     )
@@ -165,6 +166,7 @@ def up_settings(args: argparse.Namespace) -> Settings:
         content=args.content,
         sampling_temperature=args.sampling_temperature,
         deterministic=args.deterministic,
+        dtype=args.dtype,
         max_step_tokens=args.max_step_tokens,
         step_split=args.step_split,
         min_step_tokens=args.min_step_tokens,

@@ -347,7 +347,12 @@ def _engine(settings: Settings) -> LiveEngine:
     from spex.shared.hf.engine import HFConfig, HFEngine
     from spex.shared.hf.threaded import ThreadedEngine
 
-    config = HFConfig(settings.max_running, deterministic=settings.deterministic, device=settings.device)
+    config = HFConfig(
+        settings.max_running,
+        deterministic=settings.deterministic,
+        device=settings.device,
+        dtype=settings.dtype or None,
+    )
     return ThreadedEngine(HFEngine.from_dir(settings.model, config))
 
 

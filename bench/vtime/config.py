@@ -50,6 +50,7 @@ class BenchConfig:
     step_split: Split = DEFAULT_SPLIT  # real content: where a step ends (content.prompts)
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
     device: str = "cpu"  # hf: the torch device (cuda on a GPU machine)
+    dtype: str = ""  # hf: the weights' and KV's (float32, bfloat16; "": as saved)
     # --- SPEX
     mode: str = "baseline"  # a benchmark runs the plain search unless asked
     t1: bool = True  # intra-query speculation

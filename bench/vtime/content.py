@@ -90,7 +90,9 @@ def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
     else:
         from spex.shared.hf.engine import HFConfig, HFEngine
 
-        config = HFConfig(cfg.max_running, deterministic=cfg.deterministic, device=cfg.device)
+        config = HFConfig(
+            cfg.max_running, deterministic=cfg.deterministic, device=cfg.device, dtype=cfg.dtype or None
+        )
         gen = HFEngine.from_dir(str(cfg.model), config)
     if cfg.reward != "prm":
         return gen, None

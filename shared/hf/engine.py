@@ -6,14 +6,15 @@ running speculative sequence, which keeps its KV and resumes later — (3) prefi
 admitted, piece by piece through the prefix cache (`kvcache`), and (4) decodes one token for
 every running sequence: it samples from the sequence's last logits with the request's own
 `torch.Generator` (so a request's tokens do not depend on its batch mates), checks EOS, the
-stop strings and the token limit, and runs the model once over the continuing sequences,
-left-padded into one batch.
+stop strings and the token limit, and runs the model once over the continuing sequences
+(`llama`: the linear layers over the batch, attention row by row over each sequence's own
+KV buffer, written in place).
 
-Deterministic mode runs that last forward pass one sequence at a time instead. With prompt
-pieces always computed alone (see `kvcache`), every number a sequence sees is then a function
-of its own tokens: outputs are batch-invariant and speculation is lossless on a real model.
-Its cost is the batching: decode compute grows linearly with the batch instead of riding on
-one weight read (2.1× lower decode throughput at batch 8 on the README's tiny model).
+Deterministic mode makes every number a sequence sees a function of its own tokens: prompt
+pieces are always computed alone (see `kvcache`), attention is per sequence anyway, and the
+linear layers get at least the row count from which this CPU's GEMM is batch-invariant
+(`llama.INVARIANT_ROWS`). Outputs are then batch-invariant and speculation is lossless on a
+real model, at batched speed: the cost is padding a batch of 1 to 3 sequences to 4 rows.
 
 The engine's clock advances by the measured wall time of each step (`stepped`), so the
 virtual-time driver can run it beside other engines as if each had its own device.
@@ -21,14 +22,12 @@ virtual-time driver can run it beside other engines as if each had its own devic
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from spex.proto.messages import PRIMARY
 from spex.shared.engine.api import (
@@ -39,7 +38,8 @@ from spex.shared.engine.api import (
     EngineStats,
     StopReason,
 )
-from spex.shared.hf.kvcache import KV, Entry, PrefixCache, concat_kv, kv_layers, pad_left
+from spex.shared.hf.kvcache import Entry, PrefixCache
+from spex.shared.hf.llama import LlamaRunner, SeqKV
 from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
 from spex.shared.hf.stepped import SteppedEngine
 
@@ -50,8 +50,9 @@ __all__ = ["HFConfig", "HFEngine"]
 class HFConfig:
     max_running: int = 16  # sequences decoded together
     kv_capacity_tokens: int = 65_536  # prefix cache and running sequences together
-    deterministic: bool = False  # batch-invariant outputs (one forward pass per sequence)
+    deterministic: bool = False  # batch-invariant outputs (lossless speculation)
     device: str = "cpu"
+    dtype: str | None = None  # the weights' and KV's: float32, bfloat16 (None: as saved)
 
 
 @dataclass(eq=False)
@@ -61,7 +62,7 @@ class _Seq:
     arrival_s: float
     generator: torch.Generator
     entries: list[Entry] = field(default_factory=list)  # locked prompt pieces
-    past: KV | None = None  # the prompt's and the generated tokens' KV
+    kv: SeqKV | None = None  # the prompt's and the generated tokens' KV
     next_logits: torch.Tensor | None = None
     ids: list[int] = field(default_factory=list)  # generated tokens
     logprobs: list[float] = field(default_factory=list)
@@ -79,7 +80,7 @@ class _Seq:
 
     @property
     def past_tokens(self) -> int:
-        return 0 if self.past is None else int(self.past[0][0].shape[2])
+        return 0 if self.kv is None else self.kv.length
 
 
 class HFEngine(SteppedEngine):
@@ -98,15 +99,12 @@ class HFEngine(SteppedEngine):
         self._seq = 0
         self._piece_ids: dict[str, tuple[int, ...]] = {}
         self._eos = eos_ids(model, tokenizer)
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        # Prefill needs only the last position's logits: not [tokens × vocab] of them.
-        self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.runner = LlamaRunner(model, self.config.deterministic, self.config.max_running)
 
     @classmethod
     def from_dir(cls, path: str | Path, config: HFConfig | None = None) -> HFEngine:
         config = config or HFConfig()
-        return cls(load_lm(path, config.device), load_tokenizer(path), config)
+        return cls(load_lm(path, config.device, config.dtype), load_tokenizer(path), config)
 
     def count_tokens(self, text: str) -> int:
         return len(self._ids(text))
@@ -292,6 +290,10 @@ class HFEngine(SteppedEngine):
         return ids
 
     def _prefill(self, s: _Seq) -> None:
+        """The prompt's pieces into the sequence's KV: a cached piece is copied in, a new one
+        computed over exactly the pieces before it (so its tensors do not depend on who
+        computed it) and cached."""
+        kv = self.runner.new_kv(self._prompt_estimate(s) + s.req.max_new_tokens + 1)
         parent: Entry | None = None
         entries: list[Entry] = []
         for piece in s.req.text:
@@ -300,10 +302,11 @@ class HFEngine(SteppedEngine):
                 continue
             entry = self.cache.lookup(parent, ids)
             if entry is None:
-                past = concat_kv([e.kv for e in entries])
-                logits, kv = self._forward_piece(ids, past)
-                entry = self.cache.insert(parent, ids, kv, logits)
+                start = kv.length
+                logits = self.runner.prefill(kv, ids)
+                entry = self.cache.insert(parent, ids, kv.piece(start, kv.length), logits)
             else:
+                kv.append(entry.kv)
                 s.cached_tokens += entry.tokens
             entries.append(entry)
             parent = entry
@@ -311,28 +314,11 @@ class HFEngine(SteppedEngine):
             raise ValueError(f"request {s.req.rid!r}: an empty prompt")
         self.cache.lock(entries)
         s.entries = entries
-        s.prompt_tokens = sum(e.tokens for e in entries)
-        s.past = concat_kv([e.kv for e in entries])
+        s.prompt_tokens = kv.length
+        s.kv = kv
         s.next_logits = entries[-1].last_logits
         self.stats.prompt_tokens += s.prompt_tokens
         self.stats.cached_tokens += s.cached_tokens
-
-    def _forward_piece(self, ids: tuple[int, ...], past: KV | None) -> tuple[torch.Tensor, KV]:
-        """One piece's tokens in one pass over exactly `past`: its last logits and its own KV."""
-        offset = 0 if past is None else int(past[0][0].shape[2])
-        dev = self.config.device
-        input_ids = torch.tensor([ids], device=dev)
-        positions = torch.arange(offset, offset + len(ids), device=dev).unsqueeze(0)
-        cache = DynamicCache(ddp_cache_data=[(k, v) for k, v in past]) if past else DynamicCache()
-        out = self.model(
-            input_ids=input_ids,
-            position_ids=positions,
-            use_cache=True,
-            **self._last_only,
-            **{self._cache_kw: cache},
-        )
-        kv = [(k[:, :, offset:].clone(), v[:, :, offset:].clone()) for k, v in kv_layers(cache)]
-        return out.logits[0, -1].float(), kv
 
     def _sample(self, s: _Seq) -> bool:
         """Sample the next token from the sequence's logits; False when the sequence is done."""
@@ -340,8 +326,11 @@ class HFEngine(SteppedEngine):
         logits = s.next_logits
         logp = torch.log_softmax(logits, dim=-1)
         if s.req.temperature > 0:
-            probs = torch.softmax(logits / s.req.temperature, dim=-1)
-            token = int(torch.multinomial(probs, 1, generator=s.generator).item())
+            # Inverse CDF: one uniform draw from the request's generator (multinomial draws
+            # one exponential per vocabulary entry: a tenth of a step at batch 16).
+            cdf = torch.softmax(logits / s.req.temperature, dim=-1).cumsum(-1)
+            u = torch.rand(1, generator=s.generator, device=cdf.device) * cdf[-1]
+            token = min(int(torch.searchsorted(cdf, u, right=True).item()), cdf.shape[0] - 1)
         else:
             token = int(torch.argmax(logits).item())
         s.ids.append(token)
@@ -374,49 +363,19 @@ class HFEngine(SteppedEngine):
         return True
 
     def _decode(self, seqs: list[_Seq]) -> None:
-        """Run the model over each sequence's newest token: its next logits and KV."""
-        groups = [[s] for s in seqs] if self.config.deterministic else [seqs]
-        for group in groups:
-            logits, new_kv = self._forward_tokens(group)
-            for b, s in enumerate(group):
-                assert s.past is not None
-                s.past = [
-                    (torch.cat([k, nk[b : b + 1]], dim=2), torch.cat([v, nv[b : b + 1]], dim=2))
-                    for (k, v), (nk, nv) in zip(s.past, new_kv, strict=True)
-                ]
-                s.next_logits = logits[b]
-
-    def _forward_tokens(self, seqs: list[_Seq]) -> tuple[torch.Tensor, KV]:
-        """One token per sequence in one pass; pasts left-padded to one length when batched."""
-        dev = self.config.device
-        lengths = [s.past_tokens for s in seqs]
-        width = max(lengths)
-        input_ids = torch.tensor([[s.ids[-1]] for s in seqs], device=dev)
-        positions = torch.tensor([[n] for n in lengths], device=dev)
-        layers = len(seqs[0].past or [])
-        past = []
-        for layer in range(layers):
-            ks = [pad_left((s.past or [])[layer][0], width) for s in seqs]
-            vs = [pad_left((s.past or [])[layer][1], width) for s in seqs]
-            past.append((torch.cat(ks), torch.cat(vs)))
-        kwargs: dict[str, Any] = {}
-        if len(seqs) > 1 or width != lengths[0]:
-            mask = torch.zeros(len(seqs), width + 1, dtype=torch.long, device=dev)
-            for b, n in enumerate(lengths):
-                mask[b, width - n :] = 1
-            kwargs["attention_mask"] = mask
-        cache = DynamicCache(ddp_cache_data=past)
-        out = self.model(
-            input_ids=input_ids, position_ids=positions, use_cache=True, **kwargs, **{self._cache_kw: cache}
-        )
-        new_kv = [(k[:, :, width:], v[:, :, width:]) for k, v in kv_layers(cache)]
-        return out.logits[:, -1].float(), new_kv
+        """Run the model over each sequence's newest token, in one batch: its next logits,
+        and its KV written in place."""
+        kvs = [s.kv for s in seqs]
+        assert all(kv is not None for kv in kvs)
+        logits = self.runner.decode(kvs, [s.ids[-1] for s in seqs])  # type: ignore[arg-type]
+        for b, s in enumerate(seqs):
+            s.next_logits = logits[b]
 
     def _finish(self, s: _Seq, now_s: float, reason: CompletionReason) -> Completion:
         if s.entries:
             self.cache.unlock(s.entries)
         self._by_rid.pop(s.req.rid, None)
-        s.past, s.entries = None, []
+        s.kv, s.entries = None, []
         logprobs = s.logprobs or [0.0]
         return Completion(
             rid=s.req.rid,

@@ -18,9 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-__all__ = ["KV", "Entry", "PrefixCache", "concat_kv", "kv_layers", "pad_left"]
+__all__ = ["KV", "Entry", "PrefixCache"]
 
 KV = list[tuple[Any, Any]]  # per layer: (keys, values), each [1, kv_heads, tokens, head_dim]
 
@@ -107,28 +105,3 @@ class PrefixCache:
             out.append(e)
             stack.extend(e.children.values())
         return out
-
-
-def kv_layers(cache: Any) -> KV:
-    """Per layer (keys, values) of a transformers cache after a forward pass."""
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def concat_kv(kvs: list[KV]) -> KV | None:
-    """Pieces' KV one after the other, per layer (None for no pieces)."""
-    if not kvs:
-        return None
-    layers = len(kvs[0])
-    return [
-        (torch.cat([kv[i][0] for kv in kvs], dim=2), torch.cat([kv[i][1] for kv in kvs], dim=2))
-        for i in range(layers)
-    ]
-
-
-def pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
-    """`t` ([1, kv_heads, tokens, head_dim]) zero-padded on the left to `width` tokens."""
-    short = width - t.shape[2]
-    if short <= 0:
-        return t
-    pad = torch.zeros(t.shape[0], t.shape[1], short, t.shape[3], dtype=t.dtype, device=t.device)
-    return torch.cat([pad, t], dim=2)

@@ -128,9 +128,12 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
-def load_lm(path: str | Path, device: str = "cpu") -> Any:
+def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> Any:
+    """The causal LM in `path`, in `dtype` (float32, bfloat16, float16; None: as saved)."""
     _check(path)
     model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+    if dtype is not None:
+        model = model.to(getattr(torch, dtype))
     return model.to(device).eval()
 
 

@@ -16,6 +16,7 @@ __all__ = ["ENGINES", "ENV", "Settings", "parse_targets"]
 
 DEFAULT_MAX_TARGET = 256
 ENGINES = ("sim", "hf", "vllm", "sglang")
+DTYPES = ("", "float32", "bfloat16")  # hf: "" keeps the saved one
 
 # name -> (Settings field, meaning)
 ENV: dict[str, tuple[str, str]] = {
@@ -50,6 +51,7 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_MIN_STEP_TOKENS": ("min_step_tokens", "real content: a shorter step goes on past its delimiter"),
     "SPEX_MAX_DEPTH": ("max_depth", "deepest step a search goes to (0: the algorithm's default)"),
     "SPEX_DEVICE": ("device", "hf: torch device (cpu, cuda)"),
+    "SPEX_DTYPE": ("dtype", "hf: the model's weights and KV: float32 or bfloat16 (default: as saved)"),
     "SPEX_AFFINITY": ("affinity", "route a query's jobs to one worker by consistent hashing, 1 or 0"),
     "SPEX_WORKER_SLOTS": ("worker_slots", "jobs a generator worker takes at once (its saturation point)"),
     # Security and limits.
@@ -102,6 +104,7 @@ class Settings:
     min_step_tokens: int = 0
     max_depth: int = 0
     device: str = "cpu"
+    dtype: str = ""  # hf: "" keeps the saved dtype
     affinity: bool = True
     worker_slots: int = 128
     redis_password: str = field(default="", repr=False)
@@ -143,6 +146,7 @@ class Settings:
             "worker_slots": 1 <= self.worker_slots <= 4096,
             "content": self.content in CONTENTS,  # generators refuse what they cannot write
             "sampling_temperature": 0 <= self.sampling_temperature <= 10,
+            "dtype": self.dtype in DTYPES,
             "max_running": self.max_running >= 1,
             "max_step_tokens": self.max_step_tokens >= 1,
             "step_split": self.step_split in SPLITS,

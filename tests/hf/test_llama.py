@@ -1,0 +1,104 @@
+"""The engine's own Llama forward pass: it agrees with transformers' forward, and in
+deterministic mode a sequence's logits are bit-identical alone and in any batch."""
+
+import pytest
+import torch
+
+from spex.shared.hf.llama import LlamaRunner, invariant_rows
+from spex.shared.hf.models import load_lm, load_tokenizer
+
+PROMPTS = [
+    "Sam has 4 apples and buys 3 more. How many apples does Sam have now?",
+    "What is 12 times 3?",
+    "A train leaves at noon and travels for 2 hours at 60 miles per hour. How far does it go?",
+    "Add 5 and 9.",
+    "Solve for x: 2x + 6 = 10.",
+    "What is the sum of the first ten positive integers?",
+]
+
+
+def ids(tokenizer, text):
+    return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def decode_steps(runner, prompts, steps):
+    """Prefill each prompt in two pieces, then decode `steps` greedy tokens for all in one
+    batch: per prompt, the logits of every step."""
+    kvs, nexts, out = [], [], [[] for _ in prompts]
+    for p in prompts:
+        kv = runner.new_kv(8)  # grown as it fills
+        runner.prefill(kv, p[:3])
+        logits = runner.prefill(kv, p[3:])
+        kvs.append(kv)
+        nexts.append(int(logits.argmax()))
+    for _ in range(steps):
+        logits = runner.decode(kvs, nexts)
+        for b in range(len(prompts)):
+            out[b].append(logits[b])
+        nexts = [int(row.argmax()) for row in logits]
+    return out
+
+
+def check_invariant(path, steps, mates=(1, 2, 3, 5), deterministic=True, dtype=None):
+    model, tokenizer = load_lm(path, dtype=dtype), load_tokenizer(path)
+    prompts = [ids(tokenizer, p) for p in PROMPTS]
+    runner = LlamaRunner(model, deterministic=deterministic, max_rows=16)
+    with torch.inference_mode():
+        (alone,) = decode_steps(runner, prompts[:1], steps)
+        for n in mates:  # batches of 2 to 6 rows, the request first and last
+            for batch in (prompts[: n + 1], [*prompts[1 : n + 1], prompts[0]]):
+                got = decode_steps(runner, batch, steps)[batch.index(prompts[0])]
+                assert all(torch.equal(a, b) for a, b in zip(alone, got, strict=True)), (
+                    len(batch),
+                    runner.rows,
+                )
+
+
+def check_agrees_with_transformers(path):
+    model, tokenizer = load_lm(path), load_tokenizer(path)
+    runner = LlamaRunner(model)
+    prompt = ids(tokenizer, PROMPTS[2])
+    with torch.inference_mode():
+        kv = runner.new_kv(4)
+        runner.prefill(kv, prompt[:5])
+        last = runner.prefill(kv, prompt[5:])
+        token = int(last.argmax())
+        (step,) = runner.decode([kv], [token])
+        ref = model(input_ids=torch.tensor([[*prompt, token]])).logits[0].float()
+    assert kv.length == len(prompt) + 1
+    assert torch.allclose(last, ref[len(prompt) - 1], atol=2e-4)
+    assert torch.allclose(step, ref[-1], atol=2e-4)
+
+
+def test_a_sequence_s_logits_are_bit_identical_alone_and_in_any_batch(tiny_model):
+    check_invariant(tiny_model, steps=6)
+    with pytest.raises(AssertionError):  # without the padding they are not
+        check_invariant(tiny_model, steps=6, deterministic=False)
+
+
+def test_in_bfloat16_too(tiny_model):
+    check_invariant(tiny_model, steps=4, dtype="bfloat16")
+
+
+def test_the_forward_pass_agrees_with_transformers(tiny_model):
+    check_agrees_with_transformers(tiny_model)
+
+
+def test_the_invariant_row_count_is_where_gemm_rows_stop_changing():
+    w = torch.randn(96, 64, generator=torch.Generator().manual_seed(1))
+    rows = invariant_rows(w, most=16)
+    assert 1 <= rows <= 16
+    x = torch.randn(16, 64)
+    full = torch.nn.functional.linear(x, w)
+    assert torch.equal(torch.nn.functional.linear(x[:rows], w), full[:rows])
+
+
+def test_a_model_other_than_llama_is_refused_by_name():
+    class Config:
+        model_type = "gpt2"
+
+    class Model:
+        config = Config()
+
+    with pytest.raises(ValueError, match="Llama-architecture.*'gpt2'"):
+        LlamaRunner(Model())
