@@ -39,8 +39,7 @@ def decode_steps(runner, prompts, steps):
     return out
 
 
-def check_invariant(path, steps, mates=(1, 2, 3, 5), deterministic=True, dtype=None):
-    model, tokenizer = load_lm(path, dtype=dtype), load_tokenizer(path)
+def check_invariant(model, tokenizer, steps, mates=(1, 2, 3, 5), deterministic=True):
     prompts = [ids(tokenizer, p) for p in PROMPTS]
     runner = LlamaRunner(model, deterministic=deterministic, max_rows=16)
     with torch.inference_mode():
@@ -54,8 +53,7 @@ def check_invariant(path, steps, mates=(1, 2, 3, 5), deterministic=True, dtype=N
                 )
 
 
-def check_agrees_with_transformers(path):
-    model, tokenizer = load_lm(path), load_tokenizer(path)
+def check_agrees_with_transformers(model, tokenizer):
     runner = LlamaRunner(model)
     prompt = ids(tokenizer, PROMPTS[2])
     with torch.inference_mode():
@@ -71,17 +69,18 @@ def check_agrees_with_transformers(path):
 
 
 def test_a_sequence_s_logits_are_bit_identical_alone_and_in_any_batch(tiny_model):
-    check_invariant(tiny_model, steps=6)
+    model, tokenizer = load_lm(tiny_model), load_tokenizer(tiny_model)
+    check_invariant(model, tokenizer, steps=6)
     with pytest.raises(AssertionError):  # without the padding they are not
-        check_invariant(tiny_model, steps=6, deterministic=False)
+        check_invariant(model, tokenizer, steps=6, deterministic=False)
 
 
 def test_in_bfloat16_too(tiny_model):
-    check_invariant(tiny_model, steps=4, dtype="bfloat16")
+    check_invariant(load_lm(tiny_model, dtype="bfloat16"), load_tokenizer(tiny_model), steps=4)
 
 
 def test_the_forward_pass_agrees_with_transformers(tiny_model):
-    check_agrees_with_transformers(tiny_model)
+    check_agrees_with_transformers(load_lm(tiny_model), load_tokenizer(tiny_model))
 
 
 def test_the_invariant_row_count_is_where_gemm_rows_stop_changing():

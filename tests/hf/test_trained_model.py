@@ -103,8 +103,8 @@ def test_spex_grows_the_baseline_s_trees_in_deterministic_mode(smollm2, algorith
     assert record.lossless and spex.spec_issued > 0  # it did speculate
 
 
-def test_the_trained_model_s_logits_are_bit_identical_alone_and_in_any_batch(smollm2):
+def test_the_trained_model_s_logits_are_bit_identical_alone_and_in_any_batch(engine):
     from tests.hf.test_llama import check_agrees_with_transformers, check_invariant
 
-    check_invariant(smollm2, steps=2, mates=(2, 5))
-    check_agrees_with_transformers(smollm2)
+    check_invariant(engine.model, engine.tokenizer, steps=2, mates=(2, 5))
+    check_agrees_with_transformers(engine.model, engine.tokenizer)
