@@ -159,12 +159,25 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
 
 
 def add_profile_parser(sub: argparse._SubParsersAction) -> None:
-    pr = sub.add_parser("profile", help="print the simulated step-time curve of a profile")
-    pr.add_argument("--gpu", required=True, choices=sorted(GPUS))
-    pr.add_argument("--model", required=True, choices=sorted(MODELS))
-    pr.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
-    pr.add_argument("--contexts", default="128,512,1024,2048")
+    pr = sub.add_parser(
+        "profile",
+        help="the decode step by batch × context: a simulated profile's, or measured on the hf engine",
+    )
+    pr.add_argument(
+        "--engine", choices=["sim", "hf"], default="sim", help="sim: a catalog profile; hf: measure"
+    )
+    pr.add_argument("--gpu", default=None, choices=sorted(GPUS), help="sim: the GPU")
+    pr.add_argument(
+        "--model", default=None, help=f"sim: one of {', '.join(sorted(MODELS))}; hf: a model directory"
+    )
+    pr.add_argument("--batches", default=None, help="default sim 1,2,4,…,256; hf 1,4,8,16")
+    pr.add_argument("--contexts", default=None, help="default sim 128,512,1024,2048; hf 128,512,2048")
     pr.add_argument("--slack", type=float, default=0.10, help="step growth that still counts as flat")
+    pr.add_argument("--new-tokens", type=int, default=32, help="hf: tokens each request makes")
+    pr.add_argument("--repeats", type=int, default=3, help="hf: runs per cell (the median is kept)")
+    pr.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="hf: weights and KV")
+    pr.add_argument("--deterministic", action="store_true", help="hf: batch-invariant outputs")
+    pr.add_argument("--json", default=None, help="hf: write the cells here (and a plot beside it)")
 
 
 def parse_mix(text: str | None) -> tuple[tuple[str, int], ...]:
@@ -366,9 +379,15 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
 
 
 def profile_command(args: argparse.Namespace, console: Console) -> int:
+    if args.engine == "hf":
+        return _measured_profile(args, console)
+    if args.gpu is None or args.model not in MODELS:
+        raise ValueError(
+            f"--gpu and --model: one of {', '.join(sorted(MODELS))} (or --engine hf --model DIR)"
+        )
     profile: Profile = parse_profile(f"{args.model}@{args.gpu}")
-    batches = [int(x) for x in args.batches.split(",")]
-    contexts = [int(x) for x in args.contexts.split(",")]
+    batches = _ints(args.batches or "1,2,4,8,16,32,64,128,256", "--batches")
+    contexts = _ints(args.contexts or "128,512,1024,2048", "--contexts")
     table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms), {profile.name}")
     for b in batches:
         table.add_row(str(b), *(f"{profile.decode_step_s(b, b * c) * 1e3:.1f}" for c in contexts))
@@ -384,3 +403,44 @@ def profile_command(args: argparse.Namespace, console: Console) -> int:
         f"k_total (concurrency within +{args.slack:.0%} of the batch-1 step, measured by sweeping): {knees}"
     )
     return 0
+
+
+def _measured_profile(args: argparse.Namespace, console: Console) -> int:
+    """Sweep the in-process engine on a real model: a table of step time and tokens/s."""
+    from pathlib import Path
+
+    batches = _ints(args.batches or "1,4,8,16", "--batches")
+    contexts = _ints(args.contexts or "128,512,2048", "--contexts")
+    if args.model is None or not Path(args.model, "config.json").is_file():
+        raise ValueError(f"--model: {args.model!r} is not a model directory (no config.json)")
+    if args.new_tokens < 2 or args.repeats < 1:
+        raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
+    import torch
+
+    from spex.bench.engine_speed import measure_hf, write_report
+    from spex.shared.hf.engine import HFConfig, HFEngine
+
+    config = HFConfig(max_running=max(batches), deterministic=args.deterministic, dtype=args.dtype)
+    engine = HFEngine.from_dir(args.model, config)
+    cells = measure_hf(engine, batches, contexts, args.new_tokens, args.repeats)
+    name = f"{Path(args.model).name}@hf ({args.dtype or 'as saved'}, {torch.get_num_threads()} threads)"
+    table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms) / tokens/s, {name}")
+    for b in batches:
+        row = {c.context: c for c in cells if c.batch == b}
+        table.add_row(str(b), *(f"{row[c].step_ms:.1f} / {row[c].tokens_per_s:.1f}" for c in contexts))
+    console.print(table)
+    if args.json:
+        meta = {"engine": name, "deterministic": args.deterministic, "new_tokens": args.new_tokens}
+        write_report(cells, {**meta, "repeats": args.repeats}, Path(args.json))
+        console.print(f"wrote {args.json} and {Path(args.json).with_suffix('.png')}")
+    return 0
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{flag}: {text!r} is not a comma-separated list of whole numbers") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag}: every value must be at least 1")
+    return values

@@ -31,6 +31,8 @@ def spex(*args, check=True):
         (["bench", "--param", "exploration=high"], "exploration"),
         (["bench", "--algorithm", "rstar", "--param", "nope=1"], "nope"),
         (["profile", "--gpu", "A6000"], "--model"),
+        (["profile", "--gpu", "H100", "--model", "Llama-2-7B", "--batches", "1,x"], "--batches"),
+        (["profile", "--engine", "hf", "--model", "/no/such/dir"], "--model"),
         (["bench", "--engine", "hf"], "--model"),
         (["bench", "--engine", "hf", "--model", "/no/such/dir"], "model"),
         (["bench", "--dataset", "math500"], "--engine hf"),
