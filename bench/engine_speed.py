@@ -47,7 +47,7 @@ def _prompt(engine: Any, head: str, context: int) -> str:
 
 
 def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> float:
-    done = []
+    done: list[Any] = []
     for i in range(batch):
         rid = f"{tag}/{i}"
         text = _prompt(engine, rid, context)
