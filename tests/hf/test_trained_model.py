@@ -92,8 +92,8 @@ def test_spex_grows_the_baseline_s_trees_in_deterministic_mode(smollm2, algorith
         dataset="easy",
         deterministic=True,
         step_split="newline",
-        knobs=replace(WorkloadKnobs(), step_token_cap=8),  # short: a single-sequence decode
-        params={"max_depth": 2},  # reads all 540 MB of weights per token (~0.1 s here)
+        knobs=replace(WorkloadKnobs(), step_token_cap=8),  # short steps, a shallow tree: a
+        params={"max_depth": 2},  # decode step reads all 540 MB of weights (~0.1 s here)
     )
     base = summarize(run_bench(cfg))
     spex = summarize(run_bench(replace(cfg, mode="spex")))
@@ -106,5 +106,5 @@ def test_spex_grows_the_baseline_s_trees_in_deterministic_mode(smollm2, algorith
 def test_the_trained_model_s_logits_are_bit_identical_alone_and_in_any_batch(engine):
     from tests.hf.test_llama import check_agrees_with_transformers, check_invariant
 
-    check_invariant(engine.model, engine.tokenizer, steps=2, mates=(2, 5))
+    check_invariant(engine.model, engine.tokenizer, steps=2, mates=(3,))
     check_agrees_with_transformers(engine.model, engine.tokenizer)
