@@ -14,6 +14,7 @@ without children are evicted least recently used first.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ class Entry:
     children: dict[tuple[int, ...], Entry] = field(default_factory=dict)
     refs: int = 0
     last_used: int = 0
+    pinned: int = 0  # entries in this subtree (itself included) that a request references
 
     @property
     def tokens(self) -> int:
@@ -39,9 +41,14 @@ class Entry:
 
 
 class PrefixCache:
+    """Entries by prefix. What eviction could free (`evictable_tokens`: entries with nothing
+    referenced in their subtree) is kept up to date as entries are locked and unlocked, by
+    walking up from the entry: a step reads it without walking the tree."""
+
     def __init__(self) -> None:
         self._roots: dict[tuple[int, ...], Entry] = {}
         self.total_tokens = 0
+        self.evictable_tokens = 0
         self._clock = 0
 
     def lookup(self, parent: Entry | None, ids: Sequence[int]) -> Entry | None:
@@ -55,44 +62,51 @@ class PrefixCache:
         entry = Entry(tuple(ids), parent, kv, last_logits)
         (self._roots if parent is None else parent.children)[entry.ids] = entry
         self.total_tokens += entry.tokens
+        self.evictable_tokens += entry.tokens  # a new leaf, referenced by nobody yet
         self._touch(entry)
         return entry
 
     def lock(self, entries: Sequence[Entry]) -> None:
         for e in entries:
             e.refs += 1
+            if e.refs == 1:
+                self._pin(e, +1)
 
     def unlock(self, entries: Sequence[Entry]) -> None:
         for e in entries:
             e.refs -= 1
+            if e.refs == 0:
+                self._pin(e, -1)
             self._touch(e)
-
-    @property
-    def evictable_tokens(self) -> int:
-        """Tokens of the entries no request references, nor any entry below them."""
-
-        def free(e: Entry) -> tuple[bool, int]:
-            below = [free(c) for c in e.children.values()]
-            tokens = sum(t for _, t in below)
-            if e.refs == 0 and all(ok for ok, _ in below):
-                return True, tokens + e.tokens
-            return False, tokens
-
-        return sum(free(e)[1] for e in self._roots.values())
 
     def evict(self, tokens: int) -> int:
         """Drop unreferenced leaves, least recently used first, until `tokens` are free (or
         nothing more can go); returns how many tokens were dropped."""
+        heap = [(e.last_used, id(e), e) for e in self._all() if e.pinned == 0 and not e.children]
+        heapq.heapify(heap)
         freed = 0
-        while freed < tokens:
-            leaves = [e for e in self._all() if e.refs == 0 and not e.children]
-            if not leaves:
-                break
-            victim = min(leaves, key=lambda e: e.last_used)
-            (self._roots if victim.parent is None else victim.parent.children).pop(victim.ids)
+        while freed < tokens and heap:
+            _, _, victim = heapq.heappop(heap)
+            parent = victim.parent
+            (self._roots if parent is None else parent.children).pop(victim.ids)
             self.total_tokens -= victim.tokens
+            self.evictable_tokens -= victim.tokens
             freed += victim.tokens
+            if parent is not None and not parent.children and parent.pinned == 0:
+                heapq.heappush(heap, (parent.last_used, id(parent), parent))  # a leaf now
         return freed
+
+    def _pin(self, entry: Entry, delta: int) -> None:
+        """`entry` became referenced (+1) or unreferenced (-1): so did its ancestors' subtrees."""
+        e: Entry | None = entry
+        while e is not None:
+            was = e.pinned
+            e.pinned += delta
+            if was == 0 and e.pinned > 0:
+                self.evictable_tokens -= e.tokens
+            elif was > 0 and e.pinned == 0:
+                self.evictable_tokens += e.tokens
+            e = e.parent
 
     def _touch(self, entry: Entry) -> None:
         self._clock += 1
