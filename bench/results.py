@@ -98,6 +98,7 @@ class RunSummary:
     hit_rate_by_distance: dict[str, dict[str, Any]]
     cancel_latency_p50_s: float | None
     spec_pool_peak: int
+    slack_end: list[float]  # each worker's TPOT slack at the end (the governor's, or the fixed one)
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
     sim_speed: float
@@ -250,6 +251,7 @@ def summarize(res: BenchResult) -> RunSummary:
         },
         cancel_latency_p50_s=_pct(res.cancel_latencies_s, 50) if res.cancel_latencies_s else None,
         spec_pool_peak=res.pool_peak,
+        slack_end=[round(s, 4) for s in res.slack],
         wall_s=res.wall_s,
         sim_speed=_ratio(span, res.wall_s, 0.0),
         rewards={r.query_id: r.rewards for r in recs},

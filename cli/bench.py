@@ -145,6 +145,11 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
         "--dtype", choices=["float32", "bfloat16"], default="", help="hf: weights and KV (default: as saved)"
     )
     b.add_argument(
+        "--profile-file",
+        default=None,
+        help="hf: a curve from `spex profile --engine hf --json`; speculation then holds --tpot-target",
+    )
+    b.add_argument(
         "--step-split", choices=list(SPLITS), default=DEFAULT_SPLIT, help="real content: where a step ends"
     )
     b.add_argument(
@@ -309,6 +314,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         min_step_tokens=args.min_step_tokens,
         device=args.device,
         dtype=args.dtype,
+        profile_file=args.profile_file,
         workers=args.workers,
         affinity=args.routing == "affinity",
         worker_slots=args.worker_slots,

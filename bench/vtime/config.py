@@ -14,6 +14,7 @@ from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.tree import Tree
 from spex.shared.roofline.hardware import parse_profile
+from spex.shared.roofline.measured import load_measured
 from spex.shared.sim.engine import EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
@@ -51,6 +52,9 @@ class BenchConfig:
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
     device: str = "cpu"  # hf: the torch device (cuda on a GPU machine)
     dtype: str = ""  # hf: the weights' and KV's (float32, bfloat16; "": as saved)
+    # hf: a step-time curve measured by `spex profile --engine hf --json` (None: the pool is
+    # static, max_running); with it speculation is budgeted at the TPOT governor's slack.
+    profile_file: str | None = None
     # --- SPEX
     mode: str = "baseline"  # a benchmark runs the plain search unless asked
     t1: bool = True  # intra-query speculation
@@ -123,6 +127,12 @@ class BenchConfig:
             raise ValueError(f"content: must be one of {', '.join(CONTENTS)}, not {self.content!r}")
         if self.backend == "hf" and not self.model:
             raise ValueError("model: the hf engine needs --model DIR (build one with spex model init)")
+        if self.profile_file is not None:
+            if self.backend != "hf":
+                raise ValueError("profile_file: a measured profile is for the hf engine (--engine hf)")
+            if self.k_total is not None:
+                raise ValueError("profile_file: budgets by the governor's slack; drop --k-total")
+            load_measured(self.profile_file)
         if self.content == "real":
             if self.backend == "sim":
                 raise ValueError("content: real content needs a real engine (--engine hf)")

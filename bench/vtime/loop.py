@@ -39,6 +39,7 @@ from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm
 from spex.shared.engine.api import Completion, Engine
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
+from spex.shared.roofline.measured import load_measured
 from spex.shared.sim.engine import SimEngine
 
 __all__ = ["BenchResult", "run_bench"]
@@ -74,6 +75,7 @@ class _Run:
         self.policy = SpecPolicy(cfg.speculating, cfg.cache_nodes, cfg.max_amplification)
         self.predictor = predictor
         self.profile = parse_profile(cfg.profile)
+        self.measured = load_measured(cfg.profile_file) if cfg.profile_file else None
         self.gen, self.prm = make_engines(cfg)
         self.gens: list[Engine] = [self.gen, *(sim_generator(cfg) for _ in range(cfg.workers - 1))]
         self.gen.trace = [] if cfg.batch_size == 1 and cfg.workers == 1 else None
@@ -83,6 +85,8 @@ class _Run:
         self.placed: dict[str, int] = {}  # query id -> the worker its jobs go to (affinity)
         self.placed_on = [0] * cfg.workers  # queries placed on each worker
         self.content = make_content(cfg, self.gen, self.prm)
+        if self.measured is not None and hasattr(self.gen, "step_model"):
+            self.gen.step_model = self.measured
         self.questions = self.content.questions
         self.by_id = {q.query_id: q for q in self.questions}
         self.machines: dict[str, QueryMachine] = {}
@@ -279,12 +283,21 @@ class _Run:
         to it: the roofline's spare capacity at its slack, within the KV room."""
         book, gen = self.books[w], self.gens[w]
         k_total = self.cfg.k_total
-        if k_total is None and not isinstance(gen, SimEngine):
-            k_total = self.cfg.max_running  # no roofline model of a real engine: its batch is the pool
+        real = not isinstance(gen, SimEngine)
+        if k_total is None and real and self.measured is None:
+            k_total = self.cfg.max_running  # no model of this engine's step time: its batch is the pool
         self._slack_bound[w] = False
         if k_total is not None:
             return max(0, k_total - book.primary_in_flight)
         contexts = [m.context_tokens for m in machines]
+        if real and self.measured is not None:  # the measured curve, within the engine's batch
+            free = max(0, self.cfg.max_running - book.primary_in_flight)
+            spare = spare_concurrency(
+                self.measured, book.primary_in_flight, book.primary_ctx, sum(contexts) / len(contexts),
+                self._slack(w), limit=free,
+            )  # fmt: skip
+            self._slack_bound[w] = spare < free
+            return spare
         spare = spare_concurrency(
             self.profile,
             book.primary_in_flight,

@@ -100,6 +100,9 @@ class HFEngine(SteppedEngine):
         self._piece_ids: dict[str, tuple[int, ...]] = {}
         self._eos = eos_ids(model, tokenizer)
         self.runner = LlamaRunner(model, self.config.deterministic, self.config.max_running)
+        # A measured step-time curve (`roofline.measured`): with it each primary decode step is
+        # also counted as it would have taken without speculation, for the TPOT governor.
+        self.step_model: Any = None
 
     @classmethod
     def from_dir(cls, path: str | Path, config: HFConfig | None = None) -> HFEngine:
@@ -235,6 +238,15 @@ class HFEngine(SteppedEngine):
             st.decode_s += dt
             st.batch_time += dt * len(decoding)
             st.tokens_decoded += len(decoding)
+            primary = [s for s in decoding if s.req.priority == PRIMARY]
+            if primary and self.step_model is not None:
+                ctx = lambda seqs: sum(s.prompt_tokens + len(s.ids) for s in seqs)  # noqa: E731
+                alone = self.step_model.counterfactual_s(
+                    dt, len(primary), ctx(primary), len(decoding), ctx(decoding)
+                )
+                st.primary_steps += 1
+                st.primary_step_s += len(primary) * dt
+                st.primary_alone_s += len(primary) * alone
             if self.trace is not None:
                 self.trace.append((t0, t0 + dt, len(decoding)))
         st.peak_kv_tokens = max(st.peak_kv_tokens, self.held_tokens)

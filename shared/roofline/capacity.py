@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 from spex.shared.roofline.hardware import Profile
 
-__all__ = ["KV_HEADROOM", "TpotGovernor", "kv_room", "spare_concurrency"]
+__all__ = ["KV_HEADROOM", "StepCurve", "TpotGovernor", "kv_room", "spare_concurrency"]
 
 KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
 
 
+class StepCurve(Protocol):
+    """A decode step's time by batch and summed context: a simulated `Profile`, or one
+    measured on a real engine (`measured.MeasuredProfile`)."""
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float: ...
+
+
 def spare_concurrency(
-    profile: Profile, primary: int, primary_ctx: float, spec_ctx: float, slack: float, limit: int = 1024
+    profile: StepCurve, primary: int, primary_ctx: float, spec_ctx: float, slack: float, limit: int = 1024
 ) -> int:
     """How many sequences of `spec_ctx` context can join a decode batch of `primary` sequences
     (contexts summing to `primary_ctx`) before a step costs more than (1 + slack) × what the

@@ -1,0 +1,79 @@
+"""A step-time curve measured on a real engine (`spex profile --engine hf --json F`), in the
+shape the budgeting code reads a simulated profile: `decode_step_s(batch, context_tokens)`.
+
+The file holds cells (batch, context per sequence, time per decode step). Between measured
+points the step time is interpolated linearly, in batch and in context; past the largest
+batch it grows along the last two batches' slope, past the longest context along the last
+two contexts'; below the smallest it is the smallest point's. With it, speculation on a
+real engine is budgeted the way it is on the simulated GPU: the spare concurrency at the
+governor's slack (`capacity.spare_concurrency`), and the counterfactual step time without
+speculation that the governor steers by (`counterfactual_s`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["MeasuredProfile", "load_measured"]
+
+
+@dataclass(frozen=True)
+class MeasuredProfile:
+    name: str
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    step_s: tuple[tuple[float, ...], ...]  # [batch index][context index]
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        """One decode step of `batch` sequences whose contexts sum to `context_tokens`."""
+        if batch <= 0:
+            return 0.0
+        per_seq = context_tokens / batch
+        return max(
+            0.0, _along(self.batches, [self._at_context(i, per_seq) for i in range(len(self.batches))], batch)
+        )
+
+    def counterfactual_s(
+        self, measured_s: float, primaries: int, primary_ctx: float, batch: int, ctx: float
+    ) -> float:
+        """What a step measured at `measured_s` with `batch` sequences (contexts `ctx`) would
+        have taken with its `primaries` alone (contexts `primary_ctx`): scaled by the curve."""
+        full = self.decode_step_s(batch, ctx)
+        return measured_s * self.decode_step_s(primaries, primary_ctx) / full if full > 0 else measured_s
+
+    def _at_context(self, i: int, per_seq: float) -> float:
+        return _along(self.contexts, list(self.step_s[i]), per_seq)
+
+
+def _along(xs: tuple[int, ...], ys: list[float], x: float) -> float:
+    """ys at x: linear between points, the last segment's slope past the end, flat before."""
+    if len(xs) == 1 or x <= xs[0]:
+        return ys[0]
+    j = min(max(bisect.bisect_right(xs, x), 1), len(xs) - 1)
+    x0, x1, y0, y1 = xs[j - 1], xs[j], ys[j - 1], ys[j]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def load_measured(path: str | Path) -> MeasuredProfile:
+    """A profile file written by `spex profile --engine hf --json`; a bad one is a one-line
+    ValueError naming the file."""
+    where = f"--profile-file {str(path)!r}"
+    try:
+        report = json.loads(Path(path).read_text())
+        cells = {(int(c["batch"]), int(c["context"])): float(c["tpot_s"]) for c in report["cells"]}
+        name = str(report.get("meta", {}).get("engine", Path(path).stem))
+    except FileNotFoundError:
+        raise ValueError(f"{where}: no such file") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{where}: not a profile from `spex profile --engine hf --json` ({exc})") from None
+    batches = tuple(sorted({b for b, _ in cells}))
+    contexts = tuple(sorted({c for _, c in cells}))
+    if not cells or any((b, c) not in cells for b in batches for c in contexts):
+        raise ValueError(f"{where}: its cells do not fill a batch × context grid")
+    if min(batches) < 1 or min(contexts) < 1 or min(cells.values()) <= 0:
+        raise ValueError(f"{where}: batches, contexts and step times must be positive")
+    grid = tuple(tuple(cells[(b, c)] for c in contexts) for b in batches)
+    return MeasuredProfile(name, batches, contexts, grid)

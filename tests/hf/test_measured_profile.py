@@ -1,0 +1,80 @@
+"""A step-time curve measured on the hf engine (`spex profile --engine hf --json`) budgets
+speculation on it: the curve reads like a simulated profile, the engine counts each primary
+step as it would have been alone, and the TPOT governor steers the pool from them."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from spex.bench.results import summarize
+from spex.bench.vtime import BenchConfig, run_bench
+from spex.cli.main import main
+from spex.shared.roofline.capacity import spare_concurrency
+from spex.shared.roofline.measured import load_measured
+from spex.shared.sim.workload import WorkloadKnobs
+
+
+def write(tmp_path, cells, name="p.json"):
+    path = tmp_path / name
+    rows = [{"batch": b, "context": c, "tpot_s": t} for (b, c), t in cells.items()]
+    path.write_text(json.dumps({"meta": {"engine": "m@hf"}, "cells": rows}))
+    return path
+
+
+def test_the_curve_interpolates_and_extends_the_measured_cells(tmp_path):
+    cells = {(1, 100): 0.10, (4, 100): 0.13, (1, 300): 0.12, (4, 300): 0.19}
+    p = load_measured(write(tmp_path, cells))
+    assert p.decode_step_s(1, 100) == pytest.approx(0.10)
+    assert p.decode_step_s(4, 4 * 300) == pytest.approx(0.19)
+    assert p.decode_step_s(2, 2 * 100) == pytest.approx(0.11)  # a third of the way to batch 4
+    assert p.decode_step_s(1, 200) == pytest.approx(0.11)
+    assert p.decode_step_s(7, 7 * 100) == pytest.approx(0.16)  # the last slope, 0.01 a sequence
+    assert p.decode_step_s(1, 10) == pytest.approx(0.10)  # flat below the shortest context
+    # Within +10% of 1 sequence at context 100 (0.11 s): one more sequence fits, not two.
+    assert spare_concurrency(p, 1, 100, 100, 0.10) == 1
+    assert p.counterfactual_s(0.26, 1, 100, 4, 400) == pytest.approx(0.26 * 0.10 / 0.13)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        ("{", "not a profile"),
+        (
+            json.dumps(
+                {
+                    "cells": [
+                        {"batch": 1, "context": 8, "tpot_s": 0.1},
+                        {"batch": 2, "context": 16, "tpot_s": 0.1},
+                    ]
+                }
+            ),
+            "grid",
+        ),
+        (json.dumps({"cells": [{"batch": 1, "context": 8, "tpot_s": -1}]}), "positive"),
+    ],
+)
+def test_a_bad_profile_file_is_one_line_naming_the_flag(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=message) as err:
+        load_measured(path)
+    assert "--profile-file" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_governor_steers_speculation_on_the_hf_engine_by_the_measured_curve(tiny_model, tmp_path):
+    out = tmp_path / "tiny.json"
+    sweep = ["--batches", "1,4,16", "--contexts", "16,128", "--new-tokens", "4", "--repeats", "1"]
+    assert main(["profile", "--engine", "hf", "--model", tiny_model, *sweep, "--json", str(out)]) == 0
+    cfg = BenchConfig(
+        algorithm="rebase", target=8, questions=4, batch_size=2, backend="hf", model=tiny_model, mode="spex",
+        knobs=replace(WorkloadKnobs(), step_token_cap=16), profile_file=str(out),
+    )  # fmt: skip
+    governed = summarize(run_bench(cfg))  # two queries at once: primaries decode beside speculation
+    static = summarize(run_bench(replace(cfg, profile_file=None)))
+    assert governed.trees_digest == static.trees_digest  # the budget moves speed, not the tree
+    assert governed.slack_end != [0.10]  # the governor moved it (the static pool never does)
+    assert static.slack_end == [0.10]
+    assert 0 < governed.spec_pool_peak <= cfg.max_running
