@@ -15,8 +15,9 @@ from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.runtime.settings import ENGINES, Settings
 
-# The trained-model demo's search: short steps, four levels — a 135M model on two CPU cores.
-DEMO_MODEL_SETTINGS: dict[str, object] = {"max_step_tokens": 48, "max_depth": 4}
+# The trained-model demo's search: short steps, four levels — a 135M model on two CPU cores —
+# on the engine's batch-invariant mode, so SPEX grows the baseline's very trees.
+DEMO_MODEL_SETTINGS: dict[str, object] = {"max_step_tokens": 48, "max_depth": 4, "deterministic": True}
 
 if TYPE_CHECKING:
     from spex.proto import AnswerResult
