@@ -55,6 +55,9 @@ def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> f
             rid, ((rid, 1),), rid, new_tokens, new_tokens, seed=i, temperature=0.0, text=(text,)
         )
         engine.submit(request, engine.clock_s)
+    done += engine.advance_to(float("inf"))
+    if engine.waiting:  # a cell is `batch` sequences decoding together, or it is not this cell
+        raise RuntimeError(f"cell {tag}: {engine.waiting} of {batch} requests could not be admitted at once")
     while len(done) < batch:
         done += engine.advance_to(float("inf"))
     tpots = [(c.time_s - c.first_token_s) / (c.generated - 1) for c in done if c.first_token_s is not None]

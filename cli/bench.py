@@ -426,7 +426,9 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
     from spex.bench.engine_speed import measure_hf, write_report
     from spex.shared.hf.engine import HFConfig, HFEngine
 
-    config = HFConfig(max_running=max(batches), deterministic=args.deterministic, dtype=args.dtype)
+    # Room for the largest cell at once: each request's prompt (and its cache entry) and output.
+    kv = max(batches) * (2 * (max(contexts) + 64) + args.new_tokens)
+    config = HFConfig(max(batches), max(kv, 65_536), deterministic=args.deterministic, dtype=args.dtype)
     engine = HFEngine.from_dir(args.model, config)
     cells = measure_hf(engine, batches, contexts, args.new_tokens, args.repeats)
     name = f"{Path(args.model).name}@hf ({args.dtype or 'as saved'}, {torch.get_num_threads()} threads)"

@@ -13,8 +13,10 @@ KV buffer, written in place).
 Deterministic mode makes every number a sequence sees a function of its own tokens: prompt
 pieces are always computed alone (see `kvcache`), attention is per sequence anyway, and the
 linear layers get at least the row count from which this CPU's GEMM is batch-invariant
-(`llama.INVARIANT_ROWS`). Outputs are then batch-invariant and speculation is lossless on a
-real model, at batched speed: the cost is padding a batch of 1 to 3 sequences to 4 rows.
+(`LlamaRunner.rows`, measured at start). Outputs are then batch-invariant and speculation is
+lossless on a real model, at batched speed: the cost is padding a smaller batch to that count
+(SmolLM2 in float32: 1 to 3 sequences to 4 rows). The end-to-end tests check the rest of
+the layer (norms, activations) for the models here.
 
 The engine's clock advances by the measured wall time of each step (`stepped`), so the
 virtual-time driver can run it beside other engines as if each had its own device.
@@ -204,10 +206,16 @@ class HFEngine(SteppedEngine):
         for s, _ in done:
             self._running.remove(s)
         self._admit()
+        prefill_s = primary_prefill_s = decode_s = 0.0  # parts of the step, for the TPOT governor
         with torch.inference_mode():
             prefill = [s for s in self._running if not s.prefilled]
             for s in prefill:
+                t = time.perf_counter()
                 self._prefill(s)
+                took = time.perf_counter() - t
+                prefill_s += took
+                if s.req.priority == PRIMARY:
+                    primary_prefill_s += took
             decoding = [s for s in self._running if s.prefilled]
             continuing = []
             for s in decoding:
@@ -219,10 +227,15 @@ class HFEngine(SteppedEngine):
                 if s in self._running:
                     self._running.remove(s)
             if continuing:
+                t = time.perf_counter()
                 self._decode(continuing)
+                decode_s = time.perf_counter() - t
         dt = time.perf_counter() - start
         t0, self.clock_s = self.clock_s, self.clock_s + dt
         self._account(t0, dt, prefill, decoding)
+        self._account_primary(
+            dt, primary_prefill_s, dt - decode_s - prefill_s, decode_s, decoding, continuing
+        )
         for s in decoding:
             if s.first_token_s is None:
                 s.first_token_s = self.clock_s
@@ -238,18 +251,37 @@ class HFEngine(SteppedEngine):
             st.decode_s += dt
             st.batch_time += dt * len(decoding)
             st.tokens_decoded += len(decoding)
-            primary = [s for s in decoding if s.req.priority == PRIMARY]
-            if primary and self.step_model is not None:
-                ctx = lambda seqs: sum(s.prompt_tokens + len(s.ids) for s in seqs)  # noqa: E731
-                alone = self.step_model.counterfactual_s(
-                    dt, len(primary), ctx(primary), len(decoding), ctx(decoding)
-                )
-                st.primary_steps += 1
-                st.primary_step_s += len(primary) * dt
-                st.primary_alone_s += len(primary) * alone
             if self.trace is not None:
                 self.trace.append((t0, t0 + dt, len(decoding)))
         st.peak_kv_tokens = max(st.peak_kv_tokens, self.held_tokens)
+
+    def _account_primary(
+        self,
+        dt: float,
+        prefill_s: float,
+        rest_s: float,
+        decode_s: float,
+        decoding: list[_Seq],
+        continuing: list[_Seq],
+    ) -> None:
+        """A step that gave primaries a token, as measured and as it would have taken without
+        the speculative sequences in it: the primaries' own prefill (not the speculative
+        ones'), the decode pass scaled by the measured curve from the whole batch to the
+        primaries in it, and the rest of the step (sampling, admission) in proportion."""
+        primary = sum(1 for s in decoding if s.req.priority == PRIMARY)
+        if not primary or self.step_model is None:
+            return
+        alone = prefill_s + max(0.0, rest_s) * primary / len(decoding)
+        mine = [s for s in continuing if s.req.priority == PRIMARY]
+        if mine:
+            ctx = lambda seqs: sum(s.prompt_tokens + len(s.ids) for s in seqs)  # noqa: E731
+            alone += self.step_model.counterfactual_s(
+                decode_s, len(mine), ctx(mine), len(continuing), ctx(continuing)
+            )
+        st = self.stats
+        st.primary_steps += 1
+        st.primary_step_s += primary * dt
+        st.primary_alone_s += primary * min(alone, dt)
 
     def _admit(self) -> None:
         ready = sorted(

@@ -19,7 +19,7 @@ weight shapes when it starts (`invariant_rows`) and pads a smaller decode batch 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,7 +35,6 @@ class SeqKV:
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     length: int = 0
-    _free: list[int] = field(default_factory=list)
 
     @property
     def capacity(self) -> int:
@@ -74,10 +73,9 @@ class SeqKV:
 class LlamaRunner:
     def __init__(self, model: Any, deterministic: bool = False, max_rows: int = 16) -> None:
         config = model.config
-        if getattr(config, "model_type", None) != "llama":
-            raise ValueError(
-                f"the hf engine runs Llama-architecture models; this one is {config.model_type!r}"
-            )
+        kind = getattr(config, "model_type", None)
+        if kind != "llama":
+            raise ValueError(f"the hf engine runs Llama-architecture models; this one is {kind!r}")
         self.model = model
         self.layers = list(model.model.layers)
         self.heads = config.num_attention_heads
@@ -88,11 +86,18 @@ class LlamaRunner:
         self.rows = 1  # the fewest rows a decode step's linear layers see
         if deterministic:
             linears = {
-                tuple(m.weight.shape): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)
+                (tuple(m.weight.shape), m.bias is not None): m
+                for m in model.modules()
+                if isinstance(m, torch.nn.Linear)
             }
-            counts = [invariant_rows(w, max_rows) for w in linears.values()]
-            # None invariant below max_rows: every step runs max_rows rows (a fixed shape).
-            self.rows = max_rows if 0 in counts else max(counts)
+            counts = {shape: invariant_rows(m, max_rows) for (shape, _), m in linears.items()}
+            bad = [shape for shape, n in counts.items() if n == 0]
+            if bad:
+                raise ValueError(
+                    f"deterministic mode: this machine's GEMM gives a row different bits at every batch "
+                    f"size up to {max_rows} for weight shape {bad[0]}; run without --deterministic"
+                )
+            self.rows = max(counts.values())
 
     def new_kv(self, capacity: int) -> SeqKV:
         shape = (self.kv_heads, max(capacity, 16), self.head_dim)
@@ -189,16 +194,18 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def invariant_rows(weight: torch.Tensor, most: int = 16) -> int:
-    """The fewest rows from which a linear layer with `weight` computes each row the same
-    whatever the number of rows (up to `most`) and wherever the row sits; 0 if none."""
+def invariant_rows(linear: torch.nn.Linear, most: int = 16) -> int:
+    """The fewest rows from which `linear` computes each row the same bits whatever the number
+    of rows (up to `most`, against a batch of twice that) and wherever the row sits; 0 if
+    none."""
+    weight = linear.weight
     gen = torch.Generator(device=weight.device).manual_seed(0)
-    x = torch.randn(most, weight.shape[1], generator=gen, device=weight.device).to(weight.dtype)
+    big = 2 * most
+    x = torch.randn(big, weight.shape[1], generator=gen, device=weight.device).to(weight.dtype)
     with torch.inference_mode():
-        ref = F.linear(x, weight)
+        ref = linear(x)
         same = [
-            torch.equal(F.linear(x[:m], weight), ref[:m])
-            and torch.equal(F.linear(x[most - m :], weight), ref[most - m :])
+            torch.equal(linear(x[:m]), ref[:m]) and torch.equal(linear(x[big - m :]), ref[big - m :])
             for m in range(1, most + 1)
         ]
     return next((m for m in range(1, most + 1) if all(same[m - 1 :])), 0)

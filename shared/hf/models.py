@@ -131,6 +131,8 @@ def load_tokenizer(path: str | Path) -> Any:
 def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> Any:
     """The causal LM in `path`, in `dtype` (float32, bfloat16, float16; None: as saved)."""
     _check(path)
+    if dtype not in (None, "float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype: float32, bfloat16 or float16, not {dtype!r}")
     model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     if dtype is not None:
         model = model.to(getattr(torch, dtype))

@@ -1,10 +1,12 @@
 """A step-time curve measured on a real engine (`spex profile --engine hf --json F`), in the
 shape the budgeting code reads a simulated profile: `decode_step_s(batch, context_tokens)`.
 
-The file holds cells (batch, context per sequence, time per decode step). Between measured
-points the step time is interpolated linearly, in batch and in context; past the largest
-batch it grows along the last two batches' slope, past the longest context along the last
-two contexts'; below the smallest it is the smallest point's. With it, speculation on a
+The file holds cells (batch, context per sequence, time per decode step). A step is taken
+never to get cheaper with more batch or more context (a noisy cell is raised to the largest
+before it on either axis). Between measured points the step time is interpolated linearly,
+in batch and in context; past the largest batch it grows along the last two batches' slope,
+past the longest context along the last two contexts'; below the smallest it is the
+smallest point's. With it, speculation on a
 real engine is budgeted the way it is on the simulated GPU: the spare concurrency at the
 governor's slack (`capacity.spare_concurrency`), and the counterfactual step time without
 speculation that the governor steers by (`counterfactual_s`).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +66,7 @@ def load_measured(path: str | Path) -> MeasuredProfile:
     where = f"--profile-file {str(path)!r}"
     try:
         report = json.loads(Path(path).read_text())
-        cells = {(int(c["batch"]), int(c["context"])): float(c["tpot_s"]) for c in report["cells"]}
+        cells = {(_whole(c["batch"]), _whole(c["context"])): float(c["tpot_s"]) for c in report["cells"]}
         name = str(report.get("meta", {}).get("engine", Path(path).stem))
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
@@ -73,7 +76,16 @@ def load_measured(path: str | Path) -> MeasuredProfile:
     contexts = tuple(sorted({c for _, c in cells}))
     if not cells or any((b, c) not in cells for b in batches for c in contexts):
         raise ValueError(f"{where}: its cells do not fill a batch × context grid")
-    if min(batches) < 1 or min(contexts) < 1 or min(cells.values()) <= 0:
+    if min(batches) < 1 or min(contexts) < 1 or not all(math.isfinite(t) and t > 0 for t in cells.values()):
         raise ValueError(f"{where}: batches, contexts and step times must be positive")
-    grid = tuple(tuple(cells[(b, c)] for c in contexts) for b in batches)
-    return MeasuredProfile(name, batches, contexts, grid)
+    grid = [[cells[(b, c)] for c in contexts] for b in batches]
+    for i, row in enumerate(grid):  # monotone on both axes
+        for j in range(len(row)):
+            row[j] = max(row[j], row[j - 1] if j else 0.0, grid[i - 1][j] if i else 0.0)
+    return MeasuredProfile(name, batches, contexts, tuple(tuple(row) for row in grid))
+
+
+def _whole(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(value)

@@ -36,6 +36,21 @@ def test_the_curve_interpolates_and_extends_the_measured_cells(tmp_path):
     assert p.counterfactual_s(0.26, 1, 100, 4, 400) == pytest.approx(0.26 * 0.10 / 0.13)
 
 
+def test_a_noisy_cell_never_makes_a_larger_step_cheaper(tmp_path):
+    cells = {
+        (1, 128): 0.05,
+        (1, 512): 0.06,
+        (1, 2048): 0.055,
+        (4, 128): 0.04,
+        (4, 512): 0.07,
+        (4, 2048): 0.08,
+    }
+    p = load_measured(write(tmp_path, cells))
+    steps = [p.decode_step_s(1, c) for c in (128, 512, 2048, 20_000)]
+    assert steps == sorted(steps) and min(steps) > 0
+    assert p.decode_step_s(4, 4 * 128) >= p.decode_step_s(1, 128)
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -53,6 +68,8 @@ def test_the_curve_interpolates_and_extends_the_measured_cells(tmp_path):
             "grid",
         ),
         (json.dumps({"cells": [{"batch": 1, "context": 8, "tpot_s": -1}]}), "positive"),
+        ('{"cells": [{"batch": 1, "context": 8, "tpot_s": NaN}]}', "positive"),
+        (json.dumps({"cells": [{"batch": 1.5, "context": 8, "tpot_s": 0.1}]}), "whole number"),
     ],
 )
 def test_a_bad_profile_file_is_one_line_naming_the_flag(tmp_path, content, message):
