@@ -12,6 +12,8 @@ def test_spex_up_gives_each_service_its_own_metrics_port():
     settings = Settings(metrics_port=base, http_port=free_port(), time_scale=0.002)
     with up(settings) as live:
         assert live.redis_password_file and not live.redis_password
-        scraped = [scrape(base + i) for i in range(5)]  # coordinator, generator, scorer, ...
+        # coordinator, generator, scorer, ...; five processes starting at once on a loaded
+        # machine have taken more than 10 s to bind their ports
+        scraped = [scrape(base + i, timeout_s=45) for i in range(5)]
     assert [status for status, _ in scraped] == [200] * 5
     assert all("spex_jobs_total" in body for _, body in scraped)
