@@ -44,6 +44,7 @@ from spex.shared.hf.kvcache import Entry, PrefixCache
 from spex.shared.hf.llama import LlamaRunner, SeqKV
 from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
 from spex.shared.hf.stepped import SteppedEngine
+from spex.shared.roofline.measured import MeasuredProfile
 
 __all__ = ["HFConfig", "HFEngine"]
 
@@ -81,6 +82,10 @@ class _Seq:
         return self.next_logits is not None
 
     @property
+    def context(self) -> int:
+        return self.prompt_tokens + len(self.ids)
+
+    @property
     def past_tokens(self) -> int:
         return 0 if self.kv is None else self.kv.length
 
@@ -104,7 +109,7 @@ class HFEngine(SteppedEngine):
         self.runner = LlamaRunner(model, self.config.deterministic, self.config.max_running)
         # A measured step-time curve (`roofline.measured`): with it each primary decode step is
         # also counted as it would have taken without speculation, for the TPOT governor.
-        self.step_model: Any = None
+        self.step_model: MeasuredProfile | None = None
 
     @classmethod
     def from_dir(cls, path: str | Path, config: HFConfig | None = None) -> HFEngine:
@@ -173,7 +178,7 @@ class HFEngine(SteppedEngine):
         primary = [s for s in seqs if s.req.priority == PRIMARY]
         return EngineLoad(
             primary=len(primary),
-            primary_ctx=sum(s.prompt_tokens + len(s.ids) for s in primary),
+            primary_ctx=sum(s.context for s in primary),
             spec=len(seqs) - len(primary),
             running=len(self._running),
             waiting=len(self._waiting),
@@ -274,9 +279,12 @@ class HFEngine(SteppedEngine):
         alone = prefill_s + max(0.0, rest_s) * primary / len(decoding)
         mine = [s for s in continuing if s.req.priority == PRIMARY]
         if mine:
-            ctx = lambda seqs: sum(s.prompt_tokens + len(s.ids) for s in seqs)  # noqa: E731
             alone += self.step_model.counterfactual_s(
-                decode_s, len(mine), ctx(mine), len(continuing), ctx(continuing)
+                decode_s,
+                len(mine),
+                sum(s.context for s in mine),
+                len(continuing),
+                sum(s.context for s in continuing),
             )
         st = self.stats
         st.primary_steps += 1
