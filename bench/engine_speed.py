@@ -10,15 +10,17 @@ streamed replies give. Each cell is run `repeats` times; the median is reported.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from spex.shared.engine.api import EngineRequest
+from spex.shared.engine.api import Completion, EngineRequest
+from spex.shared.serving.engine import ServingEngine
 
-__all__ = ["Cell", "measure_hf", "write_report"]
+__all__ = ["Cell", "measure_hf", "measure_server", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,87 @@ def measure_hf(
             cells.append(Cell(batch, context, tpot, batch / tpot))
             engine.cache.evict(engine.cache.evictable_tokens)  # no cell reuses another's prompts
     return cells
+
+
+def measure_server(
+    engine: ServingEngine, batches: list[int], contexts: list[int], new_tokens: int = 32, repeats: int = 3
+) -> list[Cell]:
+    """Each batch × context cell on a live server (vLLM, SGLang), started. Its replies are not
+    streamed, so a cell's time per output token is the difference of two runs: `batch` requests
+    making `new_tokens` and `batch` others making one, each over their own fresh prompts (no
+    prefix-cache hit: both pay the same prefill), that difference over `new_tokens - 1`."""
+    return asyncio.run(_measure_server(engine, batches, contexts, new_tokens, repeats))
+
+
+async def _measure_server(
+    engine: ServingEngine, batches: list[int], contexts: list[int], new_tokens: int, repeats: int
+) -> list[Cell]:
+    await engine.start()
+    done: dict[str, Completion] = {}
+    arrived = asyncio.Event()
+
+    async def on_complete(c: Completion) -> None:
+        done[c.rid] = c
+        arrived.set()
+
+    stop = asyncio.Event()
+    runner = asyncio.create_task(engine.run(on_complete, stop))
+    try:
+        per_word = await _tokens_per_word(engine, done, arrived)
+
+        async def batch_s(tag: str, batch: int, context: int, tokens: int) -> float:
+            rids = [f"{tag}/{i}" for i in range(batch)]
+            for i, rid in enumerate(rids):
+                words = " ".join(f"w{n % 97}" for n in range(max(1, round(context / per_word))))
+                req = EngineRequest(rid, ((rid, context),), rid, tokens, tokens, seed=i, temperature=0.0)
+                req.text = (f"{rid} {words}",)
+                engine.submit(req)
+            while not all(r in done for r in rids):
+                arrived.clear()
+                await arrived.wait()
+            failed = [done[r].text for r in rids if done[r].reason != "finished"]
+            if failed:
+                raise RuntimeError(f"cell {tag}: {failed[0]}")
+            return statistics.fmean([_e2e(done.pop(r)) for r in rids])
+
+        cells = []
+        await batch_s("warm", 1, 16, 4)
+        for context in contexts:
+            for batch in batches:
+                runs = []
+                for r in range(repeats):
+                    tag = f"{engine.nonce}/{batch}x{context}/{r}"
+                    long = await batch_s(f"{tag}/n", batch, context, new_tokens)
+                    short = await batch_s(f"{tag}/1", batch, context, 1)
+                    runs.append(max(long - short, 1e-6) / (new_tokens - 1))
+                tpot = statistics.median(runs)
+                cells.append(Cell(batch, context, tpot, batch / tpot))
+        return cells
+    finally:
+        stop.set()
+        await runner
+
+
+def _e2e(c: Completion) -> float:
+    return c.time_s - c.arrival_s
+
+
+async def _tokens_per_word(
+    engine: ServingEngine, done: dict[str, Completion], arrived: asyncio.Event
+) -> float:
+    """How many of the server's tokens a prompt word `wN` takes (from a probe's usage)."""
+    words = 200
+    rid = f"{engine.nonce}/probe"
+    req = EngineRequest(rid, ((rid, words),), rid, 1, 1, temperature=0.0)
+    req.text = (" ".join(f"w{n % 97}" for n in range(words)),)
+    engine.submit(req)
+    while rid not in done:
+        arrived.clear()
+        await arrived.wait()
+    c = done.pop(rid)
+    if c.reason != "finished" or c.prompt_tokens <= 0:
+        raise RuntimeError(f"the server's probe request failed: {c.text or 'no prompt tokens counted'}")
+    return c.prompt_tokens / words
 
 
 def write_report(cells: list[Cell], meta: dict[str, Any], path: Path) -> None:

@@ -26,11 +26,13 @@ from spex.shared.core.ids import digest
 
 __all__ = [
     "REWARD_TOLERANCE",
+    "Repeated",
     "WALL_CLOCK_FIELDS",
     "Comparison",
     "RunSummary",
     "bootstrap_ci95",
     "compare",
+    "ratio_ci95",
     "summarize",
     "write_json",
 ]
@@ -99,6 +101,7 @@ class RunSummary:
     cancel_latency_p50_s: float | None
     spec_pool_peak: int
     slack_end: list[float]  # each worker's TPOT slack at the end (the governor's, or the fixed one)
+    server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
     sim_speed: float
@@ -202,7 +205,7 @@ def summarize(res: BenchResult) -> RunSummary:
         batch_size=cfg.batch_size,
         questions=len(recs),
         seed=cfg.seed,
-        profile=cfg.profile if cfg.backend == "sim" else f"{Path(str(cfg.model)).name}@{cfg.backend}",
+        profile=cfg.profile if cfg.backend == "sim" else f"{_model_name(res)}@{cfg.backend}",
         reward_profile=cfg.reward_profile_name if cfg.reward == "prm" else None,
         reward=cfg.reward,
         knobs=asdict(cfg.knobs),
@@ -252,10 +255,18 @@ def summarize(res: BenchResult) -> RunSummary:
         cancel_latency_p50_s=_pct(res.cancel_latencies_s, 50) if res.cancel_latencies_s else None,
         spec_pool_peak=res.pool_peak,
         slack_end=[round(s, 4) for s in res.slack],
+        server=dict(getattr(res.gen, "server_info", {})),
         wall_s=res.wall_s,
         sim_speed=_ratio(span, res.wall_s, 0.0),
         rewards={r.query_id: r.rewards for r in recs},
     )
+
+
+def _model_name(res: BenchResult) -> str:
+    """A real engine's model: its directory's name, or what the server says it serves."""
+    if res.config.model:
+        return Path(res.config.model).name
+    return Path(str(getattr(res.gen, "server_info", {}).get("model", "?"))).name
 
 
 def max_reward_difference(base: RunSummary, spex: RunSummary) -> float | None:
@@ -321,7 +332,67 @@ def compare(base: RunSummary, spex: RunSummary) -> Comparison:
     )
 
 
-def write_json(record: RunSummary | Comparison | dict[str, Any], path: str | Path) -> None:
+# Student's t at 97.5% by degrees of freedom (1-10); the normal 1.96 approximates the rest from
+# 2.23 down (the largest error, at 11, is 1.4% of the interval).
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def ratio_ci95(ratios: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of ratios and its 95% t-interval (over their logarithms): how a
+    speedup measured in repeated pairs is quoted. One ratio gives it as its own interval."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    mean = float(logs.mean())
+    if len(logs) < 2:
+        return (float(np.exp(mean)),) * 3
+    t = T_975[len(logs) - 2] if len(logs) - 1 <= len(T_975) else 1.96
+    half = t * float(logs.std(ddof=1)) / np.sqrt(len(logs))
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """A compare run as repeated pairs of baseline and SPEX, each pair run back to back on the
+    same workload and seeds, the order alternating (baseline first in the first pair), so a
+    machine that speeds up or slows down during the run weighs on both sides alike."""
+
+    pairs: list[Comparison]
+    orders: list[str]  # "baseline-first" | "spex-first", per pair
+
+    def to_json(self) -> dict[str, Any]:
+        """The first pair's record, its headline figures replaced by all the pairs': the speedup
+        and TPOT ratio as geometric means with 95% intervals, identity over every run."""
+        speedup, s_lo, s_hi = ratio_ci95([p.speedup for p in self.pairs])
+        tpot, t_lo, t_hi = ratio_ci95([p.tpot_ratio for p in self.pairs])
+        digests = {p.trees_digest for p in self.pairs} | {p.trees_digest_baseline for p in self.pairs}
+        out = self.pairs[0].to_json()
+        out.update(
+            repeats=len(self.pairs),
+            speedup=speedup,
+            speedup_ci95=(s_lo, s_hi),
+            tpot_ratio=tpot,
+            tpot_ratio_ci95=(t_lo, t_hi),
+            trees_identical=all(p.trees_identical for p in self.pairs) and len(digests) == 1,
+            lossless=all(p.lossless for p in self.pairs) and len(digests) == 1,
+            wall_s=sum(p.wall_s for p in self.pairs),
+            pairs=[
+                {
+                    "order": order,
+                    "speedup": p.speedup,
+                    "tpot_ratio": p.tpot_ratio,
+                    "makespan_s_baseline": p.baseline.makespan_s,
+                    "makespan_s_spex": p.spex.makespan_s,
+                    "hit_rate": p.hit_rate,
+                    "compute_amplification": p.compute_amplification,
+                    "trees_identical": p.trees_identical,
+                    "slack_end": p.spex.slack_end,
+                }
+                for p, order in zip(self.pairs, self.orders, strict=True)
+            ],
+        )
+        return out
+
+
+def write_json(record: RunSummary | Comparison | Repeated | dict[str, Any], path: str | Path) -> None:
     data = record if isinstance(record, dict) else record.to_json()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -4,6 +4,7 @@ and `spex profile` (a profile's simulated step-time curve)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -11,9 +12,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from spex.bench.results import RunSummary, compare, summarize, write_json
-from spex.bench.vtime import BenchConfig, BenchResult, run_bench
-from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
+from spex.bench.results import Repeated, RunSummary, compare, summarize, write_json
+from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
+from spex.bench.vtime.config import BACKENDS, SCHEDULINGS, SERVERS
 from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.machine import REWARDS
@@ -60,6 +61,12 @@ def _workload_args(b: argparse.ArgumentParser) -> None:
 def _speculation_args(b: argparse.ArgumentParser) -> None:
     """SPEX's switches: T1, T2, T3 and what holds speculation back."""
     b.add_argument("--mode", choices=[*MODES, "compare"], default="baseline")
+    b.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="compare: pairs of baseline and SPEX, interleaved (the speedup's 95%% interval over them)",
+    )
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
     b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")
     b.add_argument("--early-stop", action="store_true", help="T3: stop a search once its answer is settled")
@@ -122,8 +129,19 @@ def _driver_args(b: argparse.ArgumentParser) -> None:
 
 def _engine_args(b: argparse.ArgumentParser) -> None:
     """The engine and the content: the simulated GPU, or a real model on real questions."""
-    b.add_argument("--engine", choices=list(BACKENDS), default="sim", help="sim (the simulated GPU) or hf")
-    b.add_argument("--model", default=None, help="hf: the generator's local model directory")
+    b.add_argument(
+        "--engine",
+        choices=list(BACKENDS),
+        default="sim",
+        help="sim (the simulated GPU), hf (in process), or a live vllm or sglang server (--engine-url)",
+    )
+    b.add_argument("--engine-url", default=None, help="vllm, sglang: the server's URL")
+    b.add_argument("--prm-url", default=None, help="vllm, sglang: a reward server (SGLang --is-embedding)")
+    b.add_argument(
+        "--model",
+        default=None,
+        help="hf: the generator's model directory; vllm, sglang: the served model's (its chat template)",
+    )
     b.add_argument("--prm", default=None, help="a local reward-model directory (default: the simulated PRM)")
     b.add_argument(
         "--dataset", default=None, help="real content: a JSONL file, or a shipped set: math500, easy"
@@ -169,8 +187,12 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
         help="the decode step by batch × context: a simulated profile's, or measured on the hf engine",
     )
     pr.add_argument(
-        "--engine", choices=["sim", "hf"], default="sim", help="sim: a catalog profile; hf: measure"
+        "--engine",
+        choices=["sim", "hf", *SERVERS],
+        default="sim",
+        help="sim: a catalog profile; hf: measure in process; vllm, sglang: measure a live server",
     )
+    pr.add_argument("--engine-url", default=None, help="vllm, sglang: the server's URL")
     pr.add_argument("--gpu", default=None, choices=sorted(GPUS), help="sim: the GPU")
     pr.add_argument(
         "--model", default=None, help=f"sim: one of {', '.join(sorted(MODELS))}; hf: a model directory"
@@ -240,13 +262,53 @@ def bench_command(args: argparse.Namespace, console: Console) -> int:
 
         write_json(run_distributed(cfg, args.time_scale, console), args.json)
         return 0
-    runs = [replace(cfg, mode="baseline"), cfg] if args.mode == "compare" else [cfg]
-    summaries = [summarize(_run(c, console, args.quiet)) for c in runs]
-    write_json(compare(*summaries) if args.mode == "compare" else summaries[0], args.json)
+    if args.repeats < 1 or (args.repeats > 1 and args.mode != "compare"):
+        raise ValueError(f"--repeats: at least 1, and more only with --mode compare, not {args.repeats}")
+    try:
+        return _bench(cfg, args, console)
+    except EngineFailed as exc:
+        print(f"spex: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _bench(cfg: BenchConfig, args: argparse.Namespace, console: Console) -> int:
+    if args.mode != "compare":
+        summary = summarize(_run(cfg, console, args.quiet))
+        write_json(summary, args.json)
+        summaries = [summary]
+    else:
+        repeated = _compare(cfg, args.repeats, console, args.quiet)
+        last = repeated.pairs[-1]
+        write_json(repeated if args.repeats > 1 else last, args.json)
+        summaries = [last.baseline, last.spex]
     if not args.quiet:
         console.print(_summary_table(summaries))
+        if args.repeats > 1:
+            console.print(_repeats_line(repeated))
         console.print(f"results: {args.json}")
     return 0
+
+
+def _compare(cfg: BenchConfig, repeats: int, console: Console, quiet: bool) -> Repeated:
+    """`repeats` pairs of baseline and SPEX runs, back to back, the order alternating."""
+    pairs, orders = [], []
+    for i in range(repeats):
+        order = [replace(cfg, mode="baseline"), cfg] if i % 2 == 0 else [cfg, replace(cfg, mode="baseline")]
+        runs = {c.mode: summarize(_run(c, console, quiet)) for c in order}
+        pairs.append(compare(runs["baseline"], runs["spex"]))
+        orders.append(f"{order[0].mode}-first")
+    return Repeated(pairs, orders)
+
+
+def _repeats_line(repeated: Repeated) -> str:
+    out = repeated.to_json()
+    (s_lo, s_hi), (t_lo, t_hi) = out["speedup_ci95"], out["tpot_ratio_ci95"]
+    return (
+        f"{out['repeats']} interleaved pairs: speedup {out['speedup']:.2f}× "
+        f"(95% interval {s_lo:.2f}–{s_hi:.2f}), "
+        f"primary TPOT ×{out['tpot_ratio']:.2f} ({t_lo:.2f}–{t_hi:.2f}); "
+        f"every run the same trees: {'yes' if out['trees_identical'] else 'no'}"
+    )
 
 
 def _list_profiles(console: Console) -> int:
@@ -304,6 +366,8 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         backend=args.engine,
         model=args.model,
         prm=args.prm,
+        engine_url=args.engine_url,
+        prm_url=args.prm_url,
         content=args.content or ("real" if args.dataset else "synthetic"),
         dataset=args.dataset,
         level=args.level,
@@ -348,7 +412,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("speculative hit rate", "hit_rate", "{:.3f}"),
     ("speculative consumption rate", "consumption_rate", "{:.3f}"),
     ("cancel latency p50 (s)", "cancel_latency_p50_s", "{:.3f}"),
-    ("virtual time (s)", "makespan_s", "{:.0f}"),
+    ("makespan on the engine's clock (s)", "makespan_s", "{:.1f}"),
     ("wall time (s)", "wall_s", "{:.2f}"),
     ("step tokens p50 / p90", "step_tokens_p50", "{:.0f}"),
     ("steps at the token cap", "steps_capped_fraction", "{:.3f}"),
@@ -387,6 +451,8 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
 def profile_command(args: argparse.Namespace, console: Console) -> int:
     if args.engine == "hf":
         return _measured_profile(args, console)
+    if args.engine in SERVERS:
+        return _server_profile(args, console)
     if args.gpu is None or args.model not in MODELS:
         raise ValueError(
             f"--gpu and --model: one of {', '.join(sorted(MODELS))} (or --engine hf --model DIR)"
@@ -440,6 +506,38 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         meta = {"engine": name, "deterministic": args.deterministic, "new_tokens": args.new_tokens}
         write_report(cells, {**meta, "repeats": args.repeats}, Path(args.json))
+        console.print(f"wrote {args.json} and {Path(args.json).with_suffix('.png')}")
+    return 0
+
+
+def _server_profile(args: argparse.Namespace, console: Console) -> int:
+    """Sweep a live server: the same cells and report as `--engine hf`."""
+    from pathlib import Path
+
+    from spex.bench.engine_speed import measure_server, write_report
+    from spex.shared.serving import EngineUnavailable, open_engine
+
+    batches = _ints(args.batches or "1,4,8,16", "--batches")
+    contexts = _ints(args.contexts or "128,512,2048", "--contexts")
+    if not (args.engine_url or "").startswith(("http://", "https://")):
+        raise ValueError(f"--engine-url: {args.engine_url!r} is not an http:// or https:// URL")
+    if args.new_tokens < 2 or args.repeats < 1:
+        raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
+    engine = open_engine(args.engine, args.engine_url, timeout_s=300.0)
+    try:
+        cells = measure_server(engine, batches, contexts, args.new_tokens, args.repeats)
+    except EngineUnavailable as exc:
+        raise ValueError(f"--engine-url: {exc}") from None
+    info = engine.backend.server_info
+    name = f"{Path(str(info.get('model', '?'))).name}@{args.engine} {info.get('version', '')}".strip()
+    table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms) / tokens/s, {name}")
+    for b in batches:
+        row = {c.context: c for c in cells if c.batch == b}
+        table.add_row(str(b), *(f"{row[c].step_ms:.1f} / {row[c].tokens_per_s:.1f}" for c in contexts))
+    console.print(table)
+    if args.json:
+        meta = {"engine": name, "server": info, "new_tokens": args.new_tokens, "repeats": args.repeats}
+        write_report(cells, meta | {"kv_capacity_tokens": engine.server.kv_capacity}, Path(args.json))
         console.print(f"wrote {args.json} and {Path(args.json).with_suffix('.png')}")
     return 0
 

@@ -3,7 +3,15 @@ workload in one discrete-event loop (`loop`), with its configuration (`config`),
 bookkeeping (`bookkeeping`) and measurements (`metrics`)."""
 
 from spex.bench.vtime.config import BenchConfig
-from spex.bench.vtime.loop import BenchResult, run_bench
+from spex.bench.vtime.loop import BenchResult, EngineFailed, run_bench
 from spex.bench.vtime.metrics import CriticalPath, QueryRecord, SpecTotals
 
-__all__ = ["BenchConfig", "BenchResult", "CriticalPath", "QueryRecord", "SpecTotals", "run_bench"]
+__all__ = [
+    "BenchConfig",
+    "BenchResult",
+    "CriticalPath",
+    "EngineFailed",
+    "QueryRecord",
+    "SpecTotals",
+    "run_bench",
+]

@@ -18,9 +18,10 @@ from spex.shared.roofline.measured import load_measured
 from spex.shared.sim.engine import EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
-__all__ = ["BACKENDS", "SCHEDULINGS", "BenchConfig"]
+__all__ = ["BACKENDS", "SCHEDULINGS", "SERVERS", "BenchConfig"]
 
-BACKENDS = ("sim", "hf")
+SERVERS = ("vllm", "sglang")  # live servers, reached at an URL
+BACKENDS = ("sim", "hf", *SERVERS)
 SCHEDULINGS = ("sglang", "paused")
 
 
@@ -39,9 +40,11 @@ class BenchConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     params: dict[str, float] = field(default_factory=dict)
     # --- engines and content
-    backend: str = "sim"  # "sim" (the simulated GPU) | "hf" (in-process PyTorch)
-    model: str | None = None  # hf: the generator's local model directory
+    backend: str = "sim"  # "sim" (the simulated GPU) | "hf" (in-process PyTorch) | a server
+    model: str | None = None  # hf: the generator's local model directory (a server: its tokenizer)
     prm: str | None = None  # a local reward-model directory (else the simulated PRM)
+    engine_url: str | None = None  # vllm, sglang: the generator's server
+    prm_url: str | None = None  # vllm, sglang: a reward server (SGLang --is-embedding)
     content: Content = "synthetic"  # the workload's tree, or the model's text
     dataset: str | None = None  # real content: a JSONL file or a shipped name (math500, easy)
     level: int | None = None  # real content: only the dataset's questions of this level
@@ -127,18 +130,22 @@ class BenchConfig:
             raise ValueError(f"content: must be one of {', '.join(CONTENTS)}, not {self.content!r}")
         if self.backend == "hf" and not self.model:
             raise ValueError("model: the hf engine needs --model DIR (build one with spex model init)")
+        if self.backend in SERVERS:
+            self._validate_servers()
+        elif self.engine_url or self.prm_url:
+            raise ValueError("engine_url: --engine-url and --prm-url are for --engine vllm or sglang")
         if self.profile_file is not None:
-            if self.backend != "hf":
-                raise ValueError("profile_file: a measured profile is for the hf engine (--engine hf)")
+            if self.backend == "sim":
+                raise ValueError("profile_file: a measured profile is for a real engine (hf, vllm, sglang)")
             if self.k_total is not None:
                 raise ValueError("profile_file: budgets by the governor's slack; drop --k-total")
             load_measured(self.profile_file)
         if self.content == "real":
             if self.backend == "sim":
-                raise ValueError("content: real content needs a real engine (--engine hf)")
+                raise ValueError("content: real content needs a real engine (--engine hf, vllm, sglang)")
             if not self.dataset:
                 raise ValueError("dataset: real content needs --dataset FILE (or math500, easy)")
-            if self.reward == "prm" and not self.prm:
+            if self.reward == "prm" and not (self.prm or self.prm_url):
                 raise ValueError("prm: the prm reward on real content needs --prm DIR (or --reward logprob)")
         for name in ("model", "prm"):
             path = getattr(self, name)
@@ -159,6 +166,20 @@ class BenchConfig:
                 f"min_step_tokens: at least 0 and below the step cap ({self.knobs.step_token_cap}), "
                 f"not {self.min_step_tokens}"
             )
+
+    def _validate_servers(self) -> None:
+        for name in ("engine_url", "prm_url"):
+            url = getattr(self, name)
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"{name}: {url!r} is not an http:// or https:// URL")
+        if not self.engine_url:
+            raise ValueError(f"engine_url: --engine {self.backend} needs --engine-url URL (its server)")
+        if self.reward == "prm" and not self.prm_url:
+            raise ValueError(
+                "prm_url: a server's steps are scored by a reward server (--prm-url) or the logprob reward"
+            )
+        if self.deterministic and self.backend == "vllm":
+            raise ValueError("deterministic: vLLM promises no batch-invariance (hf or sglang)")
 
     def search_config(self, algorithm: str | None = None, target: int | None = None) -> SearchConfig:
         return SearchConfig(

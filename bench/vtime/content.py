@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from spex.bench.vtime.config import BenchConfig
+from spex.bench.vtime.config import SERVERS, BenchConfig
 from spex.shared.content.datasets import load_questions
 from spex.shared.content.prompts import Template, plain_template, prompt_pieces, stop_strings
 from spex.shared.core.commands import GenerateCommand, ScoreCommand
@@ -35,6 +35,8 @@ __all__ = [
     "make_engines",
     "sim_generator",
 ]
+
+START_TIMEOUT_S = 60.0  # a server that does not answer by then is not there
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ def sim_generator(cfg: BenchConfig) -> SimEngine:
 
 def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
     """The generator engine and the reward engine (None for the logprob reward)."""
+    if cfg.backend in SERVERS:
+        return _serving_engines(cfg)
     if cfg.backend == "sim":
         gen: Engine = sim_generator(cfg)
     else:
@@ -103,6 +107,32 @@ def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
             cfg.prm, RewardConfig(deterministic=cfg.deterministic, device=cfg.device)
         )
     return gen, SimEngine(parse_profile(cfg.reward_profile_name))
+
+
+def _serving_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
+    """A live server's engine, and a reward server's (SGLang's /classify) with --prm-url; both
+    on one wall clock. The generator's prompts go through the chat template of `cfg.model`
+    (the served model's directory), or plain text without one."""
+    from spex.bench.vtime.wallclock import WallClock, WallEngine
+    from spex.shared.serving import EngineUnavailable, open_engine
+
+    clock = WallClock()
+    try:
+        live = open_engine(
+            cfg.backend, str(cfg.engine_url), tokenizer_dir=cfg.model or "", deterministic=cfg.deterministic
+        )
+        live.poll_s = 0.1  # the loop samples the server's running gauge as it turns
+        gen = WallEngine(live, clock, START_TIMEOUT_S)
+        if cfg.reward != "prm":
+            return gen, None
+        scorer = open_engine("sglang", str(cfg.prm_url), reward=True, tokenizer_dir=cfg.prm or "")
+        return gen, WallEngine(scorer, clock, START_TIMEOUT_S)
+    except EngineUnavailable as exc:  # not there, or started without a flag SPEX needs
+        clock.close()
+        raise ValueError(f"engine_url: {exc}") from None
+    except BaseException:
+        clock.close()
+        raise
 
 
 def make_content(cfg: BenchConfig, gen: Engine, prm: Engine | None) -> Content:

@@ -42,7 +42,11 @@ from spex.shared.roofline.hardware import parse_profile
 from spex.shared.roofline.measured import load_measured
 from spex.shared.sim.engine import SimEngine
 
-__all__ = ["BenchResult", "run_bench"]
+__all__ = ["BenchResult", "EngineFailed", "run_bench"]
+
+
+class EngineFailed(RuntimeError):
+    """A real engine failed a request (a server's error, a timeout): the run stops, saying which."""
 
 
 @dataclass
@@ -155,6 +159,14 @@ class _Run:
             slack=[self._slack(w) for w in range(len(self.gens))],
         )
 
+    def close(self) -> None:
+        """Let go of the engines that hold something outside this process (a server's
+        connections and the thread that talks to it)."""
+        for engine in (*self.gens, self.prm):
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
+
     # ------------------------------------------------------------------ queries
     def _start_query(self, now: float) -> None:
         question = self.questions[self.next_question]
@@ -178,6 +190,8 @@ class _Run:
         return self.gens[self.where.get(rid, 0)].is_waiting(rid)
 
     def _on_generated(self, c: Completion, now: float) -> None:
+        if c.reason == "error":  # a server failed it: the run measures nothing any more
+            raise EngineFailed(f"the engine failed request {c.rid}: {c.text}")
         job = self.books[self.where.pop(c.rid)].pop_job(c.rid)
         self.metrics.generation_done(job, c)
         machine = self.machines.get(job.rid.query_id)
@@ -194,6 +208,8 @@ class _Run:
         self._execute(job.rid.query_id, commands, now)
 
     def _on_scored(self, c: Completion, now: float) -> None:
+        if c.reason == "error":
+            raise EngineFailed(f"the reward engine failed request {c.rid}: {c.text}")
         score = self.book.pop_score(c.rid)
         qid = score.rid.query_id
         machine = self.machines.get(qid)
@@ -373,4 +389,8 @@ def run_bench(
     """Run `cfg` in virtual time. `on_finish` sees each query's machine as it finishes (for
     progress bars and for drivers that read the final trees); `predictor` replaces the
     algorithms' own speculation hooks (the oracle bound)."""
-    return _Run(cfg, predictor, on_finish).run()
+    run = _Run(cfg, predictor, on_finish)
+    try:
+        return run.run()
+    finally:
+        run.close()

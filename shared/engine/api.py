@@ -74,8 +74,12 @@ class Completion:
 
     @property
     def tpot_s(self) -> float | None:
-        if self.first_token_s is None or self.generated < 2:
+        """Time per output token after the first; a reply that was not streamed (a serving
+        engine's: no first token's time) gives its whole time over its tokens."""
+        if self.generated < 2:
             return None
+        if self.first_token_s is None:
+            return (self.time_s - self.arrival_s) / self.generated
         return (self.time_s - self.first_token_s) / (self.generated - 1)
 
 

@@ -66,6 +66,7 @@ class Backend(Protocol):
     """How one serving engine's HTTP API is spoken."""
 
     name: str
+    server_info: dict[str, Any]  # what the server says of itself (version, model, flags), by `check`
 
     async def check(self, session: aiohttp.ClientSession) -> None:
         """Raise EngineUnavailable (one line: what is missing) unless the server can serve

@@ -86,7 +86,7 @@ class ServingEngine:
         self.poll_s = poll_s
         self.nonce = os.urandom(8).hex()
         self.server = ServerMetrics()
-        self._start = time.monotonic()
+        self.epoch_s = time.monotonic()  # the zero of `now` (a driver may share its own)
         self._session: aiohttp.ClientSession | None = None
         self._inflight: dict[str, _InFlight] = {}
         self._done: asyncio.Queue[Completion] = asyncio.Queue()
@@ -102,7 +102,7 @@ class ServingEngine:
 
     # ------------------------------------------------------------------ the driver interface
     def now(self) -> float:
-        return time.monotonic() - self._start
+        return time.monotonic() - self.epoch_s
 
     @property
     def session(self) -> aiohttp.ClientSession:

@@ -19,6 +19,7 @@ with the one given — SPEX's ids are of fixed length, so only that one.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import aiohttp
@@ -35,6 +36,8 @@ from spex.shared.serving.backend import (
 )
 
 __all__ = ["SGLangBackend", "required_flags"]
+
+SECRET = re.compile(r"key|secret|password|(^|_)token$", re.IGNORECASE)  # server_info fields never recorded
 
 
 def required_flags(reward: bool, deterministic: bool) -> dict[str, tuple[bool, str]]:
@@ -62,6 +65,7 @@ class SGLangBackend:
         self.reward = reward  # a reward model: prefill-only requests through /classify
         self.deterministic = deterministic
         self.kv_capacity = 0
+        self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
 
     async def check(self, session: aiohttp.ClientSession) -> None:
         async with session.get(self.url + "/server_info") as resp:
@@ -76,6 +80,11 @@ class SGLangBackend:
         if missing:
             raise EngineMisconfigured(f"sglang at {self.url}: start the server with {' '.join(missing)}")
         self.kv_capacity = int(_find(info, "max_total_num_tokens") or 0)
+        self.server_info = {"engine": "sglang"} | {  # its launch flags, no secret among them
+            k: v
+            for k, v in info.items()
+            if (isinstance(v, str | int | float | bool) or v is None) and not SECRET.search(k)
+        }
 
     def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
         text = "".join(req.text)

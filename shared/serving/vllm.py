@@ -44,6 +44,8 @@ class VLLMBackend:
         self.url = url.rstrip("/")
         self.model = model  # the served model's name; read from /v1/models when empty
         self.kv_capacity = 0
+        self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
+        self._cache_config: dict[str, str] = {}  # vllm:cache_config_info's labels
 
     async def check(self, session: aiohttp.ClientSession) -> None:
         async with session.get(self.url + "/v1/models") as resp:
@@ -55,6 +57,8 @@ class VLLMBackend:
         if self.model and self.model not in served:
             raise EngineMisconfigured(f"vllm at {self.url}: serves {served}, not {self.model!r}")
         self.model = self.model or served[0]
+        async with session.get(self.url + "/version") as resp:
+            version = (await resp.json(content_type=None)).get("version") if resp.status == 200 else None
         # A priority other than 0 is an error unless the server schedules by priority.
         probe = {"model": self.model, "prompt": "1", "max_tokens": 1, "priority": 1}
         async with session.post(self.url + "/v1/completions", json=probe) as resp:
@@ -72,6 +76,15 @@ class VLLMBackend:
         metrics = await self.metrics(session)
         if "vllm:prefix_cache_queries_total" not in metrics.raw:
             raise EngineMisconfigured(f"vllm at {self.url}: /metrics has no prefix-cache counters")
+        # The flags a server shows: its cache configuration (/metrics) and what SPEX checked.
+        self.server_info = {
+            "engine": "vllm",
+            "version": version,
+            "model": self.model,
+            "scheduling_policy": "priority",
+            "abort_endpoint": ABORT_PATH,
+            **self._cache_config,
+        }
 
     def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {
@@ -117,6 +130,7 @@ class VLLMBackend:
         m = parse_prometheus(text)
         if not self.kv_capacity:
             for labels, _ in m.get("vllm:cache_config_info", []):
+                self._cache_config = dict(labels)
                 blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
                 if blocks.isdigit() and size.isdigit():
                     self.kv_capacity = int(blocks) * int(size)

@@ -1,0 +1,193 @@
+"""A small server speaking vLLM's OpenAI-compatible API (0.32) as SPEX speaks it, that decodes on
+a schedule of its own: `python -m tests.serving.fake_vllm --port P`.
+
+It batches as a serving engine does: up to `--max-num-seqs` sequences run, admitted by
+priority (lower first) then arrival; each step gives every running sequence one token and
+takes `--step-ms + --per-seq-ms × batch` (a decode step that grows with the batch, scaled
+down). What a request generates is a function of its seed and prompt alone — batch-invariant,
+like a deterministic engine — so SPEX must grow the baseline's very trees on it.
+
+Endpoints: /health, /version, /v1/models, /v1/completions (`request_id`, `seed`, `priority`,
+`max_tokens`, `min_tokens`, `ignore_eos`, `stop`, `logprobs`), /inference/v1/abort_requests
+(`cmpl-<id>-0`), /metrics (running, waiting, KV usage, prefix-cache counters, cache config).
+With `stop` strings a reply is a step of arithmetic, now and then ending in `\\boxed{}`; with
+`ignore_eos` it is exactly `max_tokens` tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+VERSION = "0.32.0-fake"
+MODEL = "fake-model"
+BLOCK = 16  # tokens per KV block; prefix-cache hits come in whole blocks
+KV_BLOCKS = 4096
+
+
+def _draw(*parts: object) -> int:
+    return int.from_bytes(hashlib.blake2b("\x00".join(map(str, parts)).encode(), digest_size=8).digest())
+
+
+def _tokens(text: str) -> list[str]:
+    """Four characters a token (what the fake's counts and cache are in)."""
+    return [text[i : i + 4] for i in range(0, len(text), 4)]
+
+
+@dataclass(eq=False)
+class _Seq:
+    rid: str
+    priority: int
+    arrival: int
+    out: list[str]  # the tokens it will generate, decided when it arrives
+    logprobs: list[float]
+    finish: str
+    stop_reason: str | None
+    prompt_tokens: int
+    cached_tokens: int
+    done: asyncio.Future[str] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    made: int = 0
+
+
+class FakeVLLM:
+    def __init__(self, max_num_seqs: int, step_ms: float, per_seq_ms: float) -> None:
+        self.max_num_seqs, self.step_s, self.per_seq_s = max_num_seqs, step_ms / 1e3, per_seq_ms / 1e3
+        self.waiting: list[_Seq] = []
+        self.running: list[_Seq] = []
+        self.by_rid: dict[str, _Seq] = {}
+        self.arrivals = itertools.count()
+        self.wake = asyncio.Event()
+        self.cached_blocks: set[str] = set()  # prompt prefixes, a block at a time
+        self.queries = self.hits = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/health", lambda _: web.Response())
+        app.router.add_get("/version", lambda _: web.json_response({"version": VERSION}))
+        app.router.add_get("/v1/models", lambda _: web.json_response({"data": [{"id": MODEL}]}))
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/inference/v1/abort_requests", self.abort)
+        app.router.add_get("/metrics", self.metrics)
+        app.on_startup.append(self._start)
+        return app
+
+    async def _start(self, app: web.Application) -> None:
+        app["stepper"] = asyncio.create_task(self._step_forever())
+
+    # ------------------------------------------------------------------ the engine
+    async def _step_forever(self) -> None:
+        while True:
+            self.waiting.sort(key=lambda s: (s.priority, s.arrival))
+            while self.waiting and len(self.running) < self.max_num_seqs:
+                self.running.append(self.waiting.pop(0))
+            if not self.running:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            await asyncio.sleep(self.step_s + self.per_seq_s * len(self.running))
+            for seq in list(self.running):
+                seq.made += 1
+                if seq.made >= len(seq.out):
+                    self._end(seq, seq.finish)
+
+    def _end(self, seq: _Seq, finish: str) -> None:
+        for queue in (self.running, self.waiting):
+            if seq in queue:
+                queue.remove(seq)
+        self.by_rid.pop(seq.rid, None)
+        if not seq.done.done():
+            seq.done.set_result(finish)
+
+    # ------------------------------------------------------------------ the API
+    async def completions(self, req: web.Request) -> web.Response:
+        body = await req.json()
+        prompt, rid = str(body["prompt"]), str(body.get("request_id") or next(self.arrivals))
+        if body.get("priority", 0) and body["priority"] < 0:
+            return web.json_response({"error": "priority must be at least 0"}, status=400)
+        seq = self._sequence(rid, prompt, body)
+        self.by_rid[rid] = seq
+        self.waiting.append(seq)
+        self.wake.set()
+        finish = await seq.done
+        n = seq.made if finish == "abort" else len(seq.out)
+        choice = {
+            "index": 0,
+            "text": "".join(seq.out[:n]),
+            "logprobs": {"token_logprobs": seq.logprobs[:n], "tokens": seq.out[:n]},
+            "finish_reason": finish,
+            "stop_reason": seq.stop_reason if finish == "stop" else None,
+        }
+        usage = {
+            "prompt_tokens": seq.prompt_tokens,
+            "completion_tokens": n,
+            "prompt_tokens_details": {"cached_tokens": seq.cached_tokens},
+        }
+        return web.json_response({"id": f"cmpl-{rid}-0", "model": MODEL, "choices": [choice], "usage": usage})
+
+    def _sequence(self, rid: str, prompt: str, body: dict[str, Any]) -> _Seq:
+        seed, limit = int(body.get("seed") or 0), int(body.get("max_tokens") or 16)
+        stop = list(body.get("stop") or [])
+        if body.get("ignore_eos") or not stop:  # exactly max_tokens (the synthetic content mode)
+            out, finish, stop_reason = ["ab. "] * limit, "length", None
+        else:  # a step of arithmetic, now and then the answer (the stop string is not returned)
+            a, b, r = _draw(seed, prompt, "a") % 50, _draw(seed, prompt, "b") % 50, _draw(seed, prompt, "r")
+            text = f"{a} + {b} = {a + b}."
+            if r % 3 == 0 or prompt.count(stop[0]) >= 4:
+                text += f" The answer is \\boxed{{{a + b}}}."
+            out, finish, stop_reason = _tokens(text), "stop", stop[0]
+            if len(out) > limit:
+                out, finish, stop_reason = out[:limit], "length", None
+        logprobs = [-((_draw(seed, prompt, i) % 1000) / 1000.0) for i in range(len(out))]
+        tokens = _tokens(prompt)
+        cached = 0
+        for k in range(BLOCK, len(tokens) + 1, BLOCK):
+            block = "".join(tokens[:k])
+            if block in self.cached_blocks:
+                cached = k
+            self.cached_blocks.add(block)
+        self.queries += len(tokens)
+        self.hits += cached
+        return _Seq(rid, int(body.get("priority", 0)), next(self.arrivals), out, logprobs, finish,
+                    stop_reason, len(tokens), cached)  # fmt: skip
+
+    async def abort(self, req: web.Request) -> web.Response:
+        for server_id in (await req.json()).get("request_ids", []):
+            rid = str(server_id).removeprefix("cmpl-").removesuffix("-0")
+            seq = self.by_rid.get(rid)
+            if seq is not None:
+                self._end(seq, "abort")
+        return web.json_response({})
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        held = sum(s.prompt_tokens + s.made for s in self.running)
+        lines = [
+            f'vllm:cache_config_info{{block_size="{BLOCK}",num_gpu_blocks="{KV_BLOCKS}",'
+            'enable_prefix_caching="True"} 1.0',
+            f"vllm:num_requests_running {len(self.running)}",
+            f"vllm:num_requests_waiting {len(self.waiting)}",
+            f"vllm:kv_cache_usage_perc {held / (BLOCK * KV_BLOCKS):.6f}",
+            f"vllm:prefix_cache_queries_total {self.queries}",
+            f"vllm:prefix_cache_hits_total {self.hits}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--step-ms", type=float, default=4.0)
+    p.add_argument("--per-seq-ms", type=float, default=0.25)
+    args = p.parse_args()
+    server = FakeVLLM(args.max_num_seqs, args.step_ms, args.per_seq_ms)
+    web.run_app(server.app(), host="127.0.0.1", port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()
