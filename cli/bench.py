@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -23,6 +24,9 @@ from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
 from spex.shared.sim.workload import WorkloadKnobs, knob_table, load_knobs
+
+if TYPE_CHECKING:
+    from spex.bench.engine_speed import Cell
 
 __all__ = ["add_bench_parser", "add_profile_parser", "parse_mix", "bench_command", "profile_command"]
 
@@ -193,6 +197,12 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
         help="sim: a catalog profile; hf: measure in process; vllm, sglang: measure a live server",
     )
     pr.add_argument("--engine-url", default=None, help="vllm, sglang: the server's URL")
+    pr.add_argument(
+        "--against",
+        default=None,
+        metavar="URL",
+        help="hf: then the same cells on this vLLM server, side by side (tokens/s and their ratio)",
+    )
     pr.add_argument("--gpu", default=None, choices=sorted(GPUS), help="sim: the GPU")
     pr.add_argument(
         "--model", default=None, help=f"sim: one of {', '.join(sorted(MODELS))}; hf: a model directory"
@@ -496,6 +506,8 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
     kv = max(batches) * (2 * (max(contexts) + 64) + args.new_tokens)
     config = HFConfig(max(batches), max(kv, 65_536), deterministic=args.deterministic, dtype=args.dtype)
     engine = HFEngine.from_dir(args.model, config)
+    if args.against is not None and not args.against.startswith(("http://", "https://")):
+        raise ValueError(f"--against: {args.against!r} is not an http:// or https:// URL")
     cells = measure_hf(engine, batches, contexts, args.new_tokens, args.repeats)
     name = f"{Path(args.model).name}@hf ({args.dtype or 'as saved'}, {torch.get_num_threads()} threads)"
     table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms) / tokens/s, {name}")
@@ -503,11 +515,47 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
         row = {c.context: c for c in cells if c.batch == b}
         table.add_row(str(b), *(f"{row[c].step_ms:.1f} / {row[c].tokens_per_s:.1f}" for c in contexts))
     console.print(table)
+    meta = {"engine": name, "deterministic": args.deterministic, "new_tokens": args.new_tokens}
+    meta["repeats"] = args.repeats
+    if args.against is not None:
+        meta |= _side_by_side(args, cells, batches, contexts, console)
     if args.json:
-        meta = {"engine": name, "deterministic": args.deterministic, "new_tokens": args.new_tokens}
-        write_report(cells, {**meta, "repeats": args.repeats}, Path(args.json))
+        write_report(cells, meta, Path(args.json))
         console.print(f"wrote {args.json} and {Path(args.json).with_suffix('.png')}")
     return 0
+
+
+def _side_by_side(
+    args: argparse.Namespace, cells: list[Cell], batches: list[int], contexts: list[int], console: Console
+) -> dict[str, Any]:
+    """The hf cells just measured against the same cells on a vLLM server (measured after)."""
+    from spex.bench.engine_speed import measure_server
+    from spex.shared.serving import EngineUnavailable, open_engine
+
+    server = open_engine("vllm", args.against, timeout_s=300.0)
+    try:
+        theirs = measure_server(server, batches, contexts, args.new_tokens, args.repeats)
+    except EngineUnavailable as exc:
+        raise ValueError(f"--against: {exc}") from None
+    info = server.backend.server_info
+    at = {(c.batch, c.context): c for c in theirs}
+    table = Table(
+        "batch",
+        *(f"ctx {c}" for c in contexts),
+        title=f"tokens/s: hf / vLLM {info.get('version', '')} (hf ÷ vLLM)",
+    )
+    for b in batches:
+        row = {c.context: c for c in cells if c.batch == b}
+        table.add_row(
+            str(b),
+            *(
+                f"{row[c].tokens_per_s:.1f} / {at[(b, c)].tokens_per_s:.1f} "
+                f"({row[c].tokens_per_s / at[(b, c)].tokens_per_s:.2f})"
+                for c in contexts
+            ),
+        )
+    console.print(table)
+    return {"against": {"server": info, "cells": [asdict(c) for c in theirs]}}
 
 
 def _server_profile(args: argparse.Namespace, console: Console) -> int:

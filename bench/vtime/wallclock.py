@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
+from spex.shared.roofline.measured import MeasuredProfile
 from spex.shared.serving.engine import ServingEngine
 
 __all__ = ["WallClock", "WallEngine"]
@@ -109,6 +110,15 @@ class WallEngine:
     @property
     def template(self) -> Template:
         return self.live.template
+
+    @property
+    def step_model(self) -> MeasuredProfile | None:
+        """The server's measured step curve: the governor's counterfactual (`ServingEngine`)."""
+        return self.live.step_model
+
+    @step_model.setter
+    def step_model(self, model: MeasuredProfile | None) -> None:
+        self.clock.call(setattr, self.live, "step_model", model)
 
     @property
     def server_info(self) -> dict[str, Any]:

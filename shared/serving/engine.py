@@ -40,6 +40,7 @@ from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template, plain_template
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
 from spex.shared.engine.live import OnComplete
+from spex.shared.roofline.measured import MeasuredProfile
 from spex.shared.serving.backend import Backend, EngineUnavailable, Reply, ServerMetrics
 
 __all__ = ["ServingEngine", "server_rid"]
@@ -68,6 +69,10 @@ class _InFlight:
     sent: bool = False  # the request reached the server (it may be running it)
     beside_spec: bool = False  # a speculative request was in flight at some point of its life
     promoted: bool = False  # its priority was raised while in flight (its timing is no primary's)
+    # With a measured step curve: Σ over the polls of its life of the step the server's batch
+    # takes, and of the step this worker's primaries alone would take (the governor's ratio).
+    full_s: float = 0.0
+    alone_s: float = 0.0
 
 
 class ServingEngine:
@@ -93,8 +98,13 @@ class ServingEngine:
         self.healthy = True  # False while the server cannot be connected to
         self._stopping: set[asyncio.Task[None]] = set()  # abort tasks (held: the loop keeps weak refs)
         # The TPOT governor's measure on a server (no view of its steps): a primary request's
-        # time per generated token, against the same measured for primaries that ran with no
-        # speculative request in flight (an EWMA), summed over tokens like EngineStats.
+        # time per generated token, against what it would have been without speculation,
+        # summed over tokens like EngineStats. Without it is the same time measured for
+        # primaries that ran with no speculative request in flight (an EWMA); with a measured
+        # step curve (`step_model`), the request's own time scaled by the curve: the step of
+        # this worker's primaries alone over the step of the server's whole batch, averaged
+        # over the polls of its life.
+        self.step_model: MeasuredProfile | None = None
         self._tpot_ref_s: float | None = None
         self._primary_tokens = 0
         self._primary_s = 0.0
@@ -310,6 +320,12 @@ class ServingEngine:
 
     def _measure(self, f: _InFlight, c: Completion) -> None:
         per_token = (c.time_s - c.arrival_s) / c.generated
+        if self.step_model is not None:
+            if f.full_s > 0:
+                self._primary_tokens += c.generated
+                self._primary_s += c.generated * per_token
+                self._primary_alone_s += c.generated * per_token * min(1.0, f.alone_s / f.full_s)
+            return
         if not f.beside_spec:
             ref = self._tpot_ref_s
             self._tpot_ref_s = per_token if ref is None else 0.8 * ref + 0.2 * per_token
@@ -317,6 +333,23 @@ class ServingEngine:
             self._primary_tokens += c.generated
             self._primary_s += c.generated * per_token
             self._primary_alone_s += c.generated * self._tpot_ref_s
+
+    def _sample_steps(self) -> None:
+        """With a step curve: each primary in flight adds the step of the server's batch now
+        (its running requests over the KV they hold) and that of this worker's primaries alone."""
+        if self.step_model is None:
+            return
+        primaries = [f for f in self._inflight.values() if f.req.priority <= PRIMARY and f.sent]
+        if not primaries:
+            return
+        ctx = sum(sum(t for _, t in f.req.prompt) for f in primaries)
+        running = max(self.server.running, len(primaries))
+        held = max(self.server.kv_usage * self.server.kv_capacity, ctx)
+        full = self.step_model.decode_step_s(running, held)
+        alone = self.step_model.decode_step_s(len(primaries), ctx)
+        for f in primaries:
+            f.full_s += full
+            f.alone_s += alone
 
     def _completion(self, f: _InFlight, reply: Reply) -> Completion:
         aborted = f.aborted
@@ -342,6 +375,7 @@ class ServingEngine:
         try:
             self.server = await self.backend.metrics(self.session)
             self.healthy = True
+            self._sample_steps()
         except aiohttp.ClientConnectorError as exc:  # the server is gone (or restarting)
             self.healthy = False
             log.debug("metrics of %s unavailable: %r", self.url, exc)

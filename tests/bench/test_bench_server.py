@@ -9,52 +9,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from spex.bench.results import ratio_ci95
-from spex.shared.runtime.redis_server import free_port
-from tests.serving.fake_vllm import VERSION
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.serving.fake_vllm import ROOT, VERSION, serving
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.serving.fake_vllm",
-            "--port",
-            str(port),
-            "--max-num-seqs",
-            "8",
-            "--step-ms",
-            "1",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1):
-                break
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the fake vLLM server did not come up"
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    with serving("--max-num-seqs", "8", "--step-ms", "1") as url:
+        yield url
 
 
 def spex(*args: str) -> subprocess.CompletedProcess[str]:
@@ -131,7 +97,10 @@ def test_a_server_profile_feeds_the_governor(server, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     r = json.loads(out.read_text())
-    assert r["spec_issued"] > 0 and len(r["slack_end"]) == 1
+    assert r["spec_issued"] > 0
+    # The governor read the primaries' time against the curve's counterfactual and moved the
+    # slack from where it starts (the fixed pool never does).
+    assert len(r["slack_end"]) == 1 and r["slack_end"] != [0.10]
 
 
 @pytest.mark.parametrize(

@@ -18,13 +18,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import itertools
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from spex.shared.runtime.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 VERSION = "0.32.0-fake"
 MODEL = "fake-model"
 BLOCK = 16  # tokens per KV block; prefix-cache hits come in whole blocks
@@ -176,6 +186,29 @@ class FakeVLLM:
             f"vllm:prefix_cache_hits_total {self.hits}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+@contextlib.contextmanager
+def serving(*flags: str) -> Iterator[str]:
+    """The server as a process of its own on a free port, until the block ends: its URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "tests.serving.fake_vllm", "--port", str(port), *flags]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1):
+                    break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert time.monotonic() < deadline, "the fake vLLM server did not come up"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def main() -> None:

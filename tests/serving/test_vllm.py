@@ -11,8 +11,11 @@ when the server stops.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -305,3 +308,25 @@ def test_the_pipeline_answers_three_math500_questions_through_vllm(vllm: VLLMSer
         assert all(delimiter() not in e.text for e in steps)  # one step each
         assert all(e.logprobs.count == e.tokens and e.logprobs.mean < 0 for e in steps if e.tokens)
         assert not [e for e in events if isinstance(e, ScoreResult)]  # the logprob reward
+
+
+def test_spex_bench_compares_baseline_and_spex_on_the_server(vllm: VLLMServer, tmp_path: Any) -> None:
+    """`spex bench --engine vllm --engine-url URL --mode compare --repeats 3`: the same searches
+    as on the other engines, interleaved pairs on the live server. Synthetic steps (exact token
+    counts) keep the trees the same whatever the server's batches; the figures are printed."""
+    out = tmp_path / "compare.json"
+    args = ["bench", "--engine", "vllm", "--engine-url", vllm.url, "--algorithm", "rstar", "--target", "4",
+            "--questions", "2", "--max-step-tokens", "16", "--reward", "logprob", "--mode", "compare",
+            "--repeats", "3", "--max-running", str(MAX_NUM_SEQS), "--json", str(out), "--quiet"]  # fmt: skip
+    cmd = [sys.executable, "-m", "spex.cli", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert r["repeats"] == 3 and r["trees_identical"] and r["lossless"]
+    assert r["spex"]["spec_issued"] > 0 and r["spex"]["server"]["version"] == "0.32.0"
+    low, high = r["speedup_ci95"]
+    FIGURES["bench compare"] = (
+        f"rstar-4 B=1, 2 questions, 3 pairs: speedup {r['speedup']:.2f}× ({low:.2f}–{high:.2f}), "
+        f"TPOT ×{r['tpot_ratio']:.2f}, hit rate {r['hit_rate']:.2f}"
+    )
+    print(f"\n{FIGURES['bench compare']}")
