@@ -29,6 +29,9 @@ class Cell:
     context: int
     tpot_s: float  # median over repeats of the mean time per output token
     tokens_per_s: float  # batch / tpot_s
+    # Median over repeats of the mean time to the first token of `batch` fresh prompts:
+    # their prefill and one step (what the simulator's prefill rate is read from).
+    first_s: float = 0.0
 
     @property
     def step_ms(self) -> float:
@@ -48,7 +51,8 @@ def _prompt(engine: Any, head: str, context: int) -> str:
     return f"{head} " + " ".join(words[:low])
 
 
-def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> float:
+def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> tuple[float, float]:
+    """(time per output token, time to the first token) of one run of the cell."""
     done: list[Any] = []
     for i in range(batch):
         rid = f"{tag}/{i}"
@@ -63,7 +67,8 @@ def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> f
     while len(done) < batch:
         done += engine.advance_to(float("inf"))
     tpots = [(c.time_s - c.first_token_s) / (c.generated - 1) for c in done if c.first_token_s is not None]
-    return statistics.fmean(tpots)
+    firsts = [c.first_token_s - c.arrival_s for c in done if c.first_token_s is not None]
+    return statistics.fmean(tpots), statistics.fmean(firsts)
 
 
 def measure_hf(
@@ -77,8 +82,8 @@ def measure_hf(
             runs = [
                 _cell(engine, batch, context, new_tokens, f"{batch}x{context}/{r}") for r in range(repeats)
             ]
-            tpot = statistics.median(runs)
-            cells.append(Cell(batch, context, tpot, batch / tpot))
+            tpot, first = statistics.median(t for t, _ in runs), statistics.median(f for _, f in runs)
+            cells.append(Cell(batch, context, tpot, batch / tpot, first))
             engine.cache.evict(engine.cache.evictable_tokens)  # no cell reuses another's prompts
     return cells
 
@@ -128,14 +133,15 @@ async def _measure_server(
         await batch_s("warm", 1, 16, 4)
         for context in contexts:
             for batch in batches:
-                runs = []
+                runs, firsts = [], []
                 for r in range(repeats):
                     tag = f"{engine.nonce}/{batch}x{context}/{r}"
                     long = await batch_s(f"{tag}/n", batch, context, new_tokens)
                     short = await batch_s(f"{tag}/1", batch, context, 1)
                     runs.append(max(long - short, 1e-6) / (new_tokens - 1))
+                    firsts.append(short)
                 tpot = statistics.median(runs)
-                cells.append(Cell(batch, context, tpot, batch / tpot))
+                cells.append(Cell(batch, context, tpot, batch / tpot, statistics.median(firsts)))
         return cells
     finally:
         stop.set()

@@ -169,7 +169,8 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--profile-file",
         default=None,
-        help="hf: a curve from `spex profile --engine hf --json`; speculation then holds --tpot-target",
+        help="a curve from `spex profile --json`: a real engine budgets speculation by it at --tpot-target; "
+        "the sim engine steps as it says",
     )
     b.add_argument(
         "--step-split", choices=list(SPLITS), default=DEFAULT_SPLIT, help="real content: where a step ends"

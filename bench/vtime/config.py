@@ -13,8 +13,8 @@ from spex.shared.core.search import SearchConfig, make_algorithm
 from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.tree import Tree
-from spex.shared.roofline.hardware import parse_profile
-from spex.shared.roofline.measured import load_measured
+from spex.shared.roofline.hardware import Profile, parse_profile
+from spex.shared.roofline.measured import load_measured, measured_sim_profile
 from spex.shared.sim.engine import EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
@@ -55,8 +55,9 @@ class BenchConfig:
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
     device: str = "cpu"  # hf: the torch device (cuda on a GPU machine)
     dtype: str = ""  # hf: the weights' and KV's (float32, bfloat16; "": as saved)
-    # hf: a step-time curve measured by `spex profile --engine hf --json` (None: the pool is
-    # static, max_running); with it speculation is budgeted at the TPOT governor's slack.
+    # A step-time curve measured by `spex profile --json` (hf or a server). On a real engine
+    # speculation is then budgeted at the TPOT governor's slack (without it the pool is
+    # static, max_running); on the simulator the simulated GPU steps as the curve says.
     profile_file: str | None = None
     # --- SPEX
     mode: str = "baseline"  # a benchmark runs the plain search unless asked
@@ -135,8 +136,6 @@ class BenchConfig:
         elif self.engine_url or self.prm_url:
             raise ValueError("engine_url: --engine-url and --prm-url are for --engine vllm or sglang")
         if self.profile_file is not None:
-            if self.backend == "sim":
-                raise ValueError("profile_file: a measured profile is for a real engine (hf, vllm, sglang)")
             if self.k_total is not None:
                 raise ValueError("profile_file: budgets by the governor's slack; drop --k-total")
             load_measured(self.profile_file)
@@ -195,6 +194,14 @@ class BenchConfig:
         if not self.mix:
             return self.algorithm, self.target
         return self.mix[derived_int(len(self.mix), self.seed, query_id, "mix")]
+
+    def sim_profile(self) -> Profile:
+        """The simulated generator's GPU: the catalog's `profile`, or with `profile_file` one
+        that steps as the measured engine did (the simulator checked against a real engine)."""
+        base = parse_profile(self.profile)
+        if self.backend == "sim" and self.profile_file:
+            return measured_sim_profile(base, load_measured(self.profile_file))
+        return base
 
     @property
     def reward_profile_name(self) -> str:

@@ -82,7 +82,7 @@ def sim_generator(cfg: BenchConfig) -> SimEngine:
         scheduling=cfg.scheduling,
         spec_step_slack=0.10 if cfg.tpot_slack is None else cfg.tpot_slack,
     )
-    return SimEngine(parse_profile(cfg.profile), engine if cfg.speculating else cfg.engine)
+    return SimEngine(cfg.sim_profile(), engine if cfg.speculating else cfg.engine)
 
 
 def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:

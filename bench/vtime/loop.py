@@ -38,7 +38,6 @@ from spex.shared.core.spec.budget import Demand, allocate, even_split, hit_rate_
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
 from spex.shared.engine.api import Completion, Engine
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
-from spex.shared.roofline.hardware import parse_profile
 from spex.shared.roofline.measured import load_measured
 from spex.shared.sim.engine import SimEngine
 
@@ -78,7 +77,7 @@ class _Run:
         self.config = cfg.search_config()
         self.policy = SpecPolicy(cfg.speculating, cfg.cache_nodes, cfg.max_amplification)
         self.predictor = predictor
-        self.profile = parse_profile(cfg.profile)
+        self.profile = cfg.sim_profile()
         self.measured = load_measured(cfg.profile_file) if cfg.profile_file else None
         self.gen, self.prm = make_engines(cfg)
         self.gens: list[Engine] = [self.gen, *(sim_generator(cfg) for _ in range(cfg.workers - 1))]

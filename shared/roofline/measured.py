@@ -17,10 +17,13 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MeasuredProfile", "load_measured"]
+from spex.shared.roofline.hardware import Profile
+
+__all__ = ["MeasuredProfile", "MeasuredSimProfile", "load_measured", "measured_sim_profile"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,10 @@ class MeasuredProfile:
     batches: tuple[int, ...]
     contexts: tuple[int, ...]
     step_s: tuple[tuple[float, ...], ...]  # [batch index][context index]
+    # Prefill time per prompt token: the median over the cells of their time to the first
+    # token less one step, over the cell's prompt tokens (0 when the file has no such time).
+    prefill_s_per_token: float = 0.0
+    kv_capacity_tokens: int | None = None  # the engine's KV, when the file says
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of `batch` sequences whose contexts sum to `context_tokens`."""
@@ -82,7 +89,59 @@ def load_measured(path: str | Path) -> MeasuredProfile:
     for i, row in enumerate(grid):  # monotone on both axes
         for j in range(len(row)):
             row[j] = max(row[j], row[j - 1] if j else 0.0, grid[i - 1][j] if i else 0.0)
-    return MeasuredProfile(name, batches, contexts, tuple(tuple(row) for row in grid))
+    prefill = [
+        max(0.0, float(c["first_s"]) - float(c["tpot_s"])) / (c["batch"] * c["context"])
+        for c in report["cells"]
+        if isinstance(c.get("first_s"), int | float) and c["first_s"] > 0
+    ]
+    kv = report.get("meta", {}).get("kv_capacity_tokens")
+    return MeasuredProfile(
+        name,
+        batches,
+        contexts,
+        tuple(tuple(row) for row in grid),
+        statistics.median(prefill) if prefill else 0.0,
+        int(kv) if isinstance(kv, int) and kv > 0 else None,
+    )
+
+
+@dataclass(frozen=True)
+class MeasuredSimProfile(Profile):
+    """A simulated GPU that steps as a measured engine did: the decode step from the measured
+    curve, prefill at its measured rate per token (a mixed step pays both), the KV pool the
+    engine reported. The model and GPU it names (`base`) are what T2's memory weights and the
+    roofline utilization read; the timing is the curve's."""
+
+    curve: MeasuredProfile | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.curve.name if self.curve else '?'} (measured)"
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        if self.curve is not None and self.curve.kv_capacity_tokens:
+            return self.curve.kv_capacity_tokens
+        return super().kv_capacity_tokens
+
+    def decode_step_s(self, batch: int, ctx_sum: float) -> float:
+        assert self.curve is not None
+        return self.curve.decode_step_s(batch, ctx_sum)
+
+    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: list[tuple[int, int]]) -> float:
+        """The decode step of every sequence in it (one being prefilled counts as one over its
+        prefix) plus the prefill of the chunks' new tokens."""
+        assert self.curve is not None
+        if batch <= 0 and not chunks:
+            return 0.0
+        prefix = sum(p for _, p in chunks)
+        new = sum(n for n, _ in chunks)
+        decode = self.curve.decode_step_s(batch + len(chunks), ctx_sum + prefix)
+        return decode + self.curve.prefill_s_per_token * new
+
+
+def measured_sim_profile(base: Profile, curve: MeasuredProfile) -> MeasuredSimProfile:
+    return MeasuredSimProfile(base.gpu, base.model, curve)
 
 
 def _whole(value: object) -> int:

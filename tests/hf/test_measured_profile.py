@@ -95,3 +95,27 @@ def test_the_governor_steers_speculation_on_the_hf_engine_by_the_measured_curve(
     assert governed.slack_end != [0.10]  # the governor moved it (the static pool never does)
     assert static.slack_end == [0.10]
     assert 0 < governed.spec_pool_peak <= cfg.max_running
+
+
+def test_the_simulator_steps_as_a_measured_curve(tmp_path):
+    """`--engine sim --profile-file F`: the simulated GPU's decode step is the curve's, its
+    prefill the measured rate, its KV pool the engine's; the trees are the workload's still."""
+    cells = [
+        {"batch": b, "context": c, "tpot_s": t, "first_s": f}
+        for (b, c, t, f) in [(1, 128, 0.010, 0.030), (8, 128, 0.020, 0.020 + 8 * 128 * 1e-4),
+                             (1, 512, 0.012, 0.012 + 512 * 1e-4), (8, 512, 0.030, 0.030 + 8 * 512 * 1e-4)]
+    ]  # fmt: skip
+    path = tmp_path / "server.json"
+    path.write_text(json.dumps({"meta": {"engine": "m@vllm", "kv_capacity_tokens": 50_000}, "cells": cells}))
+    cfg = BenchConfig(algorithm="rstar", target=4, questions=3, reward="logprob", mode="spex")
+    measured = replace(cfg, profile_file=str(path))
+    profile = measured.sim_profile()
+    assert profile.decode_step_s(8, 8 * 128) == pytest.approx(0.020)
+    assert profile.kv_capacity_tokens == 50_000
+    # Prefill: the median of the cells' (first token - one step) per prompt token: 1e-4 for
+    # three cells, (0.030 - 0.010) / 128 for the first.
+    assert load_measured(path).prefill_s_per_token == pytest.approx(1e-4)
+    assert profile.mixed_step_s(0, 0, [(100, 0)]) == pytest.approx(0.010 + 100 * 1e-4)
+    catalog, stepped = summarize(run_bench(cfg)), summarize(run_bench(measured))
+    assert stepped.trees_digest == catalog.trees_digest  # the clock moved, not the searches
+    assert stepped.makespan_s != catalog.makespan_s and stepped.kv_capacity_tokens == 50_000
