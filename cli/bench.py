@@ -301,7 +301,13 @@ def _bench(cfg: BenchConfig, args: argparse.Namespace, console: Console) -> int:
 
 
 def _compare(cfg: BenchConfig, repeats: int, console: Console, quiet: bool) -> Repeated:
-    """`repeats` pairs of baseline and SPEX runs, back to back, the order alternating."""
+    """`repeats` pairs of baseline and SPEX runs, back to back, the order alternating. On a
+    real engine an unrecorded warm-up (the baseline's first wave of questions) goes first: the
+    first run on a fresh engine or server was slower (a cold cache, kernels compiled for new
+    shapes: vLLM's first baseline took 1.5x its later ones), which would weigh on one side."""
+    if cfg.backend != "sim":
+        warm = replace(cfg, mode="baseline", questions=min(cfg.questions, cfg.batch_size))
+        _run(warm, console, quiet)
     pairs, orders = [], []
     for i in range(repeats):
         order = [replace(cfg, mode="baseline"), cfg] if i % 2 == 0 else [cfg, replace(cfg, mode="baseline")]
