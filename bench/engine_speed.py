@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spex.shared.engine.api import Completion, EngineRequest
+from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
 
 __all__ = ["Cell", "measure_hf", "measure_server", "write_report"]
@@ -31,7 +32,7 @@ class Cell:
     tokens_per_s: float  # batch / tpot_s
     # Median over repeats of the mean time to the first token of `batch` fresh prompts:
     # their prefill and one step (what the simulator's prefill rate is read from).
-    first_s: float = 0.0
+    first_token_s: float = 0.0
 
     @property
     def step_ms(self) -> float:
@@ -126,7 +127,9 @@ async def _measure_server(
                 await arrived.wait()
             failed = [done[r].text for r in rids if done[r].reason != "finished"]
             if failed:
-                raise RuntimeError(f"cell {tag}: {failed[0]}")
+                raise EngineUnavailable(
+                    f"{engine.backend.name} at {engine.url} failed cell {tag}: {failed[0]}"
+                )
             return statistics.fmean([_e2e(done.pop(r)) for r in rids])
 
         cells = []
@@ -166,7 +169,9 @@ async def _tokens_per_word(
         await arrived.wait()
     c = done.pop(rid)
     if c.reason != "finished" or c.prompt_tokens <= 0:
-        raise RuntimeError(f"the server's probe request failed: {c.text or 'no prompt tokens counted'}")
+        raise EngineUnavailable(
+            f"{engine.backend.name} at {engine.url}: the probe failed ({c.text or 'no prompt tokens'})"
+        )
     return c.prompt_tokens / words
 
 

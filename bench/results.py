@@ -205,7 +205,7 @@ def summarize(res: BenchResult) -> RunSummary:
         batch_size=cfg.batch_size,
         questions=len(recs),
         seed=cfg.seed,
-        profile=cfg.profile if cfg.backend == "sim" else f"{_model_name(res)}@{cfg.backend}",
+        profile=cfg.sim_profile().name if cfg.backend == "sim" else f"{_model_name(res)}@{cfg.backend}",
         reward_profile=cfg.reward_profile_name if cfg.reward == "prm" else None,
         reward=cfg.reward,
         knobs=asdict(cfg.knobs),
@@ -332,14 +332,20 @@ def compare(base: RunSummary, spex: RunSummary) -> Comparison:
     )
 
 
-# Student's t at 97.5% by degrees of freedom (1-10); the normal 1.96 approximates the rest from
-# 2.23 down (the largest error, at 11, is 1.4% of the interval).
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+# Student's t at 97.5% by degrees of freedom, 1 to 30; past 30 the normal's 1.96 (4% narrow
+# at 31 degrees, less beyond).
+T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
 
 
 def ratio_ci95(ratios: list[float]) -> tuple[float, float, float]:
     """The geometric mean of ratios and its 95% t-interval (over their logarithms): how a
     speedup measured in repeated pairs is quoted. One ratio gives it as its own interval."""
+    if not ratios or min(ratios) <= 0:
+        raise ValueError(f"ratios: positive ones are needed for a geometric mean, not {ratios}")
     logs = np.log(np.asarray(ratios, dtype=float))
     mean = float(logs.mean())
     if len(logs) < 2:
@@ -359,37 +365,40 @@ class Repeated:
     orders: list[str]  # "baseline-first" | "spex-first", per pair
 
     def to_json(self) -> dict[str, Any]:
-        """The first pair's record, its headline figures replaced by all the pairs': the speedup
-        and TPOT ratio as geometric means with 95% intervals, identity over every run."""
+        """What was run, the figures over all the pairs (the speedup and TPOT ratio as geometric
+        means with 95% intervals, means of the rest, identity over every run), and each pair's
+        whole record under `pairs`."""
         speedup, s_lo, s_hi = ratio_ci95([p.speedup for p in self.pairs])
         tpot, t_lo, t_hi = ratio_ci95([p.tpot_ratio for p in self.pairs])
         digests = {p.trees_digest for p in self.pairs} | {p.trees_digest_baseline for p in self.pairs}
-        out = self.pairs[0].to_json()
+        same = len(digests) == 1
+        first = self.pairs[0]
+        hits = [p.hit_rate for p in self.pairs if p.hit_rate is not None]
+        diffs = [p.max_reward_difference for p in self.pairs if p.max_reward_difference is not None]
+        out = {name: getattr(first, name) for name in RUN_FIELDS}
         out.update(
+            mode="compare",
             repeats=len(self.pairs),
             speedup=speedup,
             speedup_ci95=(s_lo, s_hi),
             tpot_ratio=tpot,
             tpot_ratio_ci95=(t_lo, t_hi),
-            trees_identical=all(p.trees_identical for p in self.pairs) and len(digests) == 1,
-            lossless=all(p.lossless for p in self.pairs) and len(digests) == 1,
+            trees_identical=all(p.trees_identical for p in self.pairs) and same,
+            lossless=all(p.lossless for p in self.pairs) and same,
+            same_answers=all(p.same_answers for p in self.pairs),
+            max_reward_difference=max(diffs, default=None),
+            accuracy_baseline=float(np.mean([p.accuracy_baseline for p in self.pairs])),
+            accuracy_spex=float(np.mean([p.accuracy_spex for p in self.pairs])),
+            hit_rate=float(np.mean(hits)) if hits else None,
+            compute_amplification=float(np.mean([p.compute_amplification for p in self.pairs])),
             wall_s=sum(p.wall_s for p in self.pairs),
-            pairs=[
-                {
-                    "order": order,
-                    "speedup": p.speedup,
-                    "tpot_ratio": p.tpot_ratio,
-                    "makespan_s_baseline": p.baseline.makespan_s,
-                    "makespan_s_spex": p.spex.makespan_s,
-                    "hit_rate": p.hit_rate,
-                    "compute_amplification": p.compute_amplification,
-                    "trees_identical": p.trees_identical,
-                    "slack_end": p.spex.slack_end,
-                }
-                for p, order in zip(self.pairs, self.orders, strict=True)
-            ],
+            pairs=[p.to_json() | {"order": order} for p, order in zip(self.pairs, self.orders, strict=True)],
         )
         return out
+
+
+# What a repeated record takes from its first pair: what was run, the same in every pair.
+RUN_FIELDS = ("algorithm", "target", "batch_size", "questions", "seed", "profile", "t1", "t2", "early_stop")
 
 
 def write_json(record: RunSummary | Comparison | Repeated | dict[str, Any], path: str | Path) -> None:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from spex.bench.results import Repeated, RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
-from spex.bench.vtime.config import BACKENDS, SCHEDULINGS, SERVERS
+from spex.bench.vtime.config import BACKENDS, SCHEDULINGS, SERVERS, check_url
 from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.machine import REWARDS
@@ -466,6 +466,8 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
 
 
 def profile_command(args: argparse.Namespace, console: Console) -> int:
+    if args.against is not None and args.engine != "hf":
+        raise ValueError("--against: compares the hf engine with a server (--engine hf --model DIR)")
     if args.engine == "hf":
         return _measured_profile(args, console)
     if args.engine in SERVERS:
@@ -502,6 +504,8 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
     contexts = _ints(args.contexts or "128,512,2048", "--contexts")
     if args.model is None or not Path(args.model, "config.json").is_file():
         raise ValueError(f"--model: {args.model!r} is not a model directory (no config.json)")
+    if args.against is not None:
+        check_url(args.against, "--against")
     if args.new_tokens < 2 or args.repeats < 1:
         raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
     import torch
@@ -513,8 +517,6 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
     kv = max(batches) * (2 * (max(contexts) + 64) + args.new_tokens)
     config = HFConfig(max(batches), max(kv, 65_536), deterministic=args.deterministic, dtype=args.dtype)
     engine = HFEngine.from_dir(args.model, config)
-    if args.against is not None and not args.against.startswith(("http://", "https://")):
-        raise ValueError(f"--against: {args.against!r} is not an http:// or https:// URL")
     cells = measure_hf(engine, batches, contexts, args.new_tokens, args.repeats)
     name = f"{Path(args.model).name}@hf ({args.dtype or 'as saved'}, {torch.get_num_threads()} threads)"
     table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms) / tokens/s, {name}")
@@ -574,8 +576,7 @@ def _server_profile(args: argparse.Namespace, console: Console) -> int:
 
     batches = _ints(args.batches or "1,4,8,16", "--batches")
     contexts = _ints(args.contexts or "128,512,2048", "--contexts")
-    if not (args.engine_url or "").startswith(("http://", "https://")):
-        raise ValueError(f"--engine-url: {args.engine_url!r} is not an http:// or https:// URL")
+    check_url(args.engine_url, "--engine-url")
     if args.new_tokens < 2 or args.repeats < 1:
         raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
     engine = open_engine(args.engine, args.engine_url, timeout_s=300.0)

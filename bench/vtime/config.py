@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from spex.proto import CONTENTS, SPLITS, Content, Split, SubmitQuestionRequest, submission
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
@@ -18,11 +19,20 @@ from spex.shared.roofline.measured import load_measured, measured_sim_profile
 from spex.shared.sim.engine import EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
-__all__ = ["BACKENDS", "SCHEDULINGS", "SERVERS", "BenchConfig"]
+__all__ = ["BACKENDS", "SCHEDULINGS", "SERVERS", "BenchConfig", "check_url"]
 
 SERVERS = ("vllm", "sglang")  # live servers, reached at an URL
 BACKENDS = ("sim", "hf", *SERVERS)
 SCHEDULINGS = ("sglang", "paused")
+
+
+def check_url(url: str | None, name: str) -> None:
+    """A server's URL: http(s), and no credentials in it (they would reach logs and results)."""
+    parsed = urlsplit(url or "")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"{name}: {url!r} is not an http:// or https:// URL")
+    if parsed.username or parsed.password:
+        raise ValueError(f"{name}: a URL with credentials in it is refused (they would be logged)")
 
 
 @dataclass(frozen=True)
@@ -168,9 +178,8 @@ class BenchConfig:
 
     def _validate_servers(self) -> None:
         for name in ("engine_url", "prm_url"):
-            url = getattr(self, name)
-            if url is not None and not url.startswith(("http://", "https://")):
-                raise ValueError(f"{name}: {url!r} is not an http:// or https:// URL")
+            if getattr(self, name) is not None:
+                check_url(getattr(self, name), name)
         if not self.engine_url:
             raise ValueError(f"engine_url: --engine {self.backend} needs --engine-url URL (its server)")
         if self.reward == "prm" and not self.prm_url:

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spex.bench.vtime.config import SERVERS, BenchConfig
 from spex.shared.content.datasets import load_questions
@@ -25,6 +25,10 @@ from spex.shared.engine.api import UNTIL_STOP, Completion, Engine, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import SimEngine
 from spex.shared.sim.workload import Generation, SyntheticQuestion, SyntheticWorkload
+
+if TYPE_CHECKING:
+    from spex.bench.vtime.wallclock import WallClock
+    from spex.shared.serving.engine import ServingEngine
 
 __all__ = [
     "Content",
@@ -113,8 +117,8 @@ def _serving_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
     """A live server's engine, and a reward server's (SGLang's /classify) with --prm-url; both
     on one wall clock. The generator's prompts go through the chat template of `cfg.model`
     (the served model's directory), or plain text without one."""
-    from spex.bench.vtime.wallclock import WallClock, WallEngine
-    from spex.shared.serving import EngineUnavailable, open_engine
+    from spex.bench.vtime.wallclock import WallClock
+    from spex.shared.serving import open_engine
 
     clock = WallClock()
     try:
@@ -122,17 +126,24 @@ def _serving_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
             cfg.backend, str(cfg.engine_url), tokenizer_dir=cfg.model or "", deterministic=cfg.deterministic
         )
         live.poll_s = 0.1  # the loop samples the server's running gauge as it turns
-        gen = WallEngine(live, clock, START_TIMEOUT_S)
+        gen = _wall_engine(live, clock, "engine_url")
         if cfg.reward != "prm":
             return gen, None
         scorer = open_engine("sglang", str(cfg.prm_url), reward=True, tokenizer_dir=cfg.prm or "")
-        return gen, WallEngine(scorer, clock, START_TIMEOUT_S)
-    except EngineUnavailable as exc:  # not there, or started without a flag SPEX needs
-        clock.close()
-        raise ValueError(f"engine_url: {exc}") from None
+        return gen, _wall_engine(scorer, clock, "prm_url")
     except BaseException:
         clock.close()
         raise
+
+
+def _wall_engine(live: ServingEngine, clock: WallClock, field: str) -> Engine:
+    from spex.bench.vtime.wallclock import WallEngine
+    from spex.shared.serving import EngineUnavailable
+
+    try:
+        return WallEngine(live, clock, START_TIMEOUT_S)
+    except EngineUnavailable as exc:  # not there, or started without a flag SPEX needs
+        raise ValueError(f"{field}: {exc}") from None
 
 
 def make_content(cfg: BenchConfig, gen: Engine, prm: Engine | None) -> Content:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spex.bench.vtime.bookkeeping import EngineBook, GenJob, RequestId, ScoreJob
-from spex.bench.vtime.config import BenchConfig
+from spex.bench.vtime.config import SERVERS, BenchConfig
 from spex.bench.vtime.content import make_content, make_engines, sim_generator
 from spex.bench.vtime.metrics import CriticalPath, QueryRecord, RunMetrics, SpecTotals
 from spex.proto.messages import PRIMARY
@@ -36,16 +36,12 @@ from spex.shared.core.machine import QueryMachine
 from spex.shared.core.routing import SHARED, Load, Ring, route
 from spex.shared.core.spec.budget import Demand, allocate, even_split, hit_rate_estimate
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
-from spex.shared.engine.api import Completion, Engine
+from spex.shared.engine.api import Completion, Engine, EngineFailed
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.measured import load_measured
 from spex.shared.sim.engine import SimEngine
 
 __all__ = ["BenchResult", "EngineFailed", "run_bench"]
-
-
-class EngineFailed(RuntimeError):
-    """A real engine failed a request (a server's error, a timeout): the run stops, saying which."""
 
 
 @dataclass
@@ -77,11 +73,21 @@ class _Run:
         self.config = cfg.search_config()
         self.policy = SpecPolicy(cfg.speculating, cfg.cache_nodes, cfg.max_amplification)
         self.predictor = predictor
+        self.on_finish = on_finish
         self.profile = cfg.sim_profile()
         self.measured = load_measured(cfg.profile_file) if cfg.profile_file else None
         self.gen, self.prm = make_engines(cfg)
+        try:
+            self._setup(cfg)
+        except BaseException:  # a server's connections and thread are not left behind
+            self.close()
+            raise
+
+    def _setup(self, cfg: BenchConfig) -> None:
         self.gens: list[Engine] = [self.gen, *(sim_generator(cfg) for _ in range(cfg.workers - 1))]
-        self.gen.trace = [] if cfg.batch_size == 1 and cfg.workers == 1 else None
+        # A level's batch at B=1, from the engine's decode runs (a server's are not seen).
+        traced = cfg.batch_size == 1 and cfg.workers == 1 and cfg.backend not in SERVERS
+        self.gen.trace = [] if traced else None
         self.names = [f"gen-{i}" for i in range(cfg.workers)]
         self.ring = Ring(self.names)
         self.index = {name: i for i, name in enumerate(self.names)}
@@ -94,7 +100,6 @@ class _Run:
         self.by_id = {q.query_id: q for q in self.questions}
         self.machines: dict[str, QueryMachine] = {}
         self.next_question = 0
-        self.on_finish = on_finish
         self.books = [EngineBook() for _ in self.gens]  # per worker; scores in the first
         self.book = self.books[0]
         self.where: dict[str, int] = {}  # generation request id -> its worker
@@ -161,7 +166,7 @@ class _Run:
     def close(self) -> None:
         """Let go of the engines that hold something outside this process (a server's
         connections and the thread that talks to it)."""
-        for engine in (*self.gens, self.prm):
+        for engine in (self.gen, self.prm):  # only these can be real (several workers: sim only)
             close = getattr(engine, "close", None)
             if close is not None:
                 close()

@@ -20,6 +20,7 @@ time per token is its whole time over its tokens (`Completion.tpot_s`: not strea
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 
 from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template
-from spex.shared.engine.api import Completion, EngineLoad, EngineRequest, EngineStats
+from spex.shared.engine.api import Completion, EngineFailed, EngineLoad, EngineRequest, EngineStats
 from spex.shared.roofline.measured import MeasuredProfile
 from spex.shared.serving.engine import ServingEngine
 
@@ -92,6 +93,8 @@ class WallEngine:
     def __init__(self, live: ServingEngine, clock: WallClock, start_timeout_s: float) -> None:
         self.live, self.clock = live, clock
         live.epoch_s = clock.epoch_s  # its completions' times on the run's clock
+        if hasattr(live.backend, "cache_salt"):  # vLLM: no prefix cached by an earlier run
+            live.backend.cache_salt = f"spex-run-{os.urandom(12).hex()}"
         self.stats = EngineStats()
         self.trace: list[tuple[float, float, int]] | None = None  # a server's steps are not seen
         self.capacity_tokens = 0  # the server's KV, once its /metrics is read
@@ -155,7 +158,10 @@ class WallEngine:
         return self.clock.now() if self._out or self._finished else None
 
     def advance_to(self, t_s: float) -> list[Completion]:
-        self.clock.wait()
+        if self._runner.done():  # its task ended by itself: nothing more will come
+            raise EngineFailed(f"{self.live.backend.name} at {self.live.url}: stopped reporting")
+        if self.clock.engines[0] is self:  # the loop advances every engine each turn: wait once
+            self.clock.wait()
         with self.clock.finished:
             done, self._finished = self._finished, []
         for c in done:

@@ -22,6 +22,7 @@ __all__ = [
     "Completion",
     "CompletionReason",
     "Engine",
+    "EngineFailed",
     "EngineLoad",
     "EngineRequest",
     "EngineStats",
@@ -35,6 +36,11 @@ UNTIL_STOP = -1  # output_tokens of a real generation: until a stop string, EOS 
 CompletionReason = Literal["finished", "abort", "error"]
 # Why a real generation stopped: a stop string, EOS, the token limit; "" for the simulator.
 StopReason = Literal["stop", "eos", "length", ""]
+
+
+class EngineFailed(RuntimeError):
+    """A real engine failed a request (a server's error or timeout, a server gone): a
+    benchmark's run cannot go on, and running it again helps only once the engine is back."""
 
 
 @dataclass(eq=False)

@@ -90,9 +90,9 @@ def load_measured(path: str | Path) -> MeasuredProfile:
         for j in range(len(row)):
             row[j] = max(row[j], row[j - 1] if j else 0.0, grid[i - 1][j] if i else 0.0)
     prefill = [
-        max(0.0, float(c["first_s"]) - float(c["tpot_s"])) / (c["batch"] * c["context"])
+        max(0.0, float(c["first_token_s"]) - float(c["tpot_s"])) / (c["batch"] * c["context"])
         for c in report["cells"]
-        if isinstance(c.get("first_s"), int | float) and c["first_s"] > 0
+        if isinstance(c.get("first_token_s"), int | float) and c["first_token_s"] > 0
     ]
     kv = report.get("meta", {}).get("kv_capacity_tokens")
     return MeasuredProfile(

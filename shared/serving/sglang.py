@@ -19,7 +19,6 @@ with the one given — SPEX's ids are of fixed length, so only that one.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import aiohttp
@@ -37,7 +36,13 @@ from spex.shared.serving.backend import (
 
 __all__ = ["SGLangBackend", "required_flags"]
 
-SECRET = re.compile(r"key|secret|password|(^|_)token$", re.IGNORECASE)  # server_info fields never recorded
+# The /server_info fields a results file records (an allow-list: others may hold credentials).
+RECORDED = (
+    "version", "model_path", "dtype", "kv_cache_dtype", "tp_size", "dp_size", "mem_fraction_static",
+    "max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "schedule_policy",
+    "enable_priority_scheduling", "schedule_low_priority_values_first", "disable_radix_cache",
+    "enable_deterministic_inference", "attention_backend", "sampling_backend", "is_embedding",
+)  # fmt: skip
 
 
 def required_flags(reward: bool, deterministic: bool) -> dict[str, tuple[bool, str]]:
@@ -80,11 +85,12 @@ class SGLangBackend:
         if missing:
             raise EngineMisconfigured(f"sglang at {self.url}: start the server with {' '.join(missing)}")
         self.kv_capacity = int(_find(info, "max_total_num_tokens") or 0)
-        self.server_info = {"engine": "sglang"} | {  # its launch flags, no secret among them
-            k: v
-            for k, v in info.items()
-            if (isinstance(v, str | int | float | bool) or v is None) and not SECRET.search(k)
+        # Its launch flags as far as they shape a benchmark; none that may hold a secret.
+        self.server_info = {
+            "engine": "sglang",
+            "model": _find(info, "served_model_name") or _find(info, "model_path"),
         }
+        self.server_info |= {k: _find(info, k) for k in RECORDED}
 
     def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
         text = "".join(req.text)

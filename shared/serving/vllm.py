@@ -45,6 +45,9 @@ class VLLMBackend:
         self.model = model  # the served model's name; read from /v1/models when empty
         self.kv_capacity = 0
         self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
+        # A prefix-cache namespace of one's own: requests with another salt (or none) share
+        # no cached prefix with these (a benchmark's runs, each on a cold cache).
+        self.cache_salt: str | None = None
         self._cache_config: dict[str, str] = {}  # vllm:cache_config_info's labels
 
     async def check(self, session: aiohttp.ClientSession) -> None:
@@ -96,6 +99,8 @@ class VLLMBackend:
             "temperature": req.temperature,
             "logprobs": 0,
         }
+        if self.cache_salt:
+            body["cache_salt"] = self.cache_salt
         if req.output_tokens == UNTIL_STOP:  # the model's own step, up to a stop string
             body |= {"max_tokens": req.max_new_tokens, "stop": list(req.stop)}
             if req.min_tokens:  # vLLM holds back EOS too until then (the HF engine does not)

@@ -7,6 +7,7 @@ same way by `make test-vllm` (tests/serving/test_vllm.py)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,28 +39,45 @@ def test_a_compare_against_a_server_repeats_interleaved_pairs_and_records_the_se
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     r = json.loads(out.read_text())
-    assert r["repeats"] == 3
-    assert [p["order"] for p in r["pairs"]] == ["baseline-first", "spex-first", "baseline-first"]
-    # The headline is over the pairs: a geometric mean inside its interval.
-    speedups = [p["speedup"] for p in r["pairs"]]
-    assert r["speedup"] == pytest.approx(ratio_ci95(speedups)[0])
-    low, high = r["speedup_ci95"]
-    assert low <= r["speedup"] <= high
+    assert r["repeats"] == 3 and r["profile"] == "fake-model@vllm"
+    pairs = r["pairs"]
+    assert [p["order"] for p in pairs] == ["baseline-first", "spex-first", "baseline-first"]
+    # The headline is over the pairs: their geometric mean, inside its interval.
+    speedups = [p["speedup"] for p in pairs]
+    assert r["speedup"] == pytest.approx(math.prod(speedups) ** (1 / 3))
+    assert r["speedup_ci95"][0] <= r["speedup"] <= r["speedup_ci95"][1]
     assert r["tpot_ratio_ci95"][0] <= r["tpot_ratio"] <= r["tpot_ratio_ci95"][1]
     # Synthetic steps at their exact lengths on a batch-invariant server: every run grows the
     # same trees, and SPEX speculated and used what it speculated.
     assert r["trees_identical"] and r["lossless"]
-    assert r["spex"]["spec_issued"] > 0 and r["spex"]["spec_adopted"] > 0
-    assert r["baseline"]["spec_issued"] == 0
-    # What the server said of itself, and what was measured on it.
-    server_info = r["spex"]["server"]
-    assert server_info["engine"] == "vllm" and server_info["version"] == VERSION
-    assert server_info["model"] == "fake-model" and server_info["enable_prefix_caching"] == "True"
-    assert r["profile"] == "fake-model@vllm"
-    assert r["spex"]["primary_tpot_ms"] > 0 and r["baseline"]["primary_tpot_ms"] > 0
-    assert r["spex"]["prefix_cache_hit_rate"] > 0
-    # The wall clock starts at the first request, not at the server's start-up checks.
-    assert r["baseline"]["makespan_s"] <= r["baseline"]["wall_s"]
+    for p in pairs:
+        assert p["spex"]["spec_issued"] > 0 and p["spex"]["spec_adopted"] > 0
+        assert p["baseline"]["spec_issued"] == 0
+        # What the server said of itself, and what was measured on it.
+        server_info = p["spex"]["server"]
+        assert server_info["engine"] == "vllm" and server_info["version"] == VERSION
+        assert server_info["model"] == "fake-model" and server_info["enable_prefix_caching"] == "True"
+        assert p["spex"]["primary_tpot_ms"] > 0 and p["baseline"]["primary_tpot_ms"] > 0
+        # Each run has a prefix-cache namespace of its own (cache_salt): hits within the run only.
+        assert 0 < p["baseline"]["prefix_cache_hit_rate"] < 1
+        # The wall clock starts at the first request, not at the server's start-up checks.
+        assert p["baseline"]["makespan_s"] <= p["baseline"]["wall_s"]
+        assert p["baseline"]["level_batch_first_quarter"] is None  # a server's steps are not seen
+
+
+def test_the_speedup_interval_is_a_t_interval_over_the_pairs_log_ratios():
+    mean, low, high = ratio_ci95([1.0, 2.0])  # logs 0 and ln 2: mean ln2/2, sd ln2/√2, t(1) 12.706
+    half = 12.706 * (math.log(2) / math.sqrt(2)) / math.sqrt(2)
+    assert mean == pytest.approx(math.sqrt(2))
+    assert (low, high) == pytest.approx((math.exp(math.log(2) / 2 - half), math.exp(math.log(2) / 2 + half)))
+    assert ratio_ci95([1.3]) == pytest.approx((1.3, 1.3, 1.3))
+    many = [1.0, 1.2] * 16  # 31 degrees of freedom, past the table: the normal's 1.96
+    m, lo, _ = ratio_ci95(many)
+    logs = [math.log(x) for x in many]
+    sd = math.sqrt(sum((x - sum(logs) / 32) ** 2 for x in logs) / 31)
+    assert lo == pytest.approx(m * math.exp(-1.96 * sd / math.sqrt(32)))
+    with pytest.raises(ValueError, match="positive"):
+        ratio_ci95([1.2, 0.0])
 
 
 def test_real_content_from_a_server_is_graded_and_lossless(server, tmp_path):
@@ -134,3 +152,32 @@ def test_a_server_that_is_not_vllm_is_one_line(server, tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "engine_url" in lines[0] and "sglang" in lines[0], proc.stderr
+
+
+def test_a_server_that_fails_mid_run_stops_the_run_with_one_line(tmp_path):
+    """The server answers the start-up checks and some requests, then 500s: the run stops,
+    naming the request and the server's answer, and the process exits (no thread left)."""
+    with serving("--step-ms", "1", "--fail-after", "12") as url:  # the start-up probe is the first
+        proc = spex(
+            "bench", "--engine", "vllm", "--engine-url", url, "--algorithm", "rstar", "--target", "4",
+            "--questions", "2", "--reward", "logprob", "--json", str(tmp_path / "r.json"), "--quiet",
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "failed request" in lines[0] and "500" in lines[0], proc.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_the_server_profile_reads_the_servers_step(server, tmp_path):
+    """The fake's decode step is 1 ms + 0.25 ms a sequence: the differenced measure finds it."""
+    profile = tmp_path / "p.json"
+    proc = spex(
+        "profile", "--engine", "vllm", "--engine-url", server, "--batches", "1,8", "--contexts", "64",
+        "--new-tokens", "32", "--repeats", "3", "--json", str(profile),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    cells = {c["batch"]: c for c in json.loads(profile.read_text())["cells"]}
+    # asyncio's sleep overshoots by a fraction of a millisecond a step: a bound, not equality.
+    assert 1.25e-3 <= cells[1]["tpot_s"] < 3e-3
+    assert 3.0e-3 <= cells[8]["tpot_s"] < 5e-3
+    assert cells[8]["first_token_s"] > 0

@@ -101,7 +101,7 @@ def test_the_simulator_steps_as_a_measured_curve(tmp_path):
     """`--engine sim --profile-file F`: the simulated GPU's decode step is the curve's, its
     prefill the measured rate, its KV pool the engine's; the trees are the workload's still."""
     cells = [
-        {"batch": b, "context": c, "tpot_s": t, "first_s": f}
+        {"batch": b, "context": c, "tpot_s": t, "first_token_s": f}
         for (b, c, t, f) in [(1, 128, 0.010, 0.030), (8, 128, 0.020, 0.020 + 8 * 128 * 1e-4),
                              (1, 512, 0.012, 0.012 + 512 * 1e-4), (8, 512, 0.030, 0.030 + 8 * 512 * 1e-4)]
     ]  # fmt: skip

@@ -23,12 +23,13 @@ import hashlib
 import itertools
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from aiohttp import web
 
@@ -66,8 +67,10 @@ class _Seq:
 
 
 class FakeVLLM:
-    def __init__(self, max_num_seqs: int, step_ms: float, per_seq_ms: float) -> None:
+    def __init__(self, max_num_seqs: int, step_ms: float, per_seq_ms: float, fail_after: int = 0) -> None:
         self.max_num_seqs, self.step_s, self.per_seq_s = max_num_seqs, step_ms / 1e3, per_seq_ms / 1e3
+        self.fail_after = fail_after  # > 0: every completion request after this many fails (a 500)
+        self.served = 0
         self.waiting: list[_Seq] = []
         self.running: list[_Seq] = []
         self.by_rid: dict[str, _Seq] = {}
@@ -118,6 +121,9 @@ class FakeVLLM:
     async def completions(self, req: web.Request) -> web.Response:
         body = await req.json()
         prompt, rid = str(body["prompt"]), str(body.get("request_id") or next(self.arrivals))
+        self.served += 1
+        if self.fail_after and self.served > self.fail_after:
+            return web.json_response({"error": "engine dead"}, status=500)
         if body.get("priority", 0) and body["priority"] < 0:
             return web.json_response({"error": "priority must be at least 0"}, status=400)
         seq = self._sequence(rid, prompt, body)
@@ -156,8 +162,9 @@ class FakeVLLM:
         logprobs = [-((_draw(seed, prompt, i) % 1000) / 1000.0) for i in range(len(out))]
         tokens = _tokens(prompt)
         cached = 0
+        salt = str(body.get("cache_salt") or "")  # a salted request shares only its salt's cache
         for k in range(BLOCK, len(tokens) + 1, BLOCK):
-            block = "".join(tokens[:k])
+            block = salt + "\x00" + "".join(tokens[:k])
             if block in self.cached_blocks:
                 cached = k
             self.cached_blocks.add(block)
@@ -193,22 +200,30 @@ def serving(*flags: str) -> Iterator[str]:
     """The server as a process of its own on a free port, until the block ends: its URL."""
     port = free_port()
     cmd = [sys.executable, "-m", "tests.serving.fake_vllm", "--port", str(port), *flags]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
+    # Its output goes to a file, read only if it fails to start (a pipe nobody reads fills up).
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_healthy(url, proc, log)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
     deadline = time.monotonic() + 30
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1):
-                    break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                assert time.monotonic() < deadline, "the fake vLLM server did not come up"
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1):
+                return
+        except OSError:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise AssertionError(f"the fake vLLM server exited: {log.read().decode()[-2000:]}") from None
+            assert time.monotonic() < deadline, "the fake vLLM server did not come up"
+            time.sleep(0.1)
 
 
 def main() -> None:
@@ -217,8 +232,9 @@ def main() -> None:
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--step-ms", type=float, default=4.0)
     p.add_argument("--per-seq-ms", type=float, default=0.25)
+    p.add_argument("--fail-after", type=int, default=0, help="fail every completion after this many")
     args = p.parse_args()
-    server = FakeVLLM(args.max_num_seqs, args.step_ms, args.per_seq_ms)
+    server = FakeVLLM(args.max_num_seqs, args.step_ms, args.per_seq_ms, args.fail_after)
     web.run_app(server.app(), host="127.0.0.1", port=args.port, print=None)
 
 
