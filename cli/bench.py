@@ -1,13 +1,14 @@
-"""`spex bench` (the virtual-time benchmark, the grid, the distributed and affinity benchmarks)
-and `spex profile` (a profile's simulated step-time curve)."""
+"""`spex bench`: the virtual-time benchmark on the simulated GPU, the in-process engine or a
+live server; the grid; the distributed and affinity benchmarks (`spex profile` is in
+`profile.py`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -15,20 +16,20 @@ from rich.table import Table
 
 from spex.bench.results import Repeated, RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
-from spex.bench.vtime.config import BACKENDS, SCHEDULINGS, SERVERS, check_url
+from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
 from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.machine import REWARDS
 from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
-from spex.shared.roofline.hardware import GPUS, MODELS, Profile, list_profiles, parse_profile
+from spex.shared.roofline.hardware import list_profiles
 from spex.shared.sim.workload import WorkloadKnobs, knob_table, load_knobs
 
 if TYPE_CHECKING:
-    from spex.bench.engine_speed import Cell
+    pass
 
-__all__ = ["add_bench_parser", "add_profile_parser", "parse_mix", "bench_command", "profile_command"]
+__all__ = ["add_bench_parser", "parse_mix", "bench_command"]
 
 DEFAULT_JSON = "results/bench.json"
 
@@ -184,38 +185,6 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--max-step-tokens", type=int, default=None, help="a step's token cap (the knob step_token_cap)"
     )
-
-
-def add_profile_parser(sub: argparse._SubParsersAction) -> None:
-    pr = sub.add_parser(
-        "profile",
-        help="the decode step by batch × context: a simulated profile's, or measured on the hf engine",
-    )
-    pr.add_argument(
-        "--engine",
-        choices=["sim", "hf", *SERVERS],
-        default="sim",
-        help="sim: a catalog profile; hf: measure in process; vllm, sglang: measure a live server",
-    )
-    pr.add_argument("--engine-url", default=None, help="vllm, sglang: the server's URL")
-    pr.add_argument(
-        "--against",
-        default=None,
-        metavar="URL",
-        help="hf: then the same cells on this vLLM server, side by side (tokens/s and their ratio)",
-    )
-    pr.add_argument("--gpu", default=None, choices=sorted(GPUS), help="sim: the GPU")
-    pr.add_argument(
-        "--model", default=None, help=f"sim: one of {', '.join(sorted(MODELS))}; hf: a model directory"
-    )
-    pr.add_argument("--batches", default=None, help="default sim 1,2,4,…,256; hf 1,4,8,16")
-    pr.add_argument("--contexts", default=None, help="default sim 128,512,1024,2048; hf 128,512,2048")
-    pr.add_argument("--slack", type=float, default=0.10, help="step growth that still counts as flat")
-    pr.add_argument("--new-tokens", type=int, default=32, help="hf: tokens each request makes")
-    pr.add_argument("--repeats", type=int, default=3, help="hf: runs per cell (the median is kept)")
-    pr.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="hf: weights and KV")
-    pr.add_argument("--deterministic", action="store_true", help="hf: batch-invariant outputs")
-    pr.add_argument("--json", default=None, help="hf: write the cells here (and a plot beside it)")
 
 
 def parse_mix(text: str | None) -> tuple[tuple[str, int], ...]:
@@ -463,146 +432,3 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
         table.add_row("largest reward difference", "", "—" if diff is None else f"{diff:.1e}")
         table.add_row("lossless", "", "yes" if both.lossless else "no")
     return table
-
-
-def profile_command(args: argparse.Namespace, console: Console) -> int:
-    if args.against is not None and args.engine != "hf":
-        raise ValueError("--against: compares the hf engine with a server (--engine hf --model DIR)")
-    if args.engine == "hf":
-        return _measured_profile(args, console)
-    if args.engine in SERVERS:
-        return _server_profile(args, console)
-    if args.gpu is None or args.model not in MODELS:
-        raise ValueError(
-            f"--gpu and --model: one of {', '.join(sorted(MODELS))} (or --engine hf --model DIR)"
-        )
-    profile: Profile = parse_profile(f"{args.model}@{args.gpu}")
-    batches = _ints(args.batches or "1,2,4,8,16,32,64,128,256", "--batches")
-    contexts = _ints(args.contexts or "128,512,1024,2048", "--contexts")
-    table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms), {profile.name}")
-    for b in batches:
-        table.add_row(str(b), *(f"{profile.decode_step_s(b, b * c) * 1e3:.1f}" for c in contexts))
-    console.print(table)
-    from spex.shared.sim.sweep import measure_knee
-
-    knees = ", ".join(f"ctx {c}: {measure_knee(profile, c, args.slack)}" for c in contexts)
-    console.print(
-        f"KV pool {profile.kv_capacity_tokens:,} tokens; "
-        f"calibration {profile.gpu.family}: {profile.gpu.calibration}"
-    )
-    console.print(
-        f"k_total (concurrency within +{args.slack:.0%} of the batch-1 step, measured by sweeping): {knees}"
-    )
-    return 0
-
-
-def _measured_profile(args: argparse.Namespace, console: Console) -> int:
-    """Sweep the in-process engine on a real model: a table of step time and tokens/s."""
-    from pathlib import Path
-
-    batches = _ints(args.batches or "1,4,8,16", "--batches")
-    contexts = _ints(args.contexts or "128,512,2048", "--contexts")
-    if args.model is None or not Path(args.model, "config.json").is_file():
-        raise ValueError(f"--model: {args.model!r} is not a model directory (no config.json)")
-    if args.against is not None:
-        check_url(args.against, "--against")
-    if args.new_tokens < 2 or args.repeats < 1:
-        raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
-    import torch
-
-    from spex.bench.engine_speed import measure_hf, write_report
-    from spex.shared.hf.engine import HFConfig, HFEngine
-
-    # Room for the largest cell at once: each request's prompt (and its cache entry) and output.
-    kv = max(batches) * (2 * (max(contexts) + 64) + args.new_tokens)
-    config = HFConfig(max(batches), max(kv, 65_536), deterministic=args.deterministic, dtype=args.dtype)
-    engine = HFEngine.from_dir(args.model, config)
-    cells = measure_hf(engine, batches, contexts, args.new_tokens, args.repeats)
-    name = f"{Path(args.model).name}@hf ({args.dtype or 'as saved'}, {torch.get_num_threads()} threads)"
-    table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms) / tokens/s, {name}")
-    for b in batches:
-        row = {c.context: c for c in cells if c.batch == b}
-        table.add_row(str(b), *(f"{row[c].step_ms:.1f} / {row[c].tokens_per_s:.1f}" for c in contexts))
-    console.print(table)
-    meta = {"engine": name, "deterministic": args.deterministic, "new_tokens": args.new_tokens}
-    meta["repeats"] = args.repeats
-    if args.against is not None:
-        meta |= _side_by_side(args, cells, batches, contexts, console)
-    if args.json:
-        write_report(cells, meta, Path(args.json))
-        console.print(f"wrote {args.json} and {Path(args.json).with_suffix('.png')}")
-    return 0
-
-
-def _side_by_side(
-    args: argparse.Namespace, cells: list[Cell], batches: list[int], contexts: list[int], console: Console
-) -> dict[str, Any]:
-    """The hf cells just measured against the same cells on a vLLM server (measured after)."""
-    from spex.bench.engine_speed import measure_server
-    from spex.shared.serving import EngineUnavailable, open_engine
-
-    server = open_engine("vllm", args.against, timeout_s=300.0)
-    try:
-        theirs = measure_server(server, batches, contexts, args.new_tokens, args.repeats)
-    except EngineUnavailable as exc:
-        raise ValueError(f"--against: {exc}") from None
-    info = server.backend.server_info
-    at = {(c.batch, c.context): c for c in theirs}
-    table = Table(
-        "batch",
-        *(f"ctx {c}" for c in contexts),
-        title=f"tokens/s: hf / vLLM {info.get('version', '')} (hf ÷ vLLM)",
-    )
-    for b in batches:
-        row = {c.context: c for c in cells if c.batch == b}
-        table.add_row(
-            str(b),
-            *(
-                f"{row[c].tokens_per_s:.1f} / {at[(b, c)].tokens_per_s:.1f} "
-                f"({row[c].tokens_per_s / at[(b, c)].tokens_per_s:.2f})"
-                for c in contexts
-            ),
-        )
-    console.print(table)
-    return {"against": {"server": info, "cells": [asdict(c) for c in theirs]}}
-
-
-def _server_profile(args: argparse.Namespace, console: Console) -> int:
-    """Sweep a live server: the same cells and report as `--engine hf`."""
-    from pathlib import Path
-
-    from spex.bench.engine_speed import measure_server, write_report
-    from spex.shared.serving import EngineUnavailable, open_engine
-
-    batches = _ints(args.batches or "1,4,8,16", "--batches")
-    contexts = _ints(args.contexts or "128,512,2048", "--contexts")
-    check_url(args.engine_url, "--engine-url")
-    if args.new_tokens < 2 or args.repeats < 1:
-        raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
-    engine = open_engine(args.engine, args.engine_url, timeout_s=300.0)
-    try:
-        cells = measure_server(engine, batches, contexts, args.new_tokens, args.repeats)
-    except EngineUnavailable as exc:
-        raise ValueError(f"--engine-url: {exc}") from None
-    info = engine.backend.server_info
-    name = f"{Path(str(info.get('model', '?'))).name}@{args.engine} {info.get('version', '')}".strip()
-    table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms) / tokens/s, {name}")
-    for b in batches:
-        row = {c.context: c for c in cells if c.batch == b}
-        table.add_row(str(b), *(f"{row[c].step_ms:.1f} / {row[c].tokens_per_s:.1f}" for c in contexts))
-    console.print(table)
-    if args.json:
-        meta = {"engine": name, "server": info, "new_tokens": args.new_tokens, "repeats": args.repeats}
-        write_report(cells, meta | {"kv_capacity_tokens": engine.server.kv_capacity}, Path(args.json))
-        console.print(f"wrote {args.json} and {Path(args.json).with_suffix('.png')}")
-    return 0
-
-
-def _ints(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise ValueError(f"{flag}: {text!r} is not a comma-separated list of whole numbers") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{flag}: every value must be at least 1")
-    return values

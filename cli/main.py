@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from spex.cli import bench, chaos, model, runtime
+from spex.cli import bench, chaos, model, profile, runtime
 
 __all__ = ["build_parser", "main"]
 
@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[AddParser, Command]] = {
     "submit": (runtime.add_submit_parser, runtime.client_command),
     "result": (runtime.add_result_parser, runtime.client_command),
     "model": (model.add_model_parser, model.model_command),
-    "profile": (bench.add_profile_parser, bench.profile_command),
+    "profile": (profile.add_profile_parser, profile.profile_command),
 }
 
 
