@@ -33,7 +33,7 @@ def spex(*args, check=True):
         (["profile", "--gpu", "A6000"], "--model"),
         (["profile", "--gpu", "H100", "--model", "Llama-2-7B", "--batches", "1,x"], "--batches"),
         (["profile", "--engine", "hf", "--model", "/no/such/dir"], "--model"),
-        (["bench", "--profile-file", "/no/such.json"], "profile_file"),
+        (["bench", "--profile-file", "/no/such.json"], "--profile-file"),
         (["bench", "--engine", "hf"], "--model"),
         (["bench", "--engine", "hf", "--model", "/no/such/dir"], "model"),
         (["bench", "--dataset", "math500"], "--engine hf"),
