@@ -102,6 +102,8 @@ class RunSummary:
     spec_pool_peak: int
     slack_end: list[float]  # each worker's TPOT slack at the end (the governor's, or the fixed one)
     server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
+    tpot_target: float | None  # what the governor held primary TPOT growth to (None: a fixed slack)
+    profile_file: str | None  # the measured step curve it budgeted by (None: the catalog's or static)
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
     sim_speed: float
@@ -256,6 +258,8 @@ def summarize(res: BenchResult) -> RunSummary:
         spec_pool_peak=res.pool_peak,
         slack_end=[round(s, 4) for s in res.slack],
         server=dict(getattr(res.gen, "server_info", {})),
+        tpot_target=cfg.tpot_target if cfg.tpot_slack is None else None,
+        profile_file=cfg.profile_file,
         wall_s=res.wall_s,
         sim_speed=_ratio(span, res.wall_s, 0.0),
         rewards={r.query_id: r.rewards for r in recs},
