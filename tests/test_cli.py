@@ -230,3 +230,19 @@ def test_spex_up_takes_the_sampling_temperature_and_refuses_a_negative_one(monke
     assert greedy.sampling_temperature == 0
     with pytest.raises(ValueError, match="SPEX_SAMPLING_TEMPERATURE"):
         up_settings(build_parser().parse_args(["up", "--sampling-temperature", "-1"]))
+
+
+def test_repeated_pairs_on_the_simulator_and_the_results_table(tmp_path):
+    """`--repeats` on the simulator: every pair the same figures (virtual time); the table reads them."""
+    from spex.bench.table import table
+
+    out = tmp_path / "r.json"
+    spex("bench", "--algorithm", "rstar", "--target", "4", "--questions", "4", "--mode", "compare",
+         "--repeats", "2", "--json", str(out), "--quiet")  # fmt: skip
+    r = json.loads(out.read_text())
+    assert [p["order"] for p in r["pairs"]] == ["baseline-first", "spex-first"]
+    assert r["pairs"][0]["speedup"] == r["pairs"][1]["speedup"] == pytest.approx(r["speedup"])
+    assert r["speedup_ci95"] == pytest.approx([r["speedup"]] * 2)  # no spread, no width
+    assert r["pairs"][0]["spex"]["tpot_target"] == 0.05
+    [_, _, row] = table([str(out)]).splitlines()
+    assert f"| Llemma-7B@A6000 | rstar-4 | 1 | 4 | +5% | {r['speedup']:.2f} (" in row and "| yes |" in row
