@@ -29,7 +29,7 @@ def _ratio(r: dict[str, Any], key: str) -> str:
 
 
 def _first_pair(r: dict[str, Any]) -> dict[str, Any]:
-    return r["pairs"][0] if "pairs" in r else r
+    return r["pairs"][0] if "pairs" in r and "spex" in r["pairs"][0] else r
 
 
 def row(r: dict[str, Any]) -> str:
@@ -37,7 +37,7 @@ def row(r: dict[str, Any]) -> str:
     target = spex.get("tpot_target", "unrecorded")
     target = "fixed slack" if target is None else target if isinstance(target, str) else f"+{target:.0%}"
     real = r["profile"].rpartition("@")[2] in ("hf", "vllm", "sglang")
-    if real and spex.get("profile_file") is None:  # no curve: the pool is --max-running
+    if real and "profile_file" in spex and spex["profile_file"] is None:  # no curve: --max-running
         target += " (static pool)"
     hit = "—" if r.get("hit_rate") is None else f"{r['hit_rate']:.2f}"
     same = "yes" if r["trees_identical"] else "no"
