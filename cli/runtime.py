@@ -93,7 +93,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--synthetic", action="store_true", help="the synthetic workload on the simulated GPU")
     d.add_argument("--questions", type=int, default=None, help="default 3 (the model), 6 (synthetic)")
-    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default=None, help="default rebase, rstar")
+    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default=None, help="default rstar")
     d.add_argument("--target", type=int, default=None, help="default 4, 10")
     d.add_argument(
         "--time-scale", type=float, default=0.05, help="synthetic: wall seconds per simulated second"
@@ -187,7 +187,7 @@ def up_settings(args: argparse.Namespace) -> Settings:
 def demo_command(args: argparse.Namespace, console: Console) -> int:
     from spex.services.demo import model_demo, synthetic_demo
 
-    questions, algorithm, target = (6, "rstar", 10) if args.synthetic else (3, "rebase", 4)
+    questions, algorithm, target = (6, "rstar", 10) if args.synthetic else (3, "rstar", 4)
     questions = questions if args.questions is None else args.questions
     target = target if args.target is None else args.target
     if questions < 1 or target < 1:
