@@ -177,7 +177,8 @@ def test_the_server_profile_reads_the_servers_step(server, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     cells = {c["batch"]: c for c in json.loads(profile.read_text())["cells"]}
-    # asyncio's sleep overshoots by a fraction of a millisecond a step: a bound, not equality.
-    assert 1.25e-3 <= cells[1]["tpot_s"] < 3e-3
-    assert 3.0e-3 <= cells[8]["tpot_s"] < 5e-3
+    # A sleep never ends early, and overshoots more on a loaded machine: the step from below
+    # (the differencing does not lose it), and loosely from above.
+    assert 1.25e-3 <= cells[1]["tpot_s"] < 0.02
+    assert 3.0e-3 <= cells[8]["tpot_s"] < 0.03
     assert cells[8]["first_token_s"] > 0
