@@ -23,6 +23,8 @@ from spex.shared.serving.engine import ServingEngine
 
 __all__ = ["Cell", "measure_hf", "measure_server", "write_report"]
 
+START_WAIT_S = 60.0  # how long a server that does not answer is waited for
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -104,7 +106,11 @@ def measure_server(
 async def _measure_server(
     engine: ServingEngine, batches: list[int], contexts: list[int], new_tokens: int, repeats: int
 ) -> list[Cell]:
-    await engine.start()
+    try:  # a server that is not there is said in a minute, not the requests' timeout
+        await engine.start(wait_s=START_WAIT_S)
+    except BaseException:
+        await engine.close()
+        raise
     done: dict[str, Completion] = {}
     arrived = asyncio.Event()
 
