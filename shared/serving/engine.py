@@ -320,19 +320,18 @@ class ServingEngine:
 
     def _measure(self, f: _InFlight, c: Completion) -> None:
         per_token = (c.time_s - c.arrival_s) / c.generated
+        alone: float | None = None  # the per-token time without speculation, where it is known
         if self.step_model is not None:
-            if f.full_s > 0:
-                self._primary_tokens += c.generated
-                self._primary_s += c.generated * per_token
-                self._primary_alone_s += c.generated * per_token * min(1.0, f.alone_s / f.full_s)
-            return
-        if not f.beside_spec:
+            alone = per_token * min(1.0, f.alone_s / f.full_s) if f.full_s > 0 else None
+        elif not f.beside_spec:
             ref = self._tpot_ref_s
             self._tpot_ref_s = per_token if ref is None else 0.8 * ref + 0.2 * per_token
-        elif self._tpot_ref_s is not None:
+        else:
+            alone = self._tpot_ref_s
+        if alone is not None:
             self._primary_tokens += c.generated
             self._primary_s += c.generated * per_token
-            self._primary_alone_s += c.generated * self._tpot_ref_s
+            self._primary_alone_s += c.generated * alone
 
     def _sample_steps(self) -> None:
         """With a step curve: each primary in flight adds the step of the server's batch now

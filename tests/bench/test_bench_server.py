@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,13 @@ def spex(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "spex.cli", *args], capture_output=True, text=True, timeout=600, cwd=ROOT
     )
+
+
+def measure(server: str, out: Path, *sweep: str) -> dict:
+    """`spex profile --engine vllm` of `server` over `sweep`: the report it wrote to `out`."""
+    proc = spex("profile", "--engine", "vllm", "--engine-url", server, *sweep, "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text())
 
 
 def test_a_compare_against_a_server_repeats_interleaved_pairs_and_records_the_server(server, tmp_path):
@@ -97,12 +105,9 @@ def test_real_content_from_a_server_is_graded_and_lossless(server, tmp_path):
 
 def test_a_server_profile_feeds_the_governor(server, tmp_path):
     profile = tmp_path / "p.json"
-    proc = spex(
-        "profile", "--engine", "vllm", "--engine-url", server, "--batches", "1,4,8", "--contexts", "64,256",
-        "--new-tokens", "8", "--repeats", "1", "--json", str(profile),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(profile.read_text())
+    report = measure(
+        server, profile, "--batches", "1,4,8", "--contexts", "64,256", "--new-tokens", "8", "--repeats", "1"
+    )
     cells = {(c["batch"], c["context"]): c["tpot_s"] for c in report["cells"]}
     assert set(cells) == {(b, c) for b in (1, 4, 8) for c in (64, 256)}
     assert all(t > 0 for t in cells.values())
@@ -170,13 +175,10 @@ def test_a_server_that_fails_mid_run_stops_the_run_with_one_line(tmp_path):
 
 def test_the_server_profile_reads_the_servers_step(server, tmp_path):
     """The fake's decode step is 1 ms + 0.25 ms a sequence: the differenced measure finds it."""
-    profile = tmp_path / "p.json"
-    proc = spex(
-        "profile", "--engine", "vllm", "--engine-url", server, "--batches", "1,8", "--contexts", "64",
-        "--new-tokens", "32", "--repeats", "3", "--json", str(profile),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    cells = {c["batch"]: c for c in json.loads(profile.read_text())["cells"]}
+    report = measure(
+        server, tmp_path / "p.json", "--batches", "1,8", "--contexts", "64", "--new-tokens", "32"
+    )
+    cells = {c["batch"]: c for c in report["cells"]}
     # A sleep never ends early, and overshoots more on a loaded machine: the step from below
     # (the differencing does not lose it), and loosely from above.
     assert 1.25e-3 <= cells[1]["tpot_s"] < 0.02
