@@ -7,12 +7,15 @@ SPEX, so the gap between this and SPEX is what better prediction could still win
 between this and the target is what no lossless predictor can.
 
     python -m spex.bench.oracle rebase 16 --batch-size 1 --questions 32 [--tpot-slack 0.1]
+
+On any engine, a real one included, `spex bench --mode compare --oracle` runs the same bound as
+interleaved pairs: the baseline's trees recorded once, then each pair's SPEX side on them.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
@@ -21,7 +24,7 @@ from spex.shared.core.search.base import ALGORITHMS, SearchAlgorithm, SpecView
 from spex.shared.core.speculation import Predictor
 from spex.shared.core.tree import Node
 
-__all__ = ["OraclePredictor", "oracle_speedup"]
+__all__ = ["OraclePredictor", "TreeRecorder", "oracle_speedup"]
 
 FinalTree = dict[str, list[tuple[int, str]]]  # parent id -> [(child index, action)]
 
@@ -56,22 +59,29 @@ class OraclePredictor:
         return self.algorithm.spec_distance(node)
 
 
-def oracle_speedup(cfg: BenchConfig) -> tuple[float, float, dict[str, float]]:
-    """(oracle speedup, SPEX speedup, oracle critical path per query)."""
-    trees: dict[str, FinalTree] = {}
+@dataclass
+class TreeRecorder:
+    """Records each query's final tree as it finishes (`record` is a run's `on_finish`), and
+    predicts from them (`predictor` is a run's predictor factory)."""
 
-    def record(machine: QueryMachine) -> None:
+    trees: dict[str, FinalTree] = field(default_factory=dict)
+
+    def record(self, machine: QueryMachine) -> None:
         kids: FinalTree = {}
         for node in machine.tree:
             if node.parent is not None:
                 kids.setdefault(node.parent.id, []).append((node.index, node.action))
-        trees[machine.query_id] = kids
+        self.trees[machine.query_id] = kids
 
-    def oracle(algorithm: SearchAlgorithm) -> Predictor:
-        return OraclePredictor(algorithm, trees[algorithm.tree.query_id])
+    def predictor(self, algorithm: SearchAlgorithm) -> Predictor:
+        return OraclePredictor(algorithm, self.trees[algorithm.tree.query_id])
 
-    base = summarize(run_bench(cfg, on_finish=record))
-    best = summarize(run_bench(replace(cfg, mode="spex"), predictor=oracle))
+
+def oracle_speedup(cfg: BenchConfig) -> tuple[float, float, dict[str, float]]:
+    """(oracle speedup, SPEX speedup, oracle critical path per query)."""
+    final = TreeRecorder()
+    base = summarize(run_bench(cfg, on_finish=final.record))
+    best = summarize(run_bench(replace(cfg, mode="spex"), predictor=final.predictor))
     spex = summarize(run_bench(replace(cfg, mode="spex")))
     assert best.trees_digest == base.trees_digest, "the oracle changed the search"
     return (

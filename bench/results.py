@@ -107,6 +107,9 @@ class RunSummary:
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
     sim_speed: float
+    # What chose the speculative work: the search's own predictor, or "oracle" (the
+    # baseline's final trees: the bound of lossless speculation, `bench.oracle`).
+    predictor: str = "search"
     # --- kept for comparisons, not written: query id -> node id -> reward
     rewards: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
 

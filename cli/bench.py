@@ -6,28 +6,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from spex.bench.oracle import TreeRecorder
 from spex.bench.results import Repeated, RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
 from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
 from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
-from spex.shared.core.machine import REWARDS
+from spex.shared.core.machine import REWARDS, QueryMachine
 from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
+from spex.shared.core.speculation import PredictorFactory, algorithm_predictor
 from spex.shared.roofline.hardware import list_profiles
 from spex.shared.sim.workload import WorkloadKnobs, knob_table, load_knobs
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["add_bench_parser", "parse_mix", "bench_command"]
 
@@ -71,6 +69,11 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         help="compare: pairs of baseline and SPEX, interleaved (the speedup's 95%% interval over them)",
+    )
+    b.add_argument(
+        "--oracle",
+        action="store_true",
+        help="compare: SPEX speculates the baseline's final trees (the bound of lossless speculation)",
     )
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
     b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")
@@ -244,6 +247,8 @@ def bench_command(args: argparse.Namespace, console: Console) -> int:
         return 0
     if args.repeats < 1 or (args.repeats > 1 and args.mode != "compare"):
         raise ValueError(f"--repeats: at least 1, and more only with --mode compare, not {args.repeats}")
+    if args.oracle and args.mode != "compare":
+        raise ValueError("--oracle: the bound is a comparison (--mode compare)")
     try:
         return _bench(cfg, args, console)
     except EngineFailed as exc:
@@ -257,7 +262,7 @@ def _bench(cfg: BenchConfig, args: argparse.Namespace, console: Console) -> int:
         write_json(summary, args.json)
         summaries = [summary]
     else:
-        repeated = _compare(cfg, args.repeats, console, args.quiet)
+        repeated = _compare(cfg, args.repeats, console, args.quiet, args.oracle)
         last = repeated.pairs[-1]
         write_json(repeated if args.repeats > 1 else last, args.json)
         summaries = [last.baseline, last.spex]
@@ -269,18 +274,29 @@ def _bench(cfg: BenchConfig, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _compare(cfg: BenchConfig, repeats: int, console: Console, quiet: bool) -> Repeated:
+def _compare(cfg: BenchConfig, repeats: int, console: Console, quiet: bool, oracle: bool = False) -> Repeated:
     """`repeats` pairs of baseline and SPEX runs, back to back, the order alternating. On a
     real engine an unrecorded warm-up (the baseline's first wave of questions) goes first: the
     first run on a fresh engine or server was slower (a cold cache, kernels compiled for new
-    shapes: vLLM's first baseline took 1.5x its later ones), which would weigh on one side."""
-    if cfg.backend != "sim":
+    shapes: vLLM's first baseline took 1.5x its later ones), which would weigh on one side.
+    With `oracle` the warm-up is a whole baseline run whose final trees the SPEX side then
+    speculates (`bench.oracle`)."""
+    final = TreeRecorder() if oracle else None
+    if final is not None:
+        _run(replace(cfg, mode="baseline"), console, quiet, final.record)
+    elif cfg.backend != "sim":
         warm = replace(cfg, mode="baseline", questions=min(cfg.questions, cfg.batch_size))
         _run(warm, console, quiet)
     pairs, orders = [], []
     for i in range(repeats):
         order = [replace(cfg, mode="baseline"), cfg] if i % 2 == 0 else [cfg, replace(cfg, mode="baseline")]
-        runs = {c.mode: summarize(_run(c, console, quiet)) for c in order}
+        runs = {}
+        for c in order:
+            if final is not None and c.mode == "spex":
+                bound = summarize(_run(c, console, quiet, predictor=final.predictor))
+                runs[c.mode] = replace(bound, predictor="oracle")
+            else:
+                runs[c.mode] = summarize(_run(c, console, quiet))
         pairs.append(compare(runs["baseline"], runs["spex"]))
         orders.append(f"{order[0].mode}-first")
     return Repeated(pairs, orders)
@@ -372,14 +388,26 @@ def _config(args: argparse.Namespace) -> BenchConfig:
     )
 
 
-def _run(cfg: BenchConfig, console: Console, quiet: bool) -> BenchResult:
+def _run(
+    cfg: BenchConfig,
+    console: Console,
+    quiet: bool,
+    on_finish: Callable[[QueryMachine], None] | None = None,
+    predictor: PredictorFactory = algorithm_predictor,
+) -> BenchResult:
     if quiet:
-        return run_bench(cfg)
+        return run_bench(cfg, on_finish, predictor)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         label = f"{cfg.mode} {cfg.algorithm}-{cfg.target} B={cfg.batch_size}"
         task = progress.add_task(label, total=cfg.questions)
-        return run_bench(cfg, on_finish=lambda _: progress.advance(task))
+
+        def finished(machine: QueryMachine) -> None:
+            progress.advance(task)
+            if on_finish is not None:
+                on_finish(machine)
+
+        return run_bench(cfg, finished, predictor)
 
 
 ROWS: list[tuple[str, str, str]] = [

@@ -134,6 +134,17 @@ class Profile:
         return max(0, int(pool // self.model.kv_bytes_per_token))
 
     @property
+    def request_s(self) -> float:
+        """Engine time one request costs beside its steps (a measured server's API work); the
+        roofline has none."""
+        return 0.0
+
+    @property
+    def cache_block_tokens(self) -> int:
+        """The prefix cache's granularity: SGLang's radix cache hits any prefix."""
+        return 1
+
+    @property
     def chunked_prefill_tokens(self) -> int:
         # SGLang's automatic --chunked-prefill-size: 2048 under 35 GB, 8192 under 160 GB.
         return 2048 if self.gpu.memory_gb < 35 else 8192

@@ -1,7 +1,8 @@
 """A step-time curve measured on a real engine (`spex profile --engine hf --json F`), in the
 shape the budgeting code reads a simulated profile: `decode_step_s(batch, context_tokens)`.
 
-The file holds cells (batch, context per sequence, time per decode step). A step is taken
+The file holds cells (batch, context per sequence, time per decode step, time to the first
+token). A step is taken
 never to get cheaper with more batch or more context (a noisy cell is raised to the largest
 before it on either axis). Between measured points the step time is interpolated linearly,
 in batch and in context; past the largest batch it grows along the last two batches' slope,
@@ -10,6 +11,15 @@ smallest point's. With it, speculation on a
 real engine is budgeted the way it is on the simulated GPU: the spare concurrency at the
 governor's slack (`capacity.spare_concurrency`), and the counterfactual step time without
 speculation that the governor steers by (`counterfactual_s`).
+
+A server also costs time per request that no decode step shows: its API process tokenizes the
+prompt, schedules, detokenizes and answers, on the engine's core here. The cells' time to the
+first token of `batch` fresh prompts submitted together is taken as `batch` such costs, the
+prefill of their `batch × context` tokens and one step; a least-squares fit of
+`first - step = request_s × batch + prefill_s_per_token × batch × context` over the cells gives
+both (neither below 0). The simulator charges `request_s` to the step that admits a request.
+A server's prefix cache hits in whole blocks (vLLM: 128 tokens on this CPU build); the file's
+`meta.server.block_size` says so, and the simulator rounds its hits down to whole blocks.
 """
 
 from __future__ import annotations
@@ -17,9 +27,10 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from spex.shared.roofline.hardware import Profile
 
@@ -32,10 +43,12 @@ class MeasuredProfile:
     batches: tuple[int, ...]
     contexts: tuple[int, ...]
     step_s: tuple[tuple[float, ...], ...]  # [batch index][context index]
-    # Prefill time per prompt token: the median over the cells of their time to the first
-    # token less one step, over the cell's prompt tokens (0 when the file has no such time).
+    # Prefill time per prompt token and the fixed cost of one request, fitted to the cells'
+    # times to the first token (module docstring; both 0 when the file has no such times).
     prefill_s_per_token: float = 0.0
     kv_capacity_tokens: int | None = None  # the engine's KV, when the file says
+    request_s: float = 0.0
+    cache_block_tokens: int = 1  # the prefix cache's granularity (1: any prefix hits)
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of `batch` sequences whose contexts sum to `context_tokens`."""
@@ -89,28 +102,60 @@ def load_measured(path: str | Path) -> MeasuredProfile:
     for i, row in enumerate(grid):  # monotone on both axes
         for j in range(len(row)):
             row[j] = max(row[j], row[j - 1] if j else 0.0, grid[i - 1][j] if i else 0.0)
-    prefill = [
-        max(0.0, float(c["first_token_s"]) - float(c["tpot_s"])) / (c["batch"] * c["context"])
-        for c in report["cells"]
-        if isinstance(c.get("first_token_s"), int | float) and c["first_token_s"] > 0
-    ]
-    kv = report.get("meta", {}).get("kv_capacity_tokens")
+    request_s, prefill_s = _first_token_fit(report["cells"])
+    meta = report.get("meta", {})
+    kv = meta.get("kv_capacity_tokens")
     return MeasuredProfile(
         name,
         batches,
         contexts,
         tuple(tuple(row) for row in grid),
-        statistics.median(prefill) if prefill else 0.0,
+        prefill_s,
         int(kv) if isinstance(kv, int) and kv > 0 else None,
+        request_s,
+        _block_tokens(meta.get("server")),
     )
+
+
+def _first_token_fit(cells: list[dict]) -> tuple[float, float]:
+    """(request_s, prefill_s_per_token) fitted to the cells that record a time to the first
+    token: least squares of `first - step` on `batch` and `batch × context`, neither below 0
+    (one alone refitted when the other would be). (0, 0) without such cells."""
+    timed = [c for c in cells if isinstance(c.get("first_token_s"), int | float) and c["first_token_s"] > 0]
+    rows = [
+        (float(c["batch"]), float(c["batch"] * c["context"]), max(0.0, c["first_token_s"] - c["tpot_s"]))
+        for c in timed
+    ]
+    if not rows:
+        return 0.0, 0.0
+    x = np.array([(b, t) for b, t, _ in rows])
+    y = np.array([v for _, _, v in rows])
+    fit = np.linalg.lstsq(x, y, rcond=None)[0] if len(rows) > 1 else np.array([-1.0, -1.0])
+    if fit.min() >= 0:
+        return float(fit[0]), float(fit[1])
+    # One term alone, whichever fits better (through the origin: y ≈ k·x).
+    alone = [float(max(0.0, x[:, i] @ y / (x[:, i] @ x[:, i]))) for i in (0, 1)]
+    errors = [float(np.sum((y - k * x[:, i]) ** 2)) for i, k in enumerate(alone)]
+    return (alone[0], 0.0) if errors[0] < errors[1] else (0.0, alone[1])
+
+
+def _block_tokens(server: object) -> int:
+    """A server's prefix-cache block (vLLM's `block_size` with prefix caching on), else 1."""
+    if not isinstance(server, dict) or str(server.get("enable_prefix_caching")) != "True":
+        return 1
+    try:
+        return max(1, int(str(server.get("block_size"))))
+    except ValueError:
+        return 1
 
 
 @dataclass(frozen=True)
 class MeasuredSimProfile(Profile):
     """A simulated GPU that steps as a measured engine did: the decode step from the measured
     curve, prefill at its measured rate per token (a mixed step pays both), the KV pool the
-    engine reported. The model and GPU it names (`base`) are what T2's memory weights and the
-    roofline utilization read; the timing is the curve's."""
+    engine reported, its per-request cost and its prefix-cache block. The model and GPU it
+    names (`base`) are what T2's memory weights and the roofline utilization read; the timing
+    is the curve's."""
 
     curve: MeasuredProfile | None = None
 
@@ -123,6 +168,14 @@ class MeasuredSimProfile(Profile):
         if self.curve is not None and self.curve.kv_capacity_tokens:
             return self.curve.kv_capacity_tokens
         return super().kv_capacity_tokens
+
+    @property
+    def request_s(self) -> float:
+        return self.curve.request_s if self.curve is not None else 0.0
+
+    @property
+    def cache_block_tokens(self) -> int:
+        return self.curve.cache_block_tokens if self.curve is not None else 1
 
     def decode_step_s(self, batch: int, ctx_sum: float) -> float:
         assert self.curve is not None

@@ -11,7 +11,9 @@ admitted sequence decodes every step, as in SGLang 0.5 (`scheduling="sglang"`); 
 `spec_step_slack` of what the primary ones alone cost, a per-step pausing no stock engine
 does, kept for comparison. When decode runs out of KV, the lowest-priority, latest request is
 retracted to the waiting queue and later resumes from the prefix cache. An aborted running request does
-one more step, then frees its slot; the KV it computed stays as evictable cache.
+one more step, then frees its slot; the KV it computed stays as evictable cache. A profile
+measured on a server (`roofline.measured`) adds its per-request cost to the step that admits a
+request and has the prefix cache hit in whole blocks.
 
 The engine is event-driven: between two external events the batch cannot change, so a run
 of decode steps up to the next completion is planned at once (a "macro step") and cut short
@@ -44,6 +46,7 @@ class _Step:
     # Per planned step: its duration with the speculative work left out (0: no primary decodes).
     alone: list[float] = field(default_factory=list)
     primaries: int = 0  # primary sequences decoding in it
+    admitted: list[SimRequest] = field(default_factory=list)  # requests it admits (each costs request_s)
 
     @property
     def end_s(self) -> float:
@@ -189,12 +192,17 @@ class SimEngine:
             return prefill
         ctx = sum(r.prompt_tokens + r.generated for r in decoding)
         work = [(n, r.prefilled) for r, n in prefill.chunks]
-        dur = self.profile.mixed_step_s(len(decoding), ctx, work)
+        admitted, request_s = prefill.admitted, self.profile.request_s
+        dur = self.profile.mixed_step_s(len(decoding), ctx, work) + request_s * len(admitted)
         flops = self.profile.prefill_flops(work) + self.profile.decode_flops(len(decoding), ctx)
         bp, ctx_p = self._primary(decoding)
         work_p = [(n, r.prefilled) for r, n in prefill.chunks if r.priority == PRIMARY]
-        alone = self.profile.mixed_step_s(bp, ctx_p, work_p) if bp else 0.0
-        return _Step("mixed", start_s, [start_s + dur], [flops], decoding, prefill.chunks, [alone], bp)
+        alone = 0.0
+        if bp:
+            mine = sum(r.priority == PRIMARY for r in admitted)
+            alone = self.profile.mixed_step_s(bp, ctx_p, work_p) + request_s * mine
+        chunks = prefill.chunks
+        return _Step("mixed", start_s, [start_s + dur], [flops], decoding, chunks, [alone], bp, admitted)
 
     @staticmethod
     def _primary(batch: list[SimRequest]) -> tuple[int, int]:
@@ -220,6 +228,7 @@ class SimEngine:
                 chunks.append((req, n))
                 budget -= n
         admitted: list[SimRequest] = []
+        block = self.profile.cache_block_tokens
         waiting = sorted(self._waiting, key=lambda r: (r.priority, r.seq)) if self._waiting else []
         if waiting:
             free = self.capacity_tokens - self.used_tokens
@@ -238,6 +247,7 @@ class SimEngine:
             avail -= need + reserve
             total = sum(t for _, t in prompt)
             matched = min(matched, total - 1) if total else 0  # SGLang matches at most len-1
+            matched -= matched % block  # a measured server's cache hits in whole blocks
             req.cached_tokens += matched
             req.prefilled, req.prefill_target = matched, total
             self.stats.prompt_tokens += total
@@ -252,9 +262,10 @@ class SimEngine:
             self._waiting.remove(req)
             self._admit(req, start_s)
         work = [(n, r.prefilled) for r, n in chunks]
-        dur = self.profile.prefill_step_s(work)
+        dur = self.profile.prefill_step_s(work) + self.profile.request_s * len(admitted)
         flops = self.profile.prefill_flops(work)
-        return _Step("prefill", start_s, [start_s + dur], [flops], [r for r, _ in chunks], chunks, [0.0])
+        batch = [r for r, _ in chunks]
+        return _Step("prefill", start_s, [start_s + dur], [flops], batch, chunks, [0.0], admitted=admitted)
 
     def _admit(self, req: SimRequest, now_s: float) -> None:
         prompt = req.resume_prompt()

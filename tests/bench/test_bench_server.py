@@ -103,6 +103,24 @@ def test_real_content_from_a_server_is_graded_and_lossless(server, tmp_path):
     assert r["spex"]["step_tokens_p50"] > 0
 
 
+def test_the_oracle_bound_runs_as_interleaved_pairs_on_a_server(server, tmp_path):
+    """`--mode compare --oracle`: the baseline's trees recorded once, then each pair's SPEX
+    side speculates exactly them: the same trees, and every speculative job used."""
+    out = tmp_path / "r.json"
+    proc = spex(
+        "bench", "--engine", "vllm", "--engine-url", server, "--algorithm", "rebase", "--target", "4",
+        "--questions", "2", "--max-step-tokens", "32", "--reward", "logprob", "--mode", "compare",
+        "--oracle", "--repeats", "2", "--max-running", "8", "--json", str(out), "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(out.read_text())
+    assert r["repeats"] == 2 and r["trees_identical"] and r["lossless"]
+    for p in r["pairs"]:
+        assert p["spex"]["predictor"] == "oracle" and p["baseline"]["predictor"] == "search"
+        assert p["spex"]["spec_issued"] > 0 and p["spex"]["hit_rate"] == 1.0
+        assert p["spex"]["spec_cancelled"] == 0 and p["compute_amplification"] == pytest.approx(1.0)
+
+
 def test_a_server_profile_feeds_the_governor(server, tmp_path):
     profile = tmp_path / "p.json"
     report = measure(
@@ -139,6 +157,7 @@ def test_a_server_profile_feeds_the_governor(server, tmp_path):
         ),  # fmt: skip
         (["--repeats", "3"], "--repeats"),
         (["--mode", "compare", "--repeats", "0"], "--repeats"),
+        (["--oracle"], "--oracle"),
     ],
 )
 def test_bad_server_flags_are_one_line_naming_the_flag(args, field, tmp_path):

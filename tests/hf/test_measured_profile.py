@@ -101,10 +101,9 @@ def test_the_simulator_steps_as_a_measured_curve(tmp_path):
     """`--engine sim --profile-file F`: the simulated GPU's decode step is the curve's, its
     prefill the measured rate, its KV pool the engine's; the trees are the workload's still."""
     cells = [
-        {"batch": b, "context": c, "tpot_s": t, "first_token_s": f}
-        for (b, c, t, f) in [(1, 128, 0.010, 0.030), (8, 128, 0.020, 0.020 + 8 * 128 * 1e-4),
-                             (1, 512, 0.012, 0.012 + 512 * 1e-4), (8, 512, 0.030, 0.030 + 8 * 512 * 1e-4)]
-    ]  # fmt: skip
+        {"batch": b, "context": c, "tpot_s": t, "first_token_s": t + b * c * 1e-4}
+        for (b, c, t) in [(1, 128, 0.010), (8, 128, 0.020), (1, 512, 0.012), (8, 512, 0.030)]
+    ]
     path = tmp_path / "server.json"
     path.write_text(json.dumps({"meta": {"engine": "m@vllm", "kv_capacity_tokens": 50_000}, "cells": cells}))
     cfg = BenchConfig(algorithm="rstar", target=4, questions=3, reward="logprob", mode="spex")
@@ -112,10 +111,53 @@ def test_the_simulator_steps_as_a_measured_curve(tmp_path):
     profile = measured.sim_profile()
     assert profile.decode_step_s(8, 8 * 128) == pytest.approx(0.020)
     assert profile.kv_capacity_tokens == 50_000
-    # Prefill: the median of the cells' (first token - one step) per prompt token: 1e-4 for
-    # three cells, (0.030 - 0.010) / 128 for the first.
     assert load_measured(path).prefill_s_per_token == pytest.approx(1e-4)
+    assert profile.request_s == pytest.approx(0.0, abs=1e-9) and profile.cache_block_tokens == 1
     assert profile.mixed_step_s(0, 0, [(100, 0)]) == pytest.approx(0.010 + 100 * 1e-4)
     catalog, stepped = summarize(run_bench(cfg)), summarize(run_bench(measured))
     assert stepped.trees_digest == catalog.trees_digest  # the clock moved, not the searches
     assert stepped.makespan_s != catalog.makespan_s and stepped.kv_capacity_tokens == 50_000
+
+
+def server_profile(tmp_path, request_s, block=None):
+    """A server's cells whose first tokens cost `request_s` a request and 1e-4 s a prompt
+    token beyond one step; `block`: its prefix cache's block size (vLLM's server info)."""
+    cells = [
+        {"batch": b, "context": c, "tpot_s": t, "first_token_s": t + b * request_s + b * c * 1e-4}
+        for (b, c, t) in [(1, 128, 0.010), (8, 128, 0.020), (1, 512, 0.010), (8, 512, 0.020)]
+    ]  # a step flat in context: the cache's hits move prefill only
+    server = {} if block is None else {"enable_prefix_caching": "True", "block_size": str(block)}
+    meta = {"engine": "m@vllm", "kv_capacity_tokens": 50_000, "server": server}
+    path = tmp_path / f"server-{request_s}-{block}.json"
+    path.write_text(json.dumps({"meta": meta, "cells": cells}))
+    return path
+
+
+def test_a_servers_per_request_cost_is_fitted_apart_from_its_prefill(tmp_path):
+    curve = load_measured(server_profile(tmp_path, 0.030))
+    assert curve.request_s == pytest.approx(0.030)
+    assert curve.prefill_s_per_token == pytest.approx(1e-4)
+    # Cells that fit no per-request cost (first tokens below the prefill line) give none, not less.
+    assert load_measured(server_profile(tmp_path, -0.005)).request_s == 0.0
+
+
+def test_the_simulator_charges_each_admitted_request_and_hits_whole_blocks(tmp_path):
+    from spex.shared.engine.api import EngineRequest
+    from spex.shared.sim.engine import SimEngine
+
+    def two_requests(path):
+        """A 300-token prompt, then a child sharing its first 300: the child's time to its
+        first token, and the tokens it found cached."""
+        engine = SimEngine(replace(BenchConfig(), profile_file=str(path), backend="sim").sim_profile())
+        engine.submit(EngineRequest("a", (("q", 300),), "a", 4, 4), 0.0)
+        first = engine.advance_to(float("inf"))[0]
+        engine.submit(EngineRequest("b", (("q", 300), ("s", 20)), "b", 4, 4), first.time_s)
+        child = engine.advance_to(float("inf"))[0]
+        return child.first_token_s - first.time_s, child.cached_tokens
+
+    free_s, free_hit = two_requests(server_profile(tmp_path, 0.0))
+    costly_s, _ = two_requests(server_profile(tmp_path, 0.030))
+    assert costly_s == pytest.approx(free_s + 0.030)  # admitting the child cost one request
+    blocked_s, block_hit = two_requests(server_profile(tmp_path, 0.0, block=128))
+    assert (free_hit, block_hit) == (300, 256)  # a 128-token block cache keeps 2 whole blocks
+    assert blocked_s == pytest.approx(free_s + 44 * 1e-4)  # the 44 tokens it missed, prefilled
