@@ -1,9 +1,9 @@
 """Compare results files as one markdown table: `python -m spex.bench.table FILE...`.
 
 One row a file (`spex bench --mode compare`, with or without `--repeats`): the engine, the
-search, the TPOT target, the speedup and primary-TPOT ratio (with their 95% intervals over
-the pairs when repeated), the speculative hit rate, compute amplification, whether every run
-grew the same trees, and accuracy."""
+search (marked when `--oracle` ran it), the TPOT target, the speedup and primary-TPOT ratio
+(with their 95% intervals over the pairs when repeated), the speculative hit rate, compute
+amplification, whether every run grew the same trees, and accuracy."""
 
 from __future__ import annotations
 
@@ -40,11 +40,14 @@ def row(r: dict[str, Any]) -> str:
     if real and "profile_file" in spex and spex["profile_file"] is None:  # no curve: --max-running
         target += " (static pool)"
     hit = "—" if r.get("hit_rate") is None else f"{r['hit_rate']:.2f}"
+    search = f"{r['algorithm']}-{r['target']}"
+    if spex.get("predictor") == "oracle":  # `--oracle`: the bound, not SPEX's own prediction
+        search += " (oracle)"
     same = "yes" if r["trees_identical"] else "no"
     if r["trees_identical"] and not r["lossless"]:
         same += f" (rewards ±{r['max_reward_difference']:.0e})"
     return (
-        f"| {r['profile']} | {r['algorithm']}-{r['target']} | {r['batch_size']} | {r['questions']} "
+        f"| {r['profile']} | {search} | {r['batch_size']} | {r['questions']} "
         f"| {target} | {_ratio(r, 'speedup')} | {_ratio(r, 'tpot_ratio')} | {hit} "
         f"| {r['compute_amplification']:.2f} | {same} "
         f"| {r['accuracy_baseline']:.2f} / {r['accuracy_spex']:.2f} |"

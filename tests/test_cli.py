@@ -246,3 +246,20 @@ def test_repeated_pairs_on_the_simulator_and_the_results_table(tmp_path):
     assert r["pairs"][0]["spex"]["tpot_target"] == 0.05
     [_, _, row] = table([str(out)]).splitlines()
     assert f"| Llemma-7B@A6000 | rstar-4 | 1 | 4 | +5% | {r['speedup']:.2f} (" in row and "| yes |" in row
+
+
+def test_the_oracle_bound_on_the_simulator_and_its_row_in_the_table(tmp_path):
+    """`--mode compare --oracle`: SPEX speculates the baseline's final trees: every speculative
+    job is used, nothing is wasted, the trees are the baseline's; the table marks the row."""
+    from spex.bench.table import table
+
+    out = tmp_path / "r.json"
+    spex("bench", "--algorithm", "rebase", "--target", "8", "--questions", "4", "--mode", "compare",
+         "--oracle", "--repeats", "2", "--json", str(out), "--quiet")  # fmt: skip
+    r = json.loads(out.read_text())
+    assert r["trees_identical"] and r["lossless"] and r["speedup"] > 1
+    for p in r["pairs"]:
+        assert p["spex"]["predictor"] == "oracle" and p["hit_rate"] == 1.0
+        assert p["compute_amplification"] == pytest.approx(1.0) and p["spex"]["spec_cancelled"] == 0
+    [_, _, row] = table([str(out)]).splitlines()
+    assert "| rebase-8 (oracle) | 1 | 4 |" in row

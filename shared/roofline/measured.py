@@ -16,8 +16,9 @@ A server also costs time per request that no decode step shows: its API process 
 prompt, schedules, detokenizes and answers, on the engine's core here. The cells' time to the
 first token of `batch` fresh prompts submitted together is taken as `batch` such costs, the
 prefill of their `batch × context` tokens and one step; a least-squares fit of
-`first - step = request_s × batch + prefill_s_per_token × batch × context` over the cells gives
-both (neither below 0). The simulator charges `request_s` to the step that admits a request.
+`first - step = request_s × batch + prefill_s_per_token × batch × context` over the cells (in
+relative errors) gives both (neither below 0). The simulator charges `request_s` to the step
+that admits a request.
 A server's prefix cache hits in whole blocks (vLLM: 128 tokens on this CPU build); the file's
 `meta.server.block_size` says so, and the simulator rounds its hits down to whole blocks.
 """
@@ -119,23 +120,23 @@ def load_measured(path: str | Path) -> MeasuredProfile:
 
 def _first_token_fit(cells: list[dict]) -> tuple[float, float]:
     """(request_s, prefill_s_per_token) fitted to the cells that record a time to the first
-    token: least squares of `first - step` on `batch` and `batch × context`, neither below 0
-    (one alone refitted when the other would be). (0, 0) without such cells."""
+    token: least squares of `first - step` on `batch` and `batch × context`, each cell weighed
+    by its own size (relative errors: the short prompts a search's steps send count as much as
+    the long ones), neither term below 0 (one alone refitted when the other would be). (0, 0)
+    without such cells."""
     timed = [c for c in cells if isinstance(c.get("first_token_s"), int | float) and c["first_token_s"] > 0]
-    rows = [
-        (float(c["batch"]), float(c["batch"] * c["context"]), max(0.0, c["first_token_s"] - c["tpot_s"]))
-        for c in timed
-    ]
+    rows = [(c["batch"], c["batch"] * c["context"], c["first_token_s"] - c["tpot_s"]) for c in timed]
+    rows = [row for row in rows if row[2] > 0]
     if not rows:
         return 0.0, 0.0
-    x = np.array([(b, t) for b, t, _ in rows])
     y = np.array([v for _, _, v in rows])
-    fit = np.linalg.lstsq(x, y, rcond=None)[0] if len(rows) > 1 else np.array([-1.0, -1.0])
+    x = np.array([(b, t) for b, t, _ in rows]) / y[:, None]  # relative: each row over its own y
+    ones = np.ones(len(rows))
+    fit = np.linalg.lstsq(x, ones, rcond=None)[0] if len(rows) > 1 else np.array([-1.0, -1.0])
     if fit.min() >= 0:
         return float(fit[0]), float(fit[1])
-    # One term alone, whichever fits better (through the origin: y ≈ k·x).
-    alone = [float(max(0.0, x[:, i] @ y / (x[:, i] @ x[:, i]))) for i in (0, 1)]
-    errors = [float(np.sum((y - k * x[:, i]) ** 2)) for i, k in enumerate(alone)]
+    alone = [float(x[:, i] @ ones / (x[:, i] @ x[:, i])) for i in (0, 1)]  # one term: y ≈ k·x
+    errors = [float(np.sum((ones - k * x[:, i]) ** 2)) for i, k in enumerate(alone)]
     return (alone[0], 0.0) if errors[0] < errors[1] else (0.0, alone[1])
 
 
