@@ -3,7 +3,9 @@
 - `SyntheticContent`: step lengths, texts, rewards and answers come from the synthetic
   workload. On the simulator that is the only content; on a real engine the engine generates
   exactly the workload's number of tokens (its own text is ignored), which times the
-  synthetic tree on real hardware — the way to check the simulator.
+  synthetic tree on real hardware — the way to check the simulator. Its prompts are then
+  sized to the workload's token counts too (`SizedPrompt`: the question's head and each step
+  padded or cut to the tokens the simulator counts), where the engine can count tokens.
 - `RealContent`: a real model writes the steps (a dataset's questions, the step delimiter,
   `\\boxed{}` answers), a reward model scores them (or the generator's log-probabilities do),
   and answers are graded against the dataset's reference with math-verify.
@@ -11,13 +13,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spex.bench.vtime.config import SERVERS, BenchConfig
+from spex.proto import Split
 from spex.shared.content.datasets import load_questions
-from spex.shared.content.prompts import Template, plain_template, prompt_pieces, stop_strings
-from spex.shared.core.commands import GenerateCommand, ScoreCommand
+from spex.shared.content.prompts import Template, delimiter, plain_template, prompt_pieces, stop_strings
+from spex.shared.core.commands import GenerateCommand, ScoreCommand, Segment
 from spex.shared.core.search.answers import Equivalence
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.core.tree import Node
@@ -34,6 +38,7 @@ __all__ = [
     "Content",
     "Question",
     "RealContent",
+    "SizedPrompt",
     "SyntheticContent",
     "make_content",
     "make_engines",
@@ -156,6 +161,55 @@ def _template(engine: Engine | None) -> Template:
     return getattr(engine, "template", plain_template)
 
 
+class SizedPrompt:
+    """A synthetic prompt's text for a real engine, sized to the workload's token counts: the
+    head (the template over the question, padded with filler words) and each step (its words,
+    cut or padded) reach the tokens the simulator counts for them (`EngineRequest.prompt`), so
+    both sides prefill and cache the same amounts. Each piece is the fewest words that reach
+    its count (a token or two over at most, as words tokenize). `count` is None where the
+    engine cannot count tokens (a server without `--model`): the texts go as they are."""
+
+    def __init__(self, template: Template, split: Split, count: Callable[[str], int] | None) -> None:
+        self.template, self.split, self.count = template, split, count
+        self._sized: dict[tuple[str, int, bool], str] = {}  # (text, tokens, head?) -> piece
+
+    def pieces(self, question: str, steps: list[str], prompt: tuple[Segment, ...]) -> tuple[str, ...]:
+        plain = prompt_pieces(question, steps, self.template, self.split)
+        if self.count is None or len(prompt) != len(plain):
+            return tuple(plain)
+        out = [self._fit(question, prompt[0][1], head=True)]
+        for step, (_, tokens) in zip(steps, prompt[1:], strict=True):
+            out.append(self._fit(step, tokens, head=False))
+        return tuple(out)
+
+    def _fit(self, text: str, tokens: int, head: bool) -> str:
+        key = (text, tokens, head)
+        if key not in self._sized:
+            assert self.count is not None
+            gap = delimiter(self.split)
+            words = [*text.split(), *(f"w{n % 97}" for n in range(tokens))]  # a word is a token or more
+
+            def piece(n: int) -> str:
+                return self.template(" ".join(words[:n]), self.split) if head else " ".join(words[:n]) + gap
+
+            low, high = 1, len(words)
+            while low < high:  # the fewest words whose piece reaches `tokens`
+                mid = (low + high) // 2
+                if self.count(piece(mid)) < tokens:
+                    low = mid + 1
+                else:
+                    high = mid
+            self._sized[key] = piece(low)
+        return self._sized[key]
+
+
+def _sized(engine: Engine | None, split: Split) -> SizedPrompt | None:
+    """How a real engine's synthetic prompts are written (None on the simulator: no text)."""
+    if engine is None or isinstance(engine, SimEngine):
+        return None
+    return SizedPrompt(_template(engine), split, getattr(engine, "count_tokens", None))
+
+
 def _steps(node: Node) -> list[str]:
     return [n.text for n in node.path()]
 
@@ -175,8 +229,8 @@ class SyntheticContent:
         # A real engine reads text: the synthetic question's and steps', split and sampled as
         # the services do (the tokens are the workload's count whatever they are).
         self._split, self._temperature = cfg.step_split, cfg.sampling_temperature
-        self._gen_text = _template(gen) if not isinstance(gen, SimEngine) else None
-        self._prm_text = _template(prm) if prm is not None and not isinstance(prm, SimEngine) else None
+        self._gen_text = _sized(gen, self._split)
+        self._prm_text = _sized(prm, self._split)
 
     def generate(self, question: SyntheticQuestion, cmd: GenerateCommand, rid: str) -> EngineRequest:
         path = [n.id for n in cmd.node.path()]
@@ -186,8 +240,7 @@ class SyntheticContent:
         req = EngineRequest(rid, cmd.prompt, cmd.node.id, tokens, cmd.max_new_tokens, cmd.priority)
         if self._gen_text is not None:
             assert cmd.node.parent is not None
-            steps = _steps(cmd.node.parent)
-            req.text = tuple(prompt_pieces(question.text, steps, self._gen_text, self._split))
+            req.text = self._gen_text.pieces(question.text, _steps(cmd.node.parent), cmd.prompt)
             req.seed, req.temperature = cmd.node.seed, self._temperature
         return req
 
@@ -200,7 +253,7 @@ class SyntheticContent:
     def score(self, question: SyntheticQuestion, cmd: ScoreCommand, rid: str) -> EngineRequest:
         req = EngineRequest(rid, cmd.prompt, cmd.node.id + "/s", 0, priority=cmd.priority)
         if self._prm_text is not None:
-            req.text = tuple(prompt_pieces(question.text, _steps(cmd.node), self._prm_text, self._split))
+            req.text = self._prm_text.pieces(question.text, _steps(cmd.node), cmd.prompt)
         return req
 
     def reward(self, question: SyntheticQuestion, path: list[str], c: Completion) -> float:

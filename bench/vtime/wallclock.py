@@ -115,6 +115,10 @@ class WallEngine:
         return self.live.template
 
     @property
+    def count_tokens(self) -> Callable[[str], int] | None:
+        return self.live.count_tokens
+
+    @property
     def step_model(self) -> MeasuredProfile | None:
         """The server's measured step curve: the governor's counterfactual (`ServingEngine`)."""
         return self.live.step_model

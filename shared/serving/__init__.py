@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from spex.shared.content.prompts import Template, chat_template, plain_template
+from spex.shared.content.prompts import chat_template
 from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
 from spex.shared.serving.sglang import SGLangBackend
@@ -30,12 +30,11 @@ def open_engine(
         backend = SGLangBackend(url, reward=reward, deterministic=deterministic)
     else:
         raise ValueError(f"SPEX_ENGINE: {kind!r} is not a serving engine (vllm, sglang)")
-    return ServingEngine(backend, url, timeout_s, _template(tokenizer_dir))
-
-
-def _template(tokenizer_dir: str) -> Template:
     if not tokenizer_dir:
-        return plain_template
-    from transformers import AutoTokenizer  # the hf extra; only to read the chat template
+        return ServingEngine(backend, url, timeout_s)
+    from transformers import AutoTokenizer  # the hf extra; to read the chat template and count
 
-    return chat_template(AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True))
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    engine = ServingEngine(backend, url, timeout_s, chat_template(tokenizer))
+    engine.count_tokens = lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+    return engine

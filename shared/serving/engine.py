@@ -31,6 +31,7 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,8 @@ class ServingEngine:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.template = template
+        # The served model's token count of a text, where its tokenizer is known (open_engine).
+        self.count_tokens: Callable[[str], int] | None = None
         self.poll_s = poll_s
         self.nonce = os.urandom(8).hex()
         self.server = ServerMetrics()
