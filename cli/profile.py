@@ -116,7 +116,7 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
         meta |= _side_by_side(args, cells, batches, contexts, console)
     if args.json:
         write_report(cells, meta, Path(args.json))
-        console.print(f"wrote {args.json} and {Path(args.json).with_suffix('.png')}")
+        _wrote(args.json, console)
     return 0
 
 
@@ -178,8 +178,21 @@ def _server_profile(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         meta = {"engine": name, "server": info, "new_tokens": args.new_tokens, "repeats": args.repeats}
         write_report(cells, meta | {"kv_capacity_tokens": engine.server.kv_capacity}, Path(args.json))
-        console.print(f"wrote {args.json} and {Path(args.json).with_suffix('.png')}")
+        _wrote(args.json, console)
     return 0
+
+
+def _wrote(path: str, console: Console) -> None:
+    """Where the profile went, and what the simulator reads from it beside the curve."""
+    from spex.shared.roofline.measured import load_measured
+
+    curve = load_measured(path)
+    console.print(f"wrote {path} and {Path(path).with_suffix('.png')}")
+    console.print(
+        f"fitted from the first-token times: {curve.request_s * 1e3:.1f} ms a request, "
+        f"{curve.prefill_s_per_token * 1e3:.3f} ms a prompt token; prefix-cache block "
+        f"{curve.cache_block_tokens} token(s) (what `spex bench --engine sim --profile-file` charges)"
+    )
 
 
 def _ints(text: str, flag: str) -> list[int]:

@@ -203,3 +203,18 @@ def test_the_server_profile_reads_the_servers_step(server, tmp_path):
     assert 1.25e-3 <= cells[1]["tpot_s"] < 0.02
     assert 3.0e-3 <= cells[8]["tpot_s"] < 0.03
     assert cells[8]["first_token_s"] > 0
+
+
+def test_the_server_profile_fits_a_per_request_cost_and_the_prefill_rate(tmp_path):
+    """A server whose step that admits a request takes 30 ms more for it and 0.05 ms a prompt
+    token: the profile's fit of the first-token times finds both (what the simulator charges)."""
+    from spex.shared.roofline.measured import load_measured
+
+    with serving("--step-ms", "1", "--request-ms", "30", "--prefill-ms-per-token", "0.05") as url:
+        out = tmp_path / "p.json"
+        measure(url, out, "--batches", "1,4", "--contexts", "64,512", "--new-tokens", "8", "--repeats", "1")
+    curve = load_measured(out)
+    # Requests sent together reach the server one by one: the first may start its step before
+    # the rest arrive, and they wait less than all of it; so a fitted cost under the true one.
+    assert 0.018 <= curve.request_s < 0.045
+    assert curve.prefill_s_per_token == pytest.approx(5e-5, rel=0.3)

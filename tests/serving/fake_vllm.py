@@ -67,8 +67,18 @@ class _Seq:
 
 
 class FakeVLLM:
-    def __init__(self, max_num_seqs: int, step_ms: float, per_seq_ms: float, fail_after: int = 0) -> None:
+    def __init__(
+        self,
+        max_num_seqs: int,
+        step_ms: float,
+        per_seq_ms: float,
+        fail_after: int = 0,
+        request_ms: float = 0.0,
+        prefill_ms_per_token: float = 0.0,
+    ) -> None:
         self.max_num_seqs, self.step_s, self.per_seq_s = max_num_seqs, step_ms / 1e3, per_seq_ms / 1e3
+        # What the step that admits a request adds: a fixed cost, and its uncached prompt's prefill.
+        self.request_s, self.prefill_s_per_token = request_ms / 1e3, prefill_ms_per_token / 1e3
         self.fail_after = fail_after  # > 0: every completion request after this many fails (a 500)
         self.served = 0
         self.waiting: list[_Seq] = []
@@ -97,13 +107,16 @@ class FakeVLLM:
     async def _step_forever(self) -> None:
         while True:
             self.waiting.sort(key=lambda s: (s.priority, s.arrival))
+            admit_s = 0.0
             while self.waiting and len(self.running) < self.max_num_seqs:
-                self.running.append(self.waiting.pop(0))
+                seq = self.waiting.pop(0)
+                admit_s += self.request_s + self.prefill_s_per_token * (seq.prompt_tokens - seq.cached_tokens)
+                self.running.append(seq)
             if not self.running:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            await asyncio.sleep(self.step_s + self.per_seq_s * len(self.running))
+            await asyncio.sleep(self.step_s + self.per_seq_s * len(self.running) + admit_s)
             for seq in list(self.running):
                 seq.made += 1
                 if seq.made >= len(seq.out):
@@ -233,8 +246,17 @@ def main() -> None:
     p.add_argument("--step-ms", type=float, default=4.0)
     p.add_argument("--per-seq-ms", type=float, default=0.25)
     p.add_argument("--fail-after", type=int, default=0, help="fail every completion after this many")
+    p.add_argument("--request-ms", type=float, default=0.0, help="what admitting a request adds to its step")
+    p.add_argument("--prefill-ms-per-token", type=float, default=0.0, help="and each uncached prompt token")
     args = p.parse_args()
-    server = FakeVLLM(args.max_num_seqs, args.step_ms, args.per_seq_ms, args.fail_after)
+    server = FakeVLLM(
+        args.max_num_seqs,
+        args.step_ms,
+        args.per_seq_ms,
+        args.fail_after,
+        args.request_ms,
+        args.prefill_ms_per_token,
+    )
     web.run_app(server.app(), host="127.0.0.1", port=args.port, print=None)
 
 
