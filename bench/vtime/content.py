@@ -174,9 +174,8 @@ class SizedPrompt:
         self._sized: dict[tuple[str, int, bool], str] = {}  # (text, tokens, head?) -> piece
 
     def pieces(self, question: str, steps: list[str], prompt: tuple[Segment, ...]) -> tuple[str, ...]:
-        plain = prompt_pieces(question, steps, self.template, self.split)
-        if self.count is None or len(prompt) != len(plain):
-            return tuple(plain)
+        if self.count is None or len(prompt) != 1 + len(steps):  # (the head, then each step)
+            return tuple(prompt_pieces(question, steps, self.template, self.split))
         out = [self._fit(question, prompt[0][1], head=True)]
         for step, (_, tokens) in zip(steps, prompt[1:], strict=True):
             out.append(self._fit(step, tokens, head=False))
