@@ -13,7 +13,7 @@ does, kept for comparison. When decode runs out of KV, the lowest-priority, late
 retracted to the waiting queue and later resumes from the prefix cache. An aborted running request does
 one more step, then frees its slot; the KV it computed stays as evictable cache. A profile
 measured on a server (`roofline.measured`) adds its per-request cost to the step that admits a
-request and has the prefix cache hit in whole blocks.
+request, and a block cache as vLLM's (hits in whole blocks, shared within a step).
 
 The engine is event-driven: between two external events the batch cannot change, so a run
 of decode steps up to the next completion is planned at once (a "macro step") and cut short
@@ -228,13 +228,17 @@ class SimEngine:
                 chunks.append((req, n))
                 budget -= n
         admitted: list[SimRequest] = []
+        # A block cache (vLLM's) hits in whole blocks and hashes a request's blocks as it
+        # allocates them: requests admitted in the same step share them. A radix cache
+        # (SGLang's) takes a prompt once it is computed: they each compute it.
         block = self.profile.cache_block_tokens
+        deferred: list[SimRequest] = []  # admitted once the step's admission is decided (radix)
         waiting = sorted(self._waiting, key=lambda r: (r.priority, r.seq)) if self._waiting else []
         if waiting:
             free = self.capacity_tokens - self.used_tokens
             avail = free + self.cache.evictable_tokens - self._reserved_tokens()
         for req in waiting:
-            if budget <= 0 or len(self._running) + len(admitted) >= self.config.max_running:
+            if budget <= 0 or len(self._running) + len(deferred) >= self.config.max_running:
                 break
             prompt = req.resume_prompt()
             matched, hit = self.cache.match(prompt, start_s)
@@ -247,7 +251,7 @@ class SimEngine:
             avail -= need + reserve
             total = sum(t for _, t in prompt)
             matched = min(matched, total - 1) if total else 0  # SGLang matches at most len-1
-            matched -= matched % block  # a measured server's cache hits in whole blocks
+            matched -= matched % block
             req.cached_tokens += matched
             req.prefilled, req.prefill_target = matched, total
             self.stats.prompt_tokens += total
@@ -256,9 +260,14 @@ class SimEngine:
             budget -= n
             admitted.append(req)
             chunks.append((req, n))
+            if block > 1:
+                self._waiting.remove(req)
+                self._admit(req, start_s)
+            else:
+                deferred.append(req)
         if not chunks:
             return None
-        for req in admitted:
+        for req in deferred:
             self._waiting.remove(req)
             self._admit(req, start_s)
         work = [(n, r.prefilled) for r, n in chunks]

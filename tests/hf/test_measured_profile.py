@@ -161,3 +161,22 @@ def test_the_simulator_charges_each_admitted_request_and_hits_whole_blocks(tmp_p
     blocked_s, block_hit = two_requests(server_profile(tmp_path, 0.0, block=128))
     assert (free_hit, block_hit) == (300, 256)  # a 128-token block cache keeps 2 whole blocks
     assert blocked_s == pytest.approx(free_s + 44 * 1e-4)  # the 44 tokens it missed, prefilled
+
+
+def test_a_block_cache_shares_a_prompt_within_the_step_that_admits_it(tmp_path):
+    """vLLM hashes a request's blocks as it allocates them: two requests of one question sent
+    together find the first's blocks; SGLang's radix cache takes a prompt once computed."""
+    from spex.shared.engine.api import EngineRequest
+    from spex.shared.sim.engine import SimEngine
+
+    def hits(path):
+        engine = SimEngine(replace(BenchConfig(), profile_file=str(path), backend="sim").sim_profile())
+        for rid in ("a", "b"):
+            engine.submit(EngineRequest(rid, (("q", 300), (rid, 10)), rid, 4, 4), 0.0)
+        done = []
+        while len(done) < 2:
+            done += engine.advance_to(float("inf"))
+        return sorted(c.cached_tokens for c in done)
+
+    assert hits(server_profile(tmp_path, 0.0, block=128)) == [0, 256]
+    assert hits(server_profile(tmp_path, 0.0)) == [0, 0]
