@@ -24,6 +24,9 @@ from spex.shared.serving.engine import ServingEngine
 __all__ = ["Cell", "measure_hf", "measure_server", "write_report"]
 
 START_WAIT_S = 60.0  # how long a server that does not answer is waited for
+# The request-cost probe's prompt: two of vLLM's 128-token blocks and a few tokens more (a
+# block cache recomputes only those; SGLang's radix cache only the last one).
+PROBE_CONTEXT = 260
 
 
 @dataclass(frozen=True)
@@ -95,17 +98,22 @@ def measure_hf(
 
 def measure_server(
     engine: ServingEngine, batches: list[int], contexts: list[int], new_tokens: int = 32, repeats: int = 3
-) -> list[Cell]:
+) -> tuple[list[Cell], dict[str, float]]:
     """Each batch × context cell on a live server (vLLM, SGLang), started. Its replies are not
     streamed, so a cell's time per output token is the difference of two runs: `batch` requests
     making `new_tokens` and `batch` others making one, each over their own fresh prompts (no
-    prefix-cache hit: both pay the same prefill), that difference over `new_tokens - 1`."""
+    prefix-cache hit: both pay the same prefill), that difference over `new_tokens - 1`.
+
+    Then the request-cost probe (the report's `meta.request_probe`): the time of a one-token
+    request whose prompt of `PROBE_CONTEXT` tokens is cached but for a few: a request's own cost
+    (the API server's work) and one forward pass, from which `roofline.measured` takes the
+    cost a request adds beside its steps."""
     return asyncio.run(_measure_server(engine, batches, contexts, new_tokens, repeats))
 
 
 async def _measure_server(
     engine: ServingEngine, batches: list[int], contexts: list[int], new_tokens: int, repeats: int
-) -> list[Cell]:
+) -> tuple[list[Cell], dict[str, float]]:
     try:  # a server that is not there is said in a minute, not the requests' timeout
         await engine.start(wait_s=START_WAIT_S)
     except BaseException:
@@ -140,6 +148,23 @@ async def _measure_server(
                 )
             return statistics.fmean([_e2e(done.pop(r)) for r in rids])
 
+        async def cached_s(context: int, repeats: int) -> float:
+            """One-token requests of one prompt, one after another: each finds all of it cached
+            but its last block's few tokens, so its time is the request's own cost and one
+            forward pass (the median over all but the first, which filled the cache)."""
+            words = " ".join(f"w{n % 97}" for n in range(max(1, round(context / per_word))))
+            times = []
+            for r in range(repeats + 1):
+                rid = f"{engine.nonce}/cached/{r}"
+                req = EngineRequest(rid, (("cached", context),), rid, 1, 1, temperature=0.0)
+                req.text = (f"cached {words}",)
+                engine.submit(req)
+                while rid not in done:
+                    arrived.clear()
+                    await arrived.wait()
+                times.append(_e2e(done.pop(rid)))
+            return statistics.median(times[1:])
+
         cells = []
         await batch_s(f"{engine.nonce}/warm", batches[0], contexts[0], new_tokens)  # as measure_hf
         for context in contexts:
@@ -153,7 +178,8 @@ async def _measure_server(
                     firsts.append(short)
                 tpot = statistics.median(runs)
                 cells.append(Cell(batch, context, tpot, batch / tpot, statistics.median(firsts)))
-        return cells
+        probe = {"context": PROBE_CONTEXT, "e2e_s": await cached_s(PROBE_CONTEXT, max(3, repeats))}
+        return cells, probe
     finally:
         stop.set()
         await runner

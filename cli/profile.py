@@ -129,7 +129,7 @@ def _side_by_side(
 
     server = open_engine("vllm", args.against, timeout_s=300.0)
     try:
-        theirs = measure_server(server, batches, contexts, args.new_tokens, args.repeats)
+        theirs, _ = measure_server(server, batches, contexts, args.new_tokens, args.repeats)
     except EngineUnavailable as exc:
         raise ValueError(f"--against: {exc}") from None
     info = server.backend.server_info
@@ -165,7 +165,7 @@ def _server_profile(args: argparse.Namespace, console: Console) -> int:
         raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
     engine = open_engine(args.engine, args.engine_url, timeout_s=300.0)
     try:
-        cells = measure_server(engine, batches, contexts, args.new_tokens, args.repeats)
+        cells, probe = measure_server(engine, batches, contexts, args.new_tokens, args.repeats)
     except EngineUnavailable as exc:
         raise ValueError(f"--engine-url: {exc}") from None
     info = engine.backend.server_info
@@ -177,6 +177,7 @@ def _server_profile(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     if args.json:
         meta = {"engine": name, "server": info, "new_tokens": args.new_tokens, "repeats": args.repeats}
+        meta["request_probe"] = probe
         write_report(cells, meta | {"kv_capacity_tokens": engine.server.kv_capacity}, Path(args.json))
         _wrote(args.json, console)
     return 0

@@ -17,10 +17,12 @@ prompt, schedules, detokenizes and answers, on the engine's core here. The cells
 first token of `batch` fresh prompts submitted together is taken as `batch` such costs, the
 prefill of their `batch × context` tokens and one step; a least-squares fit of
 `first - step = request_s × batch + prefill_s_per_token × batch × context` over the cells (in
-relative errors) gives both (neither below 0). The simulator charges `request_s` to the step
-that admits a request.
-A server's prefix cache hits in whole blocks (vLLM: 128 tokens on this CPU build); the file's
-`meta.server.block_size` says so, and the simulator rounds its hits down to whole blocks.
+relative errors) gives both (neither below 0). A server's profile also probes `request_s`
+directly (`meta.request_probe`: a one-token request whose prompt is cached but for a few
+tokens, less one forward pass); the prefill rate is then the smallest cell's. The simulator
+charges `request_s` to the step that admits a request. A server's prefix cache hits in whole
+blocks (vLLM: 128 tokens on this CPU build): the file's `meta.server.block_size` says so, and
+the simulator's hits are whole blocks too, shared within a step (`sim.engine`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -103,35 +105,51 @@ def load_measured(path: str | Path) -> MeasuredProfile:
     for i, row in enumerate(grid):  # monotone on both axes
         for j in range(len(row)):
             row[j] = max(row[j], row[j - 1] if j else 0.0, grid[i - 1][j] if i else 0.0)
-    request_s, prefill_s = _first_token_fit(report["cells"])
     meta = report.get("meta", {})
+    curve = MeasuredProfile(name, batches, contexts, tuple(tuple(row) for row in grid))
+    request_s = _probed_request_s(meta.get("request_probe"), curve)
+    request_s, prefill_s = _first_token_fit(report["cells"], request_s)
     kv = meta.get("kv_capacity_tokens")
-    return MeasuredProfile(
-        name,
-        batches,
-        contexts,
-        tuple(tuple(row) for row in grid),
-        prefill_s,
-        int(kv) if isinstance(kv, int) and kv > 0 else None,
-        request_s,
-        _block_tokens(meta.get("server")),
+    return replace(
+        curve,
+        prefill_s_per_token=prefill_s,
+        kv_capacity_tokens=int(kv) if isinstance(kv, int) and kv > 0 else None,
+        request_s=request_s,
+        cache_block_tokens=_block_tokens(meta.get("server")),
     )
 
 
-def _first_token_fit(cells: list[dict]) -> tuple[float, float]:
+def _probed_request_s(probe: object, curve: MeasuredProfile) -> float | None:
+    """A request's own cost from the server profile's probe (`engine_speed.measure_server`):
+    a cached one-token request's time less the one forward pass it ran (None: no probe)."""
+    if not isinstance(probe, dict):
+        return None
+    try:
+        e2e_s, context = float(probe["e2e_s"]), float(probe["context"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return max(0.0, e2e_s - curve.decode_step_s(1, context)) if math.isfinite(e2e_s) else None
+
+
+def _first_token_fit(cells: list[dict], request_s: float | None = None) -> tuple[float, float]:
     """(request_s, prefill_s_per_token) fitted to the cells that record a time to the first
     token: least squares of `first - step` on `batch` and `batch × context`, each cell weighed
     by its own size (relative errors: the short prompts a search's steps send count as much as
-    the long ones), neither term below 0 (one alone refitted when the other would be). (0, 0)
-    without such cells."""
+    the long ones), neither term below 0 (one alone refitted when the other would be). With
+    `request_s` probed, the prefill rate is the smallest cell's (batch 1 at the shortest context:
+    its one request waits on no other, and its prefill is nearly all per-token work, as a
+    search's short extends are) less that cost. (0, 0) without such cells."""
     timed = [c for c in cells if isinstance(c.get("first_token_s"), int | float) and c["first_token_s"] > 0]
     rows = [(c["batch"], c["batch"] * c["context"], c["first_token_s"] - c["tpot_s"]) for c in timed]
     rows = [row for row in rows if row[2] > 0]
     if not rows:
-        return 0.0, 0.0
+        return request_s or 0.0, 0.0
     y = np.array([v for _, _, v in rows])
     x = np.array([(b, t) for b, t, _ in rows]) / y[:, None]  # relative: each row over its own y
     ones = np.ones(len(rows))
+    if request_s is not None:  # the shortest prompt at batch 1: no arrival order, least attention
+        b, tokens, first = min(rows, key=lambda row: (row[0], row[1]))
+        return request_s, max(0.0, (first - b * request_s) / tokens)
     fit = np.linalg.lstsq(x, ones, rcond=None)[0] if len(rows) > 1 else np.array([-1.0, -1.0])
     if fit.min() >= 0:
         return float(fit[0]), float(fit[1])
