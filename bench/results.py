@@ -101,6 +101,9 @@ class RunSummary:
     cancel_latency_p50_s: float | None
     spec_pool_peak: int
     slack_end: list[float]  # each worker's TPOT slack at the end (the governor's, or the fixed one)
+    # Worker 0's governor over the run: [time s, slack, pool, TPOT growth of the last window]
+    # each time the slack or the pool moved (`python -m spex.bench.governor` plots it).
+    governor_trace: list[list[float | None]]
     server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
     tpot_target: float | None  # what the governor held primary TPOT growth to (None: a fixed slack)
     profile_file: str | None  # the measured step curve it budgeted by (None: the catalog's or static)
@@ -260,6 +263,10 @@ def summarize(res: BenchResult) -> RunSummary:
         cancel_latency_p50_s=_pct(res.cancel_latencies_s, 50) if res.cancel_latencies_s else None,
         spec_pool_peak=res.pool_peak,
         slack_end=[round(s, 4) for s in res.slack],
+        governor_trace=[
+            [round(t, 3), round(slack, 4), pool, None if g is None else round(g, 4)]
+            for t, slack, pool, g in res.governor
+        ],
         server=dict(getattr(res.gen, "server_info", {})),
         tpot_target=cfg.tpot_target if cfg.tpot_slack is None else None,
         profile_file=cfg.profile_file,

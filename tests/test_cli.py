@@ -263,3 +263,24 @@ def test_the_oracle_bound_on_the_simulator_and_its_row_in_the_table(tmp_path):
         assert p["compute_amplification"] == pytest.approx(1.0) and p["spex"]["spec_cancelled"] == 0
     [_, _, row] = table([str(out)]).splitlines()
     assert "| rebase-8 (oracle) | 1 | 4 |" in row
+
+
+def test_the_governors_trace_is_recorded_and_plotted(tmp_path):
+    """Each SPEX run records worker 0's governor as it went (a row each time the slack or the
+    pool moved); `python -m spex.bench.governor` summarizes and plots it."""
+    out, png = tmp_path / "r.json", tmp_path / "g.png"
+    spex("bench", "--algorithm", "rebase", "--target", "16", "--questions", "4", "--mode", "compare",
+         "--tpot-target", "0.05", "--json", str(out), "--quiet")  # fmt: skip
+    r = json.loads(out.read_text())
+    trace = r["spex"]["governor_trace"]
+    assert len(trace) > 1 and r["baseline"]["governor_trace"] == []
+    times = [row[0] for row in trace]
+    assert times == sorted(times) and all(0 <= row[1] <= 4.0 and row[2] >= 0 for row in trace)
+    assert trace[-1][1] == pytest.approx(r["spex"]["slack_end"][0], abs=1e-4)
+    assert any(row[3] is not None for row in trace)  # windows closed, their growth measured
+    proc = subprocess.run(
+        [sys.executable, "-m", "spex.bench.governor", str(out), "--plot", str(png)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("target +5%: window growth median") and png.stat().st_size > 0

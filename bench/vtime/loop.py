@@ -62,6 +62,7 @@ class BenchResult:
     critical_path: CriticalPath
     pool_peak: int  # the largest speculative pool T2 divided
     slack: list[float]  # each worker's slack at the end (the governor's, or the fixed one)
+    governor: list[tuple[float, float, int, float | None]]  # worker 0's (time, slack, pool, growth)
 
 
 class _Run:
@@ -161,6 +162,7 @@ class _Run:
             critical_path=m.critical,
             pool_peak=m.pool_peak,
             slack=[self._slack(w) for w in range(len(self.gens))],
+            governor=m.governor,
         )
 
     def close(self) -> None:
@@ -362,6 +364,8 @@ class _Run:
             workers = range(len(self.gens)) if w < 0 else [w]
             pool = sum(self._pool(i, machines) for i in workers)
             self.metrics.pool_peak = max(self.metrics.pool_peak, pool)
+            if 0 in workers:
+                self._trace_governor(now, pool)
             share, demand = self._divide(qids, pool)
             shares |= share
             for i in workers:
@@ -370,6 +374,12 @@ class _Run:
             commands = machine.on_budget(shares[qid], now)
             if commands:
                 self._execute(qid, commands, now)
+
+    def _trace_governor(self, now: float, pool: int) -> None:
+        """A row of worker 0's governor trace when its slack or pool moved."""
+        trace, slack = self.metrics.governor, self._slack(0)
+        if not trace or trace[-1][1:3] != (slack, pool):
+            trace.append((now, slack, pool, self.governors[0].last_growth))
 
     def _divide(self, qids: list[str], pool: int) -> tuple[dict[str, int], int]:
         """Each query's share of `pool`, and the speculative branches they could use (Σ C_q)."""

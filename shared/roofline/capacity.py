@@ -81,6 +81,8 @@ class TpotGovernor:
     _steps: int = 0
     _limited: bool = False
     _fed: tuple[int, float, float] = (0, 0, 0)  # the engine's counters at the last `feed`
+    windows: int = 0  # windows closed so far
+    last_growth: float | None = None  # the measured TPOT growth of the last closed window
 
     def observe(self, steps: int, measured_s: float, alone_s: float, limited: bool) -> None:
         """`steps` more primary decode steps took `measured_s` (`alone_s` without speculation);
@@ -92,7 +94,9 @@ class TpotGovernor:
         self._limited |= limited
         if self._steps < self.window or self._alone_s <= 0:
             return
-        error = self.target - (self._measured_s / self._alone_s - 1.0)
+        self.last_growth = self._measured_s / self._alone_s - 1.0
+        self.windows += 1
+        error = self.target - self.last_growth
         if error < 0 or self._limited:
             gain = self.gain if error > 0 else self.gain_down
             self.slack = min(self.max_slack, max(0.0, self.slack + gain * error))
