@@ -273,7 +273,7 @@ class RealContent:
         self.same_answer: Equivalence | None = equivalent
         self._gen_text = _template(gen)
         self._prm_text = _template(prm)
-        count = getattr(gen, "count_tokens", len)
+        count = getattr(gen, "count_tokens", None) or len  # a server without --model: characters
         self.questions: list[Question] = []
         for q in load_questions(str(cfg.dataset), cfg.questions, level=cfg.level):
             head = prompt_pieces(q.text, [], self._gen_text, cfg.step_split)[0]
