@@ -3,7 +3,11 @@
 One row a file (`spex bench --mode compare`, with or without `--repeats`): the engine, the
 search (marked when `--oracle` ran it), the TPOT target, the speedup and primary-TPOT ratio
 (with their 95% intervals over the pairs when repeated), the speculative hit rate, compute
-amplification, whether every run grew the same trees, and accuracy."""
+amplification, whether every run grew the same trees, and accuracy.
+
+`--critical-path`: instead, where each search's time went, per query, baseline → SPEX (the
+last pair's runs): waiting on a primary generation, on an adopted speculative one still
+running, on admission to the engine, on a reward."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["row", "table"]
+__all__ = ["critical_path", "row", "table"]
 
 HEADER = (
     "| engine | search | B | questions | TPOT target | speedup (95% interval) | primary TPOT × "
@@ -32,17 +36,23 @@ def _first_pair(r: dict[str, Any]) -> dict[str, Any]:
     return r["pairs"][0] if "pairs" in r and "spex" in r["pairs"][0] else r
 
 
-def row(r: dict[str, Any]) -> str:
-    spex = _first_pair(r)["spex"]
+def _labels(r: dict[str, Any], spex: dict[str, Any]) -> tuple[str, str]:
+    """The search (marked when `--oracle` ran it) and the TPOT target, as the tables say them."""
+    search = f"{r['algorithm']}-{r['target']}"
+    if spex.get("predictor") == "oracle":  # the bound, not SPEX's own prediction
+        search += " (oracle)"
     target = spex.get("tpot_target", "unrecorded")
     target = "fixed slack" if target is None else target if isinstance(target, str) else f"+{target:.0%}"
     real = r["profile"].rpartition("@")[2] in ("hf", "vllm", "sglang")
     if real and "profile_file" in spex and spex["profile_file"] is None:  # no curve: --max-running
         target += " (static pool)"
+    return search, target
+
+
+def row(r: dict[str, Any]) -> str:
+    spex = _first_pair(r)["spex"]
+    search, target = _labels(r, spex)
     hit = "—" if r.get("hit_rate") is None else f"{r['hit_rate']:.2f}"
-    search = f"{r['algorithm']}-{r['target']}"
-    if spex.get("predictor") == "oracle":  # `--oracle`: the bound, not SPEX's own prediction
-        search += " (oracle)"
     same = "yes" if r["trees_identical"] else "no"
     if r["trees_identical"] and not r["lossless"]:
         same += f" (rewards ±{r['max_reward_difference']:.0e})"
@@ -58,5 +68,31 @@ def table(paths: list[str]) -> str:
     return "\n".join([HEADER, *(row(json.loads(Path(p).read_text())) for p in paths)])
 
 
+PATH_BUCKETS = ("generation_s", "adopted_s", "admission_s", "reward_s")
+PATH_HEADER = (
+    "| engine | search | B | TPOT target | generation | adopted speculation | admission | reward "
+    "| speedup |\n|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def critical_path(paths: list[str]) -> str:
+    """Seconds per query each search spent blocked, by what on, baseline → SPEX (last pair)."""
+    lines = [PATH_HEADER]
+    for path in paths:
+        r = json.loads(Path(path).read_text())
+        last = r["pairs"][-1] if "pairs" in r and "spex" in r["pairs"][-1] else r
+        search, target = _labels(r, last["spex"])
+        base, spex = last["baseline"]["critical_path_s_per_query"], last["spex"]["critical_path_s_per_query"]
+        cells = " | ".join(f"{base[k]:.2f} → {spex[k]:.2f}" for k in PATH_BUCKETS)
+        lines.append(
+            f"| {r['profile']} | {search} | {r['batch_size']} | {target} | {cells} | {r['speedup']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(table(sys.argv[1:]))
+    args = sys.argv[1:]
+    if args[:1] == ["--critical-path"]:
+        print(critical_path(args[1:]))
+    else:
+        print(table(args))

@@ -251,7 +251,7 @@ def test_repeated_pairs_on_the_simulator_and_the_results_table(tmp_path):
 def test_the_oracle_bound_on_the_simulator_and_its_row_in_the_table(tmp_path):
     """`--mode compare --oracle`: SPEX speculates the baseline's final trees: every speculative
     job is used, nothing is wasted, the trees are the baseline's; the table marks the row."""
-    from spex.bench.table import table
+    from spex.bench.table import critical_path, table
 
     out = tmp_path / "r.json"
     spex("bench", "--algorithm", "rebase", "--target", "8", "--questions", "4", "--mode", "compare",
@@ -263,6 +263,11 @@ def test_the_oracle_bound_on_the_simulator_and_its_row_in_the_table(tmp_path):
         assert p["compute_amplification"] == pytest.approx(1.0) and p["spex"]["spec_cancelled"] == 0
     [_, _, row] = table([str(out)]).splitlines()
     assert "| rebase-8 (oracle) | 1 | 4 |" in row
+    # Where the searches waited, baseline → SPEX: the oracle's speculation shortens generation.
+    [_, _, path] = critical_path([str(out)]).splitlines()
+    base, best = (r["pairs"][-1][side]["critical_path_s_per_query"] for side in ("baseline", "spex"))
+    assert f"| {base['generation_s']:.2f} → {best['generation_s']:.2f} |" in path
+    assert best["generation_s"] < base["generation_s"] and "(oracle)" in path
 
 
 def test_the_governors_trace_is_recorded_and_plotted(tmp_path):
