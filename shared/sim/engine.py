@@ -12,8 +12,9 @@ admitted sequence decodes every step, as in SGLang 0.5 (`scheduling="sglang"`); 
 does, kept for comparison. When decode runs out of KV, the lowest-priority, latest request is
 retracted to the waiting queue and later resumes from the prefix cache. An aborted running request does
 one more step, then frees its slot; the KV it computed stays as evictable cache. A profile
-measured on a server (`roofline.measured`) adds its per-request cost to the step that admits a
-request, and a block cache as vLLM's (hits in whole blocks, shared within a step).
+measured on a server (`roofline.measured`) adds its per-request cost to the first step that
+prefills a request (once: not again after a retraction), and a block cache as vLLM's (hits in
+whole blocks, shared within a step).
 
 The engine is event-driven: between two external events the batch cannot change, so a run
 of decode steps up to the next completion is planned at once (a "macro step") and cut short
@@ -46,7 +47,9 @@ class _Step:
     # Per planned step: its duration with the speculative work left out (0: no primary decodes).
     alone: list[float] = field(default_factory=list)
     primaries: int = 0  # primary sequences decoding in it
-    admitted: list[SimRequest] = field(default_factory=list)  # requests it admits (each costs request_s)
+    # Requests whose cost of their own (`Profile.request_s`) it pays: the first step that
+    # prefills them (a step planned again after an interruption pays what the first did not).
+    paying: list[SimRequest] = field(default_factory=list)
 
     @property
     def end_s(self) -> float:
@@ -192,17 +195,17 @@ class SimEngine:
             return prefill
         ctx = sum(r.prompt_tokens + r.generated for r in decoding)
         work = [(n, r.prefilled) for r, n in prefill.chunks]
-        admitted, request_s = prefill.admitted, self.profile.request_s
-        dur = self.profile.mixed_step_s(len(decoding), ctx, work) + request_s * len(admitted)
+        paying, request_s = prefill.paying, self.profile.request_s
+        dur = self.profile.mixed_step_s(len(decoding), ctx, work) + request_s * len(paying)
         flops = self.profile.prefill_flops(work) + self.profile.decode_flops(len(decoding), ctx)
         bp, ctx_p = self._primary(decoding)
         work_p = [(n, r.prefilled) for r, n in prefill.chunks if r.priority == PRIMARY]
         alone = 0.0
         if bp:
-            mine = sum(r.priority == PRIMARY for r in admitted)
+            mine = sum(r.priority == PRIMARY for r in paying)
             alone = self.profile.mixed_step_s(bp, ctx_p, work_p) + request_s * mine
         chunks = prefill.chunks
-        return _Step("mixed", start_s, [start_s + dur], [flops], decoding, chunks, [alone], bp, admitted)
+        return _Step("mixed", start_s, [start_s + dur], [flops], decoding, chunks, [alone], bp, paying)
 
     @staticmethod
     def _primary(batch: list[SimRequest]) -> tuple[int, int]:
@@ -227,7 +230,6 @@ class SimEngine:
                 n = min(remaining, budget)
                 chunks.append((req, n))
                 budget -= n
-        admitted: list[SimRequest] = []
         # A block cache (vLLM's) hits in whole blocks and hashes a request's blocks as it
         # allocates them: requests admitted in the same step share them. A radix cache
         # (SGLang's) takes a prompt once it is computed: they each compute it.
@@ -258,7 +260,6 @@ class SimEngine:
             self.stats.cached_tokens += matched
             n = min(total - matched, budget)
             budget -= n
-            admitted.append(req)
             chunks.append((req, n))
             if block > 1:
                 self._waiting.remove(req)
@@ -271,10 +272,11 @@ class SimEngine:
             self._waiting.remove(req)
             self._admit(req, start_s)
         work = [(n, r.prefilled) for r, n in chunks]
-        dur = self.profile.prefill_step_s(work) + self.profile.request_s * len(admitted)
-        flops = self.profile.prefill_flops(work)
         batch = [r for r, _ in chunks]
-        return _Step("prefill", start_s, [start_s + dur], [flops], batch, chunks, [0.0], admitted=admitted)
+        paying = [r for r in batch if not r.request_paid]
+        dur = self.profile.prefill_step_s(work) + self.profile.request_s * len(paying)
+        flops = self.profile.prefill_flops(work)
+        return _Step("prefill", start_s, [start_s + dur], [flops], batch, chunks, [0.0], paying=paying)
 
     def _admit(self, req: SimRequest, now_s: float) -> None:
         prompt = req.resume_prompt()
@@ -378,6 +380,8 @@ class SimEngine:
         out: list[Completion] = []
         if step.kind != "decode":
             self.stats.prefill_steps += 1
+            for req in step.paying:
+                req.request_paid = True
             for req, n in step.chunks:
                 req.prefilled += n
                 if self._abort_due(req, step):

@@ -41,6 +41,7 @@ class SimRequest(EngineRequest):
     first_token_s: float | None = None
     abort_s: float | None = None  # when an abort arrived
     path: list[RadixNode] = field(default_factory=list)  # locked cache entries
+    request_paid: bool = False  # a step has charged its own cost (`Profile.request_s`)
 
     @property
     def abort_requested(self) -> bool:

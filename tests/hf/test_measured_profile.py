@@ -180,3 +180,23 @@ def test_a_block_cache_shares_a_prompt_within_the_step_that_admits_it(tmp_path):
 
     assert hits(server_profile(tmp_path, 0.0, block=128)) == [0, 256]
     assert hits(server_profile(tmp_path, 0.0)) == [0, 0]
+
+
+def test_each_request_pays_its_cost_once_when_a_planned_step_is_cut_short(tmp_path):
+    """A submission at a planned step's start replans it: the request it had admitted still
+    pays its cost (once), and so does the newcomer."""
+    from spex.shared.engine.api import EngineRequest
+    from spex.shared.sim.engine import SimEngine
+
+    def busy_s(path):
+        engine = SimEngine(replace(BenchConfig(), profile_file=str(path), backend="sim").sim_profile())
+        engine.submit(EngineRequest("a", (("q", 100),), "a", 4, 4), 0.0)
+        engine.next_event_s()  # plans a's step at 0
+        engine.submit(EngineRequest("b", (("r", 100),), "b", 4, 4), 0.0)  # and cuts it short
+        done = []
+        while len(done) < 2:
+            done += engine.advance_to(float("inf"))
+        return engine.stats.busy_s
+
+    free, costly = busy_s(server_profile(tmp_path, 0.0)), busy_s(server_profile(tmp_path, 0.030))
+    assert costly - free == pytest.approx(2 * 0.030)
