@@ -97,22 +97,28 @@ def measure_hf(
 
 
 def measure_server(
-    engine: ServingEngine, batches: list[int], contexts: list[int], new_tokens: int = 32, repeats: int = 3
+    engine: ServingEngine,
+    batches: list[int],
+    contexts: list[int],
+    new_tokens: int = 32,
+    repeats: int = 3,
+    probe: bool = True,
 ) -> tuple[list[Cell], dict[str, float]]:
     """Each batch × context cell on a live server (vLLM, SGLang), started. Its replies are not
     streamed, so a cell's time per output token is the difference of two runs: `batch` requests
     making `new_tokens` and `batch` others making one, each over their own fresh prompts (no
     prefix-cache hit: both pay the same prefill), that difference over `new_tokens - 1`.
 
-    Then the request-cost probe (the report's `meta.request_probe`): the time of a one-token
-    request whose prompt of `PROBE_CONTEXT` tokens is cached but for a few: a request's own cost
-    (the API server's work) and one forward pass, from which `roofline.measured` takes the
-    cost a request adds beside its steps."""
-    return asyncio.run(_measure_server(engine, batches, contexts, new_tokens, repeats))
+    Then, with `probe`, the request-cost probe (the report's `meta.request_probe`; else {}):
+    the time of a one-token request whose prompt of about `PROBE_CONTEXT` tokens is cached but
+    for a few: a request's own cost (the API server's work), one forward pass and those few
+    tokens' prefill, from which `roofline.measured` takes the cost a request adds beside its
+    steps."""
+    return asyncio.run(_measure_server(engine, batches, contexts, new_tokens, repeats, probe))
 
 
 async def _measure_server(
-    engine: ServingEngine, batches: list[int], contexts: list[int], new_tokens: int, repeats: int
+    engine: ServingEngine, batches: list[int], contexts: list[int], new_tokens: int, repeats: int, probe: bool
 ) -> tuple[list[Cell], dict[str, float]]:
     try:  # a server that is not there is said in a minute, not the requests' timeout
         await engine.start(wait_s=START_WAIT_S)
@@ -148,12 +154,13 @@ async def _measure_server(
                 )
             return statistics.fmean([_e2e(done.pop(r)) for r in rids])
 
-        async def cached_s(context: int, repeats: int) -> float:
-            """One-token requests of one prompt, one after another: each finds all of it cached
-            but its last block's few tokens, so its time is the request's own cost and one
-            forward pass (the median over all but the first, which filled the cache)."""
+        async def cached_s(context: int, repeats: int) -> dict[str, float]:
+            """One-token requests of one prompt, one after another: each finds it cached but
+            for its last few tokens (`uncached`), so its time is the request's own cost, one
+            forward pass and those tokens' prefill (the median over all but the first, which
+            filled the cache)."""
             words = " ".join(f"w{n % 97}" for n in range(max(1, round(context / per_word))))
-            times = []
+            times, last = [], None
             for r in range(repeats + 1):
                 rid = f"{engine.nonce}/cached/{r}"
                 req = EngineRequest(rid, (("cached", context),), rid, 1, 1, temperature=0.0)
@@ -162,8 +169,19 @@ async def _measure_server(
                 while rid not in done:
                     arrived.clear()
                     await arrived.wait()
-                times.append(_e2e(done.pop(rid)))
-            return statistics.median(times[1:])
+                last = done.pop(rid)
+                if last.reason != "finished":
+                    raise EngineUnavailable(
+                        f"{engine.backend.name} at {engine.url} failed the probe: {last.text}"
+                    )
+                times.append(_e2e(last))
+            assert last is not None
+            uncached = last.prompt_tokens - last.cached_tokens
+            return {
+                "context": last.prompt_tokens,
+                "uncached": uncached,
+                "e2e_s": statistics.median(times[1:]),
+            }
 
         cells = []
         await batch_s(f"{engine.nonce}/warm", batches[0], contexts[0], new_tokens)  # as measure_hf
@@ -178,8 +196,7 @@ async def _measure_server(
                     firsts.append(short)
                 tpot = statistics.median(runs)
                 cells.append(Cell(batch, context, tpot, batch / tpot, statistics.median(firsts)))
-        probe = {"context": PROBE_CONTEXT, "e2e_s": await cached_s(PROBE_CONTEXT, max(3, repeats))}
-        return cells, probe
+        return cells, (await cached_s(PROBE_CONTEXT, max(3, repeats)) if probe else {})
     finally:
         stop.set()
         await runner

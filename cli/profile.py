@@ -129,7 +129,7 @@ def _side_by_side(
 
     server = open_engine("vllm", args.against, timeout_s=300.0)
     try:
-        theirs, _ = measure_server(server, batches, contexts, args.new_tokens, args.repeats)
+        theirs, _ = measure_server(server, batches, contexts, args.new_tokens, args.repeats, probe=False)
     except EngineUnavailable as exc:
         raise ValueError(f"--against: {exc}") from None
     info = server.backend.server_info
@@ -190,9 +190,10 @@ def _wrote(path: str, console: Console) -> None:
     curve = load_measured(path)
     console.print(f"wrote {path} and {Path(path).with_suffix('.png')}")
     console.print(
-        f"fitted from the first-token times: {curve.request_s * 1e3:.1f} ms a request, "
-        f"{curve.prefill_s_per_token * 1e3:.3f} ms a prompt token; prefix-cache block "
-        f"{curve.cache_block_tokens} token(s) (what `spex bench --engine sim --profile-file` charges)"
+        f"{curve.request_s * 1e3:.1f} ms a request beside its steps, "
+        f"{curve.prefill_s_per_token * 1e3:.3f} ms a prompt token, prefix-cache block "
+        f"{curve.cache_block_tokens} token(s): from the first-token times and the request probe, "
+        "what `spex bench --engine sim --profile-file` charges"
     )
 
 

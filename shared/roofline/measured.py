@@ -19,8 +19,10 @@ prefill of their `batch × context` tokens and one step; a least-squares fit of
 `first - step = request_s × batch + prefill_s_per_token × batch × context` over the cells (in
 relative errors) gives both (neither below 0). A server's profile also probes `request_s`
 directly (`meta.request_probe`: a one-token request whose prompt is cached but for a few
-tokens, less one forward pass); the prefill rate is then the smallest cell's. The simulator
-charges `request_s` to the step that admits a request. A server's prefix cache hits in whole
+tokens, less one forward pass and those tokens); the prefill rate is then the batch-1 cell's
+at the shortest context, less that cost. An in-process engine has no such cost: its profile
+fits the prefill rate alone. The simulator charges `request_s` to the first step that
+prefills a request. A server's prefix cache hits in whole
 blocks (vLLM: 128 tokens on this CPU build): the file's `meta.server.block_size` says so, and
 the simulator's hits are whole blocks too, shared within a step (`sim.engine`).
 """
@@ -46,8 +48,8 @@ class MeasuredProfile:
     batches: tuple[int, ...]
     contexts: tuple[int, ...]
     step_s: tuple[tuple[float, ...], ...]  # [batch index][context index]
-    # Prefill time per prompt token and the fixed cost of one request, fitted to the cells'
-    # times to the first token (module docstring; both 0 when the file has no such times).
+    # Prefill time per prompt token and the fixed cost of one request beside its steps (a
+    # server's: probed, or fitted to the cells' times to the first token; module docstring).
     prefill_s_per_token: float = 0.0
     kv_capacity_tokens: int | None = None  # the engine's KV, when the file says
     request_s: float = 0.0
@@ -107,8 +109,11 @@ def load_measured(path: str | Path) -> MeasuredProfile:
             row[j] = max(row[j], row[j - 1] if j else 0.0, grid[i - 1][j] if i else 0.0)
     meta = report.get("meta", {})
     curve = MeasuredProfile(name, batches, contexts, tuple(tuple(row) for row in grid))
-    request_s = _probed_request_s(meta.get("request_probe"), curve)
-    request_s, prefill_s = _first_token_fit(report["cells"], request_s)
+    server = isinstance(meta.get("server"), dict)  # a server's profile; else in process (no API)
+    request_s, prefill_s = _first_token_fit(report["cells"], fit_request=server)
+    probed = _probed_request_s(meta.get("request_probe"), curve, prefill_s) if server else None
+    if probed is not None:
+        request_s, prefill_s = probed, _prefill_beside(report["cells"], probed) or prefill_s
     kv = meta.get("kv_capacity_tokens")
     return replace(
         curve,
@@ -119,43 +124,60 @@ def load_measured(path: str | Path) -> MeasuredProfile:
     )
 
 
-def _probed_request_s(probe: object, curve: MeasuredProfile) -> float | None:
+def _probed_request_s(probe: object, curve: MeasuredProfile, prefill_s: float) -> float | None:
     """A request's own cost from the server profile's probe (`engine_speed.measure_server`):
-    a cached one-token request's time less the one forward pass it ran (None: no probe)."""
+    a cached one-token request's time less the one forward pass it ran and its few uncached
+    tokens' prefill (None: no probe)."""
     if not isinstance(probe, dict):
         return None
     try:
         e2e_s, context = float(probe["e2e_s"]), float(probe["context"])
+        uncached = float(probe.get("uncached", 0))
     except (KeyError, TypeError, ValueError):
         return None
-    return max(0.0, e2e_s - curve.decode_step_s(1, context)) if math.isfinite(e2e_s) else None
+    if not math.isfinite(e2e_s):
+        return None
+    return max(0.0, e2e_s - curve.decode_step_s(1, context) - prefill_s * uncached)
 
 
-def _first_token_fit(cells: list[dict], request_s: float | None = None) -> tuple[float, float]:
+def _timed_rows(cells: list[dict]) -> list[tuple[float, float, float]]:
+    """(batch, batch × context, first token less one step) of the cells that time a first token."""
+    timed = [c for c in cells if isinstance(c.get("first_token_s"), int | float) and c["first_token_s"] > 0]
+    rows = [(c["batch"], c["batch"] * c["context"], c["first_token_s"] - c["tpot_s"]) for c in timed]
+    return [row for row in rows if row[2] > 0]
+
+
+def _first_token_fit(cells: list[dict], fit_request: bool = True) -> tuple[float, float]:
     """(request_s, prefill_s_per_token) fitted to the cells that record a time to the first
     token: least squares of `first - step` on `batch` and `batch × context`, each cell weighed
     by its own size (relative errors: the short prompts a search's steps send count as much as
-    the long ones), neither term below 0 (one alone refitted when the other would be). With
-    `request_s` probed, the prefill rate is the smallest cell's (batch 1 at the shortest context:
-    its one request waits on no other, and its prefill is nearly all per-token work, as a
-    search's short extends are) less that cost. (0, 0) without such cells."""
-    timed = [c for c in cells if isinstance(c.get("first_token_s"), int | float) and c["first_token_s"] > 0]
-    rows = [(c["batch"], c["batch"] * c["context"], c["first_token_s"] - c["tpot_s"]) for c in timed]
-    rows = [row for row in rows if row[2] > 0]
+    the long ones), neither term below 0 (one alone refitted when the other would be). Without
+    `fit_request` (an in-process engine: no API server) the prefill term alone. (0, 0) without
+    such cells."""
+    rows = _timed_rows(cells)
     if not rows:
-        return request_s or 0.0, 0.0
+        return 0.0, 0.0
     y = np.array([v for _, _, v in rows])
     x = np.array([(b, t) for b, t, _ in rows]) / y[:, None]  # relative: each row over its own y
     ones = np.ones(len(rows))
-    if request_s is not None:  # the shortest prompt at batch 1: no arrival order, least attention
-        b, tokens, first = min(rows, key=lambda row: (row[0], row[1]))
-        return request_s, max(0.0, (first - b * request_s) / tokens)
-    fit = np.linalg.lstsq(x, ones, rcond=None)[0] if len(rows) > 1 else np.array([-1.0, -1.0])
+    fit = np.linalg.lstsq(x, ones, rcond=None)[0] if fit_request and len(rows) > 1 else np.array([-1.0, -1.0])
     if fit.min() >= 0:
         return float(fit[0]), float(fit[1])
     alone = [float(x[:, i] @ ones / (x[:, i] @ x[:, i])) for i in (0, 1)]  # one term: y ≈ k·x
     errors = [float(np.sum((ones - k * x[:, i]) ** 2)) for i, k in enumerate(alone)]
-    return (alone[0], 0.0) if errors[0] < errors[1] else (0.0, alone[1])
+    return (alone[0], 0.0) if fit_request and errors[0] < errors[1] else (0.0, alone[1])
+
+
+def _prefill_beside(cells: list[dict], request_s: float) -> float | None:
+    """The prefill rate beside a probed request cost: the batch-1 cells' (their one request
+    waits on no other), at the shortest context (its prefill nearly all per-token work, as a
+    search's short extends are; the median over repeats already). None where it comes out
+    at or below 0."""
+    single = [(t, first) for b, t, first in _timed_rows(cells) if b == 1]
+    if not single:
+        return None
+    tokens, first = min(single)
+    return (first - request_s) / tokens if first > request_s else None
 
 
 def _block_tokens(server: object) -> int:
