@@ -5,7 +5,8 @@ it gave, and the primary TPOT growth it measured, against the target.
 
 RESULTS is `spex bench --mode compare` (with or without `--repeats`: each pair's SPEX run is
 drawn) or a single SPEX run. The trace is worker 0's (`RunSummary.governor_trace`): a row
-each time the slack or the pool moved, with the growth of the window that last moved it.
+each time the slack or the pool moved, with the growth of the last window the governor
+closed (every 32 primary decode steps) and how many it had closed.
 """
 
 from __future__ import annotations
@@ -15,24 +16,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spex.bench.results import pair_records
+
 __all__ = ["plot", "runs", "summary"]
 
 
 def runs(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The SPEX runs of a results file, in order (each pair's, or the one run)."""
-    if "pairs" in report and "spex" in report["pairs"][0]:
-        return [p["spex"] for p in report["pairs"]]
-    if "spex" in report:
-        return [report["spex"]]
-    return [report]
+    return [r.get("spex", r) for r in pair_records(report)]
 
 
 def summary(run: dict[str, Any]) -> str:
-    """One line: the target, the windows' growth (median of the traced ones), slack, pool."""
+    """One line: the target, the windows' growth (median, each traced window once), slack, pool."""
     trace = run.get("governor_trace") or []
-    growth = sorted(g for *_, g in trace if g is not None)
+    if not trace:
+        raise ValueError("no governor trace recorded (a baseline, a fixed slack, or a file older than it)")
+    growth = sorted({row[4]: row[3] for row in trace if row[3] is not None}.values())
     median = f"{growth[len(growth) // 2]:+.0%}" if growth else "—"
-    pools = [p for _, _, p, _ in trace]
+    pools = [row[2] for row in trace]
     target = run.get("tpot_target")
     return (
         f"target {'fixed slack' if target is None else f'+{target:.0%}'}: window growth median {median}, "
@@ -56,7 +57,11 @@ def plot(report: dict[str, Any], path: Path, title: str = "") -> None:
         label = f"run {i + 1}"
         top.step(t, [row[1] for row in trace], where="post", color=f"C{i}", label=label)
         mid.step(t, [row[2] for row in trace], where="post", color=f"C{i}")
-        grown = [(row[0], row[3]) for row in trace if row[3] is not None]
+        seen: dict[int, tuple[float, float]] = {}  # window -> (first row's time, its growth)
+        for row in trace:
+            if row[3] is not None:
+                seen.setdefault(row[4], (row[0], row[3]))
+        grown = list(seen.values())
         low.plot([x for x, _ in grown], [g * 100 for _, g in grown], ".", color=f"C{i}", ms=3)
     target = runs(report)[0].get("tpot_target")
     if target is not None:
@@ -85,8 +90,10 @@ def main() -> None:
     try:
         report = json.loads(Path(a.results).read_text())
         lines = [summary(run) for run in runs(report)]
-    except (OSError, ValueError, KeyError, IndexError) as exc:
-        p.exit(2, f"governor: {a.results}: not a results file of spex bench ({exc})\n")
+    except (OSError, ValueError) as exc:
+        p.exit(2, f"governor: {a.results}: {exc}\n")
+    except (KeyError, IndexError) as exc:
+        p.exit(2, f"governor: {a.results}: not a results file of spex bench (no {exc})\n")
     print("\n".join(lines))
     if a.plot:
         plot(report, Path(a.plot), a.title)

@@ -32,6 +32,7 @@ __all__ = [
     "RunSummary",
     "bootstrap_ci95",
     "compare",
+    "pair_records",
     "ratio_ci95",
     "summarize",
     "write_json",
@@ -101,8 +102,8 @@ class RunSummary:
     cancel_latency_p50_s: float | None
     spec_pool_peak: int
     slack_end: list[float]  # each worker's TPOT slack at the end (the governor's, or the fixed one)
-    # Worker 0's governor over the run: [time s, slack, pool, TPOT growth of the last window]
-    # each time the slack or the pool moved (`python -m spex.bench.governor` plots it).
+    # Worker 0's governor over the run: [time s, slack, pool, TPOT growth of the last window
+    # closed, windows closed] each time the slack or the pool moved (`bench.governor` plots it).
     governor_trace: list[list[float | None]]
     server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
     tpot_target: float | None  # what the governor held primary TPOT growth to (None: a fixed slack)
@@ -110,8 +111,8 @@ class RunSummary:
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
     sim_speed: float
-    # What chose the speculative work: the search's own predictor, or "oracle" (the
-    # baseline's final trees: the bound of lossless speculation, `bench.oracle`).
+    # --- what chose the speculative work: the search's own predictor, or "oracle" (the
+    # baseline's final trees: the bound of lossless speculation, `bench.oracle`)
     predictor: str = "search"
     # --- kept for comparisons, not written: query id -> node id -> reward
     rewards: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
@@ -264,8 +265,8 @@ def summarize(res: BenchResult) -> RunSummary:
         spec_pool_peak=res.pool_peak,
         slack_end=[round(s, 4) for s in res.slack],
         governor_trace=[
-            [round(t, 3), round(slack, 4), pool, None if g is None else round(g, 4)]
-            for t, slack, pool, g in res.governor
+            [round(t, 3), round(slack, 4), pool, None if g is None else round(g, 4), windows]
+            for t, slack, pool, g, windows in res.governor
         ],
         server=dict(getattr(res.gen, "server_info", {})),
         tpot_target=cfg.tpot_target if cfg.tpot_slack is None else None,
@@ -413,6 +414,16 @@ class Repeated:
 
 # What a repeated record takes from its first pair: what was run, the same in every pair.
 RUN_FIELDS = ("algorithm", "target", "batch_size", "questions", "seed", "profile", "t1", "t2", "early_stop")
+
+
+def pair_records(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The baseline-and-SPEX records of a results file, in order: each pair's of a repeated
+    compare (files from before pairs kept their runs hold only the one record), else the file's
+    own (a compare, or a single run)."""
+    pairs = report.get("pairs")
+    if pairs and all("spex" in p for p in pairs):
+        return list(pairs)
+    return [report]
 
 
 def write_json(record: RunSummary | Comparison | Repeated | dict[str, Any], path: str | Path) -> None:

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spex.bench.results import pair_records
+
 __all__ = ["AIM", "Check", "check", "plot", "table"]
 
 AIM = 0.15  # a prediction within 15% of the measured speedup
@@ -38,19 +40,16 @@ class Check:
         return f"{self.real['algorithm']}-{self.real['target']} B={self.real['batch_size']}"
 
 
-def _last(r: dict[str, Any]) -> dict[str, Any]:
-    """The record with the runs' summaries: a repeated compare's last pair, or the compare."""
-    return r["pairs"][-1] if "pairs" in r and "spex" in r["pairs"][-1] else r
-
-
 def check(pair: str) -> Check:
     """`REAL.json:SIM.json` read and checked to be the same trees."""
     real_path, sep, sim_path = pair.partition(":")
     if not sep:
         raise ValueError(f"{pair!r}: expected REAL.json:SIM.json")
     real, sim = (json.loads(Path(p).read_text()) for p in (real_path, sim_path))
-    if _last(real)["trees_digest"] != _last(sim)["trees_digest"]:
+    if pair_records(real)[-1]["trees_digest"] != pair_records(sim)[-1]["trees_digest"]:
         raise ValueError(f"{pair!r}: the two runs grew different trees (not the same workload)")
+    if not real["speedup"] > 0:
+        raise ValueError(f"{pair!r}: the real run has no speedup to compare with")
     return Check(real, sim, Path(real_path).stem)
 
 
@@ -62,7 +61,7 @@ def table(checks: list[Check]) -> str:
     ]
     for c in checks:
         low, high = c.real.get("speedup_ci95", (c.real["speedup"], c.real["speedup"]))
-        real_base, sim_base = _last(c.real)["baseline"], _last(c.sim)["baseline"]
+        real_base, sim_base = pair_records(c.real)[-1]["baseline"], pair_records(c.sim)[-1]["baseline"]
         mark = "" if abs(c.error) <= AIM else " (outside 15%)"
         lines.append(
             f"| {c.search} | {c.real['speedup']:.2f} ({low:.2f}–{high:.2f}) | {c.sim['speedup']:.2f} "

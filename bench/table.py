@@ -11,10 +11,12 @@ running, on admission to the engine, on a reward."""
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from spex.bench.results import pair_records
 
 __all__ = ["critical_path", "row", "table"]
 
@@ -32,10 +34,6 @@ def _ratio(r: dict[str, Any], key: str) -> str:
     return f"{r[key]:.2f}"
 
 
-def _first_pair(r: dict[str, Any]) -> dict[str, Any]:
-    return r["pairs"][0] if "pairs" in r and "spex" in r["pairs"][0] else r
-
-
 def _labels(r: dict[str, Any], spex: dict[str, Any]) -> tuple[str, str]:
     """The search (marked when `--oracle` ran it) and the TPOT target, as the tables say them."""
     search = f"{r['algorithm']}-{r['target']}"
@@ -50,7 +48,7 @@ def _labels(r: dict[str, Any], spex: dict[str, Any]) -> tuple[str, str]:
 
 
 def row(r: dict[str, Any]) -> str:
-    spex = _first_pair(r)["spex"]
+    spex = pair_records(r)[0]["spex"]
     search, target = _labels(r, spex)
     hit = "—" if r.get("hit_rate") is None else f"{r['hit_rate']:.2f}"
     same = "yes" if r["trees_identical"] else "no"
@@ -80,7 +78,7 @@ def critical_path(paths: list[str]) -> str:
     lines = [PATH_HEADER]
     for path in paths:
         r = json.loads(Path(path).read_text())
-        last = r["pairs"][-1] if "pairs" in r and "spex" in r["pairs"][-1] else r
+        last = pair_records(r)[-1]
         search, target = _labels(r, last["spex"])
         base, spex = last["baseline"]["critical_path_s_per_query"], last["spex"]["critical_path_s_per_query"]
         cells = " | ".join(f"{base[k]:.2f} → {spex[k]:.2f}" for k in PATH_BUCKETS)
@@ -90,9 +88,18 @@ def critical_path(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m spex.bench.table")
+    p.add_argument(
+        "files", nargs="+", metavar="RESULTS.json", help="results files of spex bench --mode compare"
+    )
+    p.add_argument("--critical-path", action="store_true", help="where the searches' time went, instead")
+    a = p.parse_args()
+    try:
+        print(critical_path(a.files) if a.critical_path else table(a.files))
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        p.exit(2, f"table: not the results of spex bench --mode compare ({exc!r})\n")
+
+
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args[:1] == ["--critical-path"]:
-        print(critical_path(args[1:]))
-    else:
-        print(table(args))
+    main()

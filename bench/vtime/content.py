@@ -166,16 +166,18 @@ class SizedPrompt:
     head (the template over the question, padded with filler words) and each step (its words,
     cut or padded) reach the tokens the simulator counts for them (`EngineRequest.prompt`), so
     both sides prefill and cache the same amounts. Each piece is the fewest words that reach
-    its count (a token or two over at most, as words tokenize). `count` is None where the
-    engine cannot count tokens (a server without `--model`): the texts go as they are."""
+    its count (a token or two over, as words tokenize; a head whose template alone is longer
+    keeps one word of the question). `count` is None where the engine cannot count tokens (a
+    server without `--model`): the texts go as they are."""
 
     def __init__(self, template: Template, split: Split, count: Callable[[str], int] | None) -> None:
         self.template, self.split, self.count = template, split, count
         self._sized: dict[tuple[str, int, bool], str] = {}  # (text, tokens, head?) -> piece
 
     def pieces(self, question: str, steps: list[str], prompt: tuple[Segment, ...]) -> tuple[str, ...]:
-        if self.count is None or len(prompt) != 1 + len(steps):  # (the head, then each step)
+        if self.count is None:
             return tuple(prompt_pieces(question, steps, self.template, self.split))
+        assert len(prompt) == 1 + len(steps), "a prompt is the question's segment, then each step's"
         out = [self._fit(question, prompt[0][1], head=True)]
         for step, (_, tokens) in zip(steps, prompt[1:], strict=True):
             out.append(self._fit(step, tokens, head=False))

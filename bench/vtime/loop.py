@@ -62,7 +62,9 @@ class BenchResult:
     critical_path: CriticalPath
     pool_peak: int  # the largest speculative pool T2 divided
     slack: list[float]  # each worker's slack at the end (the governor's, or the fixed one)
-    governor: list[tuple[float, float, int, float | None]]  # worker 0's (time, slack, pool, growth)
+    governor: list[
+        tuple[float, float, int, float | None, int]
+    ]  # worker 0's (time, slack, pool, growth, windows)
 
 
 class _Run:
@@ -376,10 +378,11 @@ class _Run:
                 self._execute(qid, commands, now)
 
     def _trace_governor(self, now: float, pool: int) -> None:
-        """A row of worker 0's governor trace when its slack or pool moved."""
-        trace, slack = self.metrics.governor, self._slack(0)
+        """A row of worker 0's governor trace when its slack or pool moved (the pool of the
+        group it is in: all workers' together without affinity)."""
+        trace, slack, governor = self.metrics.governor, self._slack(0), self.governors[0]
         if not trace or trace[-1][1:3] != (slack, pool):
-            trace.append((now, slack, pool, self.governors[0].last_growth))
+            trace.append((now, slack, pool, governor.last_growth, governor.windows))
 
     def _divide(self, qids: list[str], pool: int) -> tuple[dict[str, int], int]:
         """Each query's share of `pool`, and the speculative branches they could use (Σ C_q)."""

@@ -77,9 +77,9 @@ class RunMetrics:
         self.spec = SpecTotals()
         self.critical = CriticalPath()
         self.pool_peak = 0  # the largest speculative pool T2 divided
-        # Worker 0's governor as the run went: (time, slack, pool, TPOT growth of the window
-        # that set the slack), a row each time the slack or pool changed.
-        self.governor: list[tuple[float, float, int, float | None]] = []
+        # Worker 0's governor as the run went: (time, slack, pool, TPOT growth of the last
+        # window it closed, windows closed), a row each time the slack or pool changed.
+        self.governor: list[tuple[float, float, int, float | None, int]] = []
         self._last_t = 0.0
         self._blocked: dict[str, tuple[int, str | None, list[str]]] = {}  # query -> (events, bucket, jobs)
         # (width, issued, last generated) per multi-node need; None: not traced (B > 1)

@@ -35,6 +35,8 @@ def open_engine(
     from transformers import AutoTokenizer  # the hf extra; to read the chat template and count
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-    engine = ServingEngine(backend, url, timeout_s, chat_template(tokenizer))
-    engine.count_tokens = lambda text: len(tokenizer.encode(text, add_special_tokens=False))
-    return engine
+
+    def count_tokens(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return ServingEngine(backend, url, timeout_s, chat_template(tokenizer), count_tokens=count_tokens)

@@ -84,13 +84,14 @@ class ServingEngine:
         timeout_s: float = 600.0,
         template: Template = plain_template,
         poll_s: float = 0.5,
+        count_tokens: Callable[[str], int] | None = None,
     ) -> None:
         self.backend = backend
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.template = template
         # The served model's token count of a text, where its tokenizer is known (open_engine).
-        self.count_tokens: Callable[[str], int] | None = None
+        self.count_tokens = count_tokens
         self.poll_s = poll_s
         self.nonce = os.urandom(8).hex()
         self.server = ServerMetrics()
