@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from spex.shared.content.prompts import fewest_words, filler
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
@@ -46,15 +47,9 @@ class Cell:
 
 def _prompt(engine: Any, head: str, context: int) -> str:
     """`context` tokens or a few more of plain text, unique from its first words."""
-    words = [f"w{n % 97}" for n in range(context)]
-    low, high = 0, context  # the fewest words that reach `context` tokens
-    while low < high:
-        mid = (low + high) // 2
-        if engine.count_tokens(f"{head} " + " ".join(words[:mid])) < context:
-            low = mid + 1
-        else:
-            high = mid
-    return f"{head} " + " ".join(words[:low])
+    return fewest_words(
+        filler(context), lambda words: f"{head} " + " ".join(words), engine.count_tokens, context
+    )
 
 
 def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> tuple[float, float]:
@@ -140,7 +135,7 @@ async def _measure_server(
         async def batch_s(tag: str, batch: int, context: int, tokens: int) -> float:
             rids = [f"{tag}/{i}" for i in range(batch)]
             for i, rid in enumerate(rids):
-                words = " ".join(f"w{n % 97}" for n in range(max(1, round(context / per_word))))
+                words = " ".join(filler(max(1, round(context / per_word))))
                 req = EngineRequest(rid, ((rid, context),), rid, tokens, tokens, seed=i, temperature=0.0)
                 req.text = (f"{rid} {words}",)
                 engine.submit(req)
@@ -159,7 +154,7 @@ async def _measure_server(
             for its last few tokens (`uncached`), so its time is the request's own cost, one
             forward pass and those tokens' prefill (the median over all but the first, which
             filled the cache)."""
-            words = " ".join(f"w{n % 97}" for n in range(max(1, round(context / per_word))))
+            words = " ".join(filler(max(1, round(context / per_word))))
             times, last = [], None
             for r in range(repeats + 1):
                 rid = f"{engine.nonce}/cached/{r}"
@@ -213,7 +208,7 @@ async def _tokens_per_word(
     words = 200
     rid = f"{engine.nonce}/probe"
     req = EngineRequest(rid, ((rid, words),), rid, 1, 1, temperature=0.0)
-    req.text = (" ".join(f"w{n % 97}" for n in range(words)),)
+    req.text = (" ".join(filler(words)),)
     engine.submit(req)
     while rid not in done:
         arrived.clear()

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from spex.bench.vtime.config import SERVERS, BenchConfig
 from spex.proto import Split
 from spex.shared.content.datasets import load_questions
-from spex.shared.content.prompts import Template, delimiter, plain_template, prompt_pieces, stop_strings
+from spex.shared.content.prompts import (
+    Template,
+    delimiter,
+    fewest_words,
+    filler,
+    plain_template,
+    prompt_pieces,
+    stop_strings,
+)
 from spex.shared.core.commands import GenerateCommand, ScoreCommand, Segment
 from spex.shared.core.search.answers import Equivalence
 from spex.shared.core.search.base import ALGORITHMS
@@ -188,19 +196,11 @@ class SizedPrompt:
         if key not in self._sized:
             assert self.count is not None
             gap = delimiter(self.split)
-            words = [*text.split(), *(f"w{n % 97}" for n in range(tokens))]  # a word is a token or more
 
-            def piece(n: int) -> str:
-                return self.template(" ".join(words[:n]), self.split) if head else " ".join(words[:n]) + gap
+            def piece(words: list[str]) -> str:
+                return self.template(" ".join(words), self.split) if head else " ".join(words) + gap
 
-            low, high = 1, len(words)
-            while low < high:  # the fewest words whose piece reaches `tokens`
-                mid = (low + high) // 2
-                if self.count(piece(mid)) < tokens:
-                    low = mid + 1
-                else:
-                    high = mid
-            self._sized[key] = piece(low)
+            self._sized[key] = fewest_words([*text.split(), *filler(tokens)], piece, self.count, tokens)
         return self._sized[key]
 
 

@@ -19,7 +19,7 @@ that writes a heading or a one-word line does not make a step of it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from spex.proto.messages import SPLITS, Split
@@ -35,6 +35,8 @@ __all__ = [
     "chat_template",
     "delimiter",
     "example_solution",
+    "filler",
+    "fewest_words",
     "instruction",
     "plain_template",
     "prompt_pieces",
@@ -131,3 +133,23 @@ def prompt_pieces(
     """The prompt as pieces: the head, then every step with its delimiter."""
     gap = delimiter(split)
     return [template(question, split), *(step + gap for step in steps)]
+
+
+def filler(n: int) -> list[str]:
+    """`n` plain words of no meaning (`w0 w1 …`), for prompts sized to a token count."""
+    return [f"w{i % 97}" for i in range(n)]
+
+
+def fewest_words(
+    words: list[str], piece: Callable[[list[str]], str], count: Callable[[str], int], tokens: int
+) -> str:
+    """The piece of the fewest of `words` (at least one) whose `count` reaches `tokens` (all
+    of them if none does): a text sized to a token count, a token or two over as words go."""
+    low, high = 1, len(words)
+    while low < high:
+        mid = (low + high) // 2
+        if count(piece(words[:mid])) < tokens:
+            low = mid + 1
+        else:
+            high = mid
+    return piece(words[:low])
