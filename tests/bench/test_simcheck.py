@@ -52,3 +52,5 @@ def test_runs_of_different_trees_are_refused_in_one_line(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "different trees" in proc.stderr
+    # A prediction of a real-content cell from the workload's statistics: other trees, asked for.
+    assert "| rstar-4 B=1 |" in table([check(f"{a}:{b}", same_trees=False)])
