@@ -2,29 +2,28 @@
 shape the budgeting code reads a simulated profile: `decode_step_s(batch, context_tokens)`.
 
 The file holds cells (batch, context per sequence, time per decode step, time to the first
-token). A step is taken
-never to get cheaper with more batch or more context (a noisy cell is raised to the largest
-before it on either axis). Between measured points the step time is interpolated linearly,
-in batch and in context; past the largest batch it grows along the last two batches' slope,
-past the longest context along the last two contexts'; below the smallest it is the
-smallest point's. With it, speculation on a
-real engine is budgeted the way it is on the simulated GPU: the spare concurrency at the
-governor's slack (`capacity.spare_concurrency`), and the counterfactual step time without
-speculation that the governor steers by (`counterfactual_s`).
+token). A step is taken never to get cheaper with more batch or more context (a noisy cell is
+raised to the largest before it on either axis). Between measured points the step time is
+interpolated linearly, in batch and in context; past the largest batch it grows along the last
+two batches' slope, past the longest context along the last two contexts'; below the smallest
+it is the smallest point's. With it, speculation on a real engine is budgeted the way it is on
+the simulated GPU: the spare concurrency at the governor's slack
+(`capacity.spare_concurrency`), and the counterfactual step time without speculation that the
+governor steers by (`counterfactual_s`).
 
 A server also costs time per request that no decode step shows: its API process tokenizes the
 prompt, schedules, detokenizes and answers, on the engine's core here. The cells' time to the
 first token of `batch` fresh prompts submitted together is taken as `batch` such costs, the
-prefill of their `batch × context` tokens and one step; a least-squares fit of
-`first - step = request_s × batch + prefill_s_per_token × batch × context` over the cells (in
-relative errors) gives both (neither below 0). A server's profile also probes `request_s`
-directly (`meta.request_probe`: a one-token request whose prompt is cached but for a few
-tokens, less one forward pass and those tokens); the prefill rate is then the batch-1 cell's
-at the shortest context, less that cost. An in-process engine has no such cost: its profile
-fits the prefill rate alone. The simulator charges `request_s` to the first step that
-prefills a request. A server's prefix cache hits in whole
-blocks (vLLM: 128 tokens on this CPU build): the file's `meta.server.block_size` says so, and
-the simulator's hits are whole blocks too, shared within a step (`sim.engine`).
+prefill of their `batch × context` tokens and one step; a least-squares fit of `first - step =
+request_s × batch + prefill_s_per_token × batch × context` over the cells (in relative errors)
+gives both (neither below 0). A server's profile also probes `request_s` directly
+(`meta.request_probe`: a one-token request whose prompt is cached but for a few tokens, less
+one forward pass and those tokens); the prefill rate is then the batch-1 cell's at the
+shortest context, less that cost. An in-process engine has no such cost: its profile fits the
+prefill rate alone. The simulator charges `request_s` to the first step that prefills a
+request. A server's prefix cache hits in whole blocks (vLLM: 128 tokens on this CPU build):
+the file's `meta.server.block_size` says so, and the simulator's hits are whole blocks too,
+shared within a step (`sim.engine`).
 """
 
 from __future__ import annotations
