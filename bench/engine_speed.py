@@ -139,9 +139,7 @@ async def _measure_server(
                 req = EngineRequest(rid, ((rid, context),), rid, tokens, tokens, seed=i, temperature=0.0)
                 req.text = (f"{rid} {words}",)
                 engine.submit(req)
-            while not all(r in done for r in rids):
-                arrived.clear()
-                await arrived.wait()
+            await _until_done(rids, done, arrived)
             failed = [done[r].text for r in rids if done[r].reason != "finished"]
             if failed:
                 raise EngineUnavailable(
@@ -161,9 +159,7 @@ async def _measure_server(
                 req = EngineRequest(rid, (("cached", context),), rid, 1, 1, temperature=0.0)
                 req.text = (f"cached {words}",)
                 engine.submit(req)
-                while rid not in done:
-                    arrived.clear()
-                    await arrived.wait()
+                await _until_done([rid], done, arrived)
                 last = done.pop(rid)
                 if last.reason != "finished":
                     raise EngineUnavailable(
@@ -197,6 +193,13 @@ async def _measure_server(
         await runner
 
 
+async def _until_done(rids: list[str], done: dict[str, Completion], arrived: asyncio.Event) -> None:
+    """Wait until every one of `rids` has come back into `done` (set `arrived` on each)."""
+    while not all(r in done for r in rids):
+        arrived.clear()
+        await arrived.wait()
+
+
 def _e2e(c: Completion) -> float:
     return c.time_s - c.arrival_s
 
@@ -210,9 +213,7 @@ async def _tokens_per_word(
     req = EngineRequest(rid, ((rid, words),), rid, 1, 1, temperature=0.0)
     req.text = (" ".join(filler(words)),)
     engine.submit(req)
-    while rid not in done:
-        arrived.clear()
-        await arrived.wait()
+    await _until_done([rid], done, arrived)
     c = done.pop(rid)
     if c.reason != "finished" or c.prompt_tokens <= 0:
         raise EngineUnavailable(

@@ -22,7 +22,7 @@ from typing import Any
 from spex.bench.vtime.bookkeeping import EngineBook, GenJob, RequestId, ScoreJob
 from spex.bench.vtime.config import SERVERS, BenchConfig
 from spex.bench.vtime.content import make_content, make_engines, sim_generator
-from spex.bench.vtime.metrics import CriticalPath, QueryRecord, RunMetrics, SpecTotals
+from spex.bench.vtime.metrics import CriticalPath, GovernorRow, QueryRecord, RunMetrics, SpecTotals
 from spex.proto.messages import PRIMARY
 from spex.shared.core.commands import (
     CancelCommand,
@@ -62,9 +62,7 @@ class BenchResult:
     critical_path: CriticalPath
     pool_peak: int  # the largest speculative pool T2 divided
     slack: list[float]  # each worker's slack at the end (the governor's, or the fixed one)
-    governor: list[
-        tuple[float, float, int, float | None, int]
-    ]  # worker 0's (time, slack, pool, growth, windows)
+    governor: list[GovernorRow]  # worker 0's governor as the run went
 
 
 class _Run:

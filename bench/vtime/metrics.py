@@ -12,9 +12,10 @@ from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine, QueryStats
 from spex.shared.sim.engine import Completion
 
-__all__ = ["CriticalPath", "QueryRecord", "RunMetrics", "SpecTotals"]
+__all__ = ["CriticalPath", "GovernorRow", "QueryRecord", "RunMetrics", "SpecTotals"]
 
 Trace = list[tuple[float, float, int]]  # (start, end, batch) per decode run
+GovernorRow = tuple[float, float, int, float | None, int]  # (time, slack, pool, growth, windows)
 
 
 @dataclass
@@ -79,7 +80,7 @@ class RunMetrics:
         self.pool_peak = 0  # the largest speculative pool T2 divided
         # Worker 0's governor as the run went: (time, slack, pool, TPOT growth of the last
         # window it closed, windows closed), a row each time the slack or pool changed.
-        self.governor: list[tuple[float, float, int, float | None, int]] = []
+        self.governor: list[GovernorRow] = []
         self._last_t = 0.0
         self._blocked: dict[str, tuple[int, str | None, list[str]]] = {}  # query -> (events, bucket, jobs)
         # (width, issued, last generated) per multi-node need; None: not traced (B > 1)
