@@ -9,7 +9,6 @@ import pytest
 
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
-from spex.cli.main import main
 from spex.shared.roofline.capacity import spare_concurrency
 from spex.shared.roofline.measured import load_measured
 from spex.shared.sim.workload import WorkloadKnobs
@@ -81,10 +80,13 @@ def test_a_bad_profile_file_is_one_line_naming_the_flag(tmp_path, content, messa
     assert "--profile-file" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_governor_steers_speculation_on_the_hf_engine_by_the_measured_curve(tiny_model, tmp_path):
-    out = tmp_path / "tiny.json"
-    sweep = ["--batches", "1,4,16", "--contexts", "16,128", "--new-tokens", "4", "--repeats", "1"]
-    assert main(["profile", "--engine", "hf", "--model", tiny_model, *sweep, "--json", str(out)]) == 0
+def test_the_governor_steers_speculation_on_the_hf_engine_by_the_curve(tiny_model, tmp_path):
+    # A curve that each sequence makes 20% dearer: the slack, not the KV pool or the batch cap,
+    # sets the pool, so every window closed moves the slack, up (speculation cost less than the
+    # target) or down (more). A curve measured live on a loaded machine can be flat or bent
+    # (batch 1 slower than batch 4) and leave the slack where it started: a flaky test.
+    cells = {(b, c): 0.001 * (1 + 0.2 * (b - 1)) * (1 + c / 1000) for b in (1, 4, 16) for c in (16, 128)}
+    out = write(tmp_path, cells, "tiny.json")
     cfg = BenchConfig(
         algorithm="rebase", target=8, questions=4, batch_size=2, backend="hf", model=tiny_model, mode="spex",
         knobs=replace(WorkloadKnobs(), step_token_cap=16), profile_file=str(out),
@@ -94,6 +96,7 @@ def test_the_governor_steers_speculation_on_the_hf_engine_by_the_measured_curve(
     assert governed.trees_digest == static.trees_digest  # the budget moves speed, not the tree
     assert governed.slack_end != [0.10]  # the governor moved it (the static pool never does)
     assert static.slack_end == [0.10]
+    assert governed.governor_trace and governed.governor_trace[-1][-1] > 0  # windows closed
     assert 0 < governed.spec_pool_peak <= cfg.max_running
 
 
