@@ -27,6 +27,7 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--target", type=int, default=8)
     c.add_argument("--mode", choices=list(MODES), default="spex")
     c.add_argument("--time-scale", type=float, default=0.01, help="wall seconds per simulated second")
+    c.add_argument("--early-stop", action="store_true", help="submit with T3 on (trees checked against T3's)")
     c.add_argument("--json", default=None, help="write the report here")
 
 
@@ -48,6 +49,7 @@ def chaos_command(args: argparse.Namespace, console: Console) -> int:
             args.mode,
             args.faults_per_minute,
             args.time_scale,
+            args.early_stop,
             say,
         )  # fmt: skip
     )
@@ -67,6 +69,7 @@ def _print_report(report: ChaosReport, console: Console) -> None:
     console.print(
         f"questions {report.questions}: lost {len(report.lost)}, duplicated {len(report.duplicated)}, "
         f"differing trees {len(report.differing)}"
+        + (f"; stopped early by T3 {report.early_stopped}" if report.early_stopped else "")
     )
     for what in ("lost", "duplicated", "differing"):
         if getattr(report, what):

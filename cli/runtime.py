@@ -115,6 +115,21 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
     sb.add_argument("--client-key", default=None)
     sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
     sb.add_argument("--reference", default=None, help="grade the answer against this reference answer")
+    sb.add_argument(
+        "--early-stop",
+        action="store_true",
+        help="T3: stop the search once its answer is settled (may change it)",
+    )
+    sb.add_argument("--early-stop-alpha", type=float, default=None, help="T3's α (default 0.5)")
+    sb.add_argument(
+        "--early-stop-min",
+        type=int,
+        default=None,
+        help="T3 waits for this many answers (default: the search's rule)",
+    )
+    sb.add_argument(
+        "--early-stop-weight", choices=["min", "last"], default=None, help="an answer's T3 weight"
+    )
 
 
 def add_result_parser(sub: argparse._SubParsersAction) -> None:
@@ -256,6 +271,10 @@ async def _submit(client: IngressClient, args: argparse.Namespace, console: Cons
                 target=args.target,
                 mode=args.mode,
                 reference_answer=reference,
+                early_stop=args.early_stop or None,
+                early_stop_alpha=args.early_stop_alpha,
+                early_stop_min_answers=args.early_stop_min,
+                early_stop_weight=args.early_stop_weight,
             )
         )
     for qid in qids:
@@ -270,6 +289,7 @@ async def _submit(client: IngressClient, args: argparse.Namespace, console: Cons
 def _print_answer(console: Console, answer: AnswerResult) -> None:
     """The query's answer, graded if it had a reference, then the steps of its solution."""
     grade = {True: " (correct)", False: " (wrong)", None: ""}[answer.correct]
-    console.print(f"{answer.query_id}: {answer.answer}{grade}", markup=False)
+    stopped = f" (stopped early, {answer.nodes} nodes)" if answer.early_stopped else ""
+    console.print(f"{answer.query_id}: {answer.answer}{grade}{stopped}", markup=False)
     for i, step in enumerate(answer.solution, 1):
         console.print(f"  step {i}: {step}", markup=False, highlight=False)

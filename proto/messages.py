@@ -23,6 +23,7 @@ import msgspec
 
 __all__ = [
     "ALGORITHMS",
+    "ANSWER_WEIGHTS",
     "CONTENTS",
     "FINISH_REASONS",
     "JOB_KINDS",
@@ -35,6 +36,7 @@ __all__ = [
     "SPLITS",
     "Algorithm",
     "AnswerResult",
+    "AnswerWeight",
     "BudgetUpdateEvent",
     "CancelRequest",
     "Content",
@@ -70,6 +72,7 @@ JobKind = Literal["generate", "score"]  # the job a JobFailedEvent reports
 Algorithm = Literal["ets", "rebase", "rest", "rstar"]  # a search (the core registers one class each)
 Mode = Literal["baseline", "spex"]  # a query searched plainly, or with speculation
 Split = Literal["blank-line", "newline", "numbered"]  # real content: where one step ends (content.prompts)
+AnswerWeight = Literal["min", "last"]  # T3: an answer weighs its path's lowest step reward, or its own
 
 CONTENTS: tuple[Content, ...] = get_args(Content)
 SIM_STYLES: tuple[SimStyle, ...] = get_args(SimStyle)
@@ -78,6 +81,7 @@ JOB_KINDS: tuple[JobKind, ...] = get_args(JobKind)
 ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 MODES: tuple[Mode, ...] = get_args(Mode)
 SPLITS: tuple[Split, ...] = get_args(Split)
+ANSWER_WEIGHTS: tuple[AnswerWeight, ...] = get_args(AnswerWeight)
 
 PRIMARY = 0  # engine priority of jobs the search is waiting on
 SPECULATIVE = 1  # engine priority of jobs generated ahead of the search
@@ -109,6 +113,12 @@ class SubmitQuestionRequest(Message, frozen=True):
     prompt_tokens: int = 0  # the question's length in tokens (0: estimated from the text)
     reference_answer: str = ""  # if given, the answer is graded against it (math-verify)
     client: str = ""  # who submitted it (the ingress token's name; "" without auth)
+    # T3, adaptive early termination (off: the search runs to its end; on, it may change the
+    # answer). Defaults as `spex.shared.core.spec.early_stop.EarlyStop`'s; 0 answers: the family's rule.
+    early_stop: bool = False
+    early_stop_alpha: float = 0.5
+    early_stop_min_answers: int = 0
+    early_stop_weight: str = "min"  # one of ANSWER_WEIGHTS (checked by spex.proto.submission)
 
 
 class GenerateRequest(Message, frozen=True):
@@ -253,3 +263,4 @@ class AnswerResult(Message, frozen=True):
     latency_s: float = 0.0
     tree_digest: str = ""
     error: str = ""  # why the query failed (a job its service gave up on); "" if it did not
+    early_stopped: bool = False  # T3 stopped the search: `nodes` are what it kept

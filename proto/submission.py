@@ -8,12 +8,13 @@ defaults: those of `SubmitQuestionRequest`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spex.proto.messages import ALGORITHMS, MODES, SubmitQuestionRequest
+from spex.proto.messages import ALGORITHMS, ANSWER_WEIGHTS, MODES, SubmitQuestionRequest
 
 __all__ = [
     "ALGORITHMS",
@@ -59,6 +60,10 @@ CLIENT_FIELDS: dict[str, type] = {
     "mode": str,
     "prompt_tokens": int,
     "reference_answer": str,
+    "early_stop": bool,
+    "early_stop_alpha": float,
+    "early_stop_min_answers": int,
+    "early_stop_weight": str,
 }
 
 
@@ -89,10 +94,12 @@ def check_fields(body: Mapping[str, Any]) -> dict[str, Any]:
         if kind is None:
             raise SubmissionError(name, "unknown field")
         value = body[name]
-        # bool is an int to Python, never to a client: `"target": true` is a type error.
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        # bool is an int to Python, never to a client: `"target": true` is a type error; a
+        # float field takes a whole number too (JSON's 1 is 1.0).
+        wanted = (int, float) if kind is float else kind
+        if not isinstance(value, wanted) or (kind is not bool and isinstance(value, bool)):
             raise SubmissionError(name, f"expected {kind.__name__}")
-    return dict(body)
+    return {k: float(v) if CLIENT_FIELDS[k] is float else v for k, v in body.items()}
 
 
 def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> SubmitQuestionRequest:
@@ -128,6 +135,19 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
         raise SubmissionError("prompt_tokens", f"must be at least 0, not {req.prompt_tokens}")
     if req.prompt_tokens > 10_000_000:
         raise SubmissionError("prompt_tokens", f"at most 10,000,000, not {req.prompt_tokens}")
+    if not (math.isfinite(req.early_stop_alpha) and 0 < req.early_stop_alpha <= 1_000):
+        raise SubmissionError(
+            "early_stop_alpha", f"must be above 0 and at most 1000, not {req.early_stop_alpha}"
+        )
+    if not 0 <= req.early_stop_min_answers <= req.target:
+        raise SubmissionError(
+            "early_stop_min_answers",
+            f"must be from 0 (the search's rule) to the target, not {req.early_stop_min_answers}",
+        )
+    if req.early_stop_weight not in ANSWER_WEIGHTS:
+        raise SubmissionError(
+            "early_stop_weight", f"must be one of {', '.join(ANSWER_WEIGHTS)}, not {req.early_stop_weight!r}"
+        )
     return req
 
 

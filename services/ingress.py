@@ -64,7 +64,8 @@ def load_tokens(settings: Settings) -> dict[str, str]:
 
 class IngressService:
     """POST /v1/questions {"question", "algorithm", "target", "seed", "mode", "client_key",
-    "reference_answer"} → 202 {"query_id"}; GET /v1/questions/{id} → 200 with the answer (or
+    "reference_answer", "early_stop", "early_stop_alpha", "early_stop_min_answers",
+    "early_stop_weight"} → 202 {"query_id"}; GET /v1/questions/{id} → 200 with the answer (or
     its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
@@ -164,7 +165,14 @@ class IngressService:
         if answer.error:
             return web.json_response({"status": "failed", "error": answer.error})
         return web.json_response(
-            {"status": "answered", "answer": answer.answer, "correct": answer.correct, "nodes": answer.nodes}
+            {
+                "status": "answered",
+                "answer": answer.answer,
+                "correct": answer.correct,
+                "solution": answer.solution,
+                "nodes": answer.nodes,
+                "early_stopped": answer.early_stopped,
+            }
         )
 
     async def delete(self, request: web.Request) -> web.Response:

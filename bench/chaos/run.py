@@ -23,6 +23,7 @@ from spex.bench.chaos.rig import Rig
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import AnswerResult, decode
 from spex.proto.names import ANSWERS
+from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
@@ -53,6 +54,7 @@ class ChaosReport:
     duplicated: list[str] = field(default_factory=list)
     differing: list[str] = field(default_factory=list)
     restarts: dict[str, int] = field(default_factory=dict)
+    early_stopped: int = 0  # answers T3 stopped early (with --early-stop)
     wall_s: float = 0.0
 
     @property
@@ -91,6 +93,7 @@ async def run_chaos(
     mode: str = "spex",
     faults_per_min: float = 6.0,
     time_scale: float = 0.01,
+    early_stop: bool = False,
     say=print,  # noqa: ANN001 - a print-like callable
 ) -> ChaosReport:
     settings = Settings(time_scale=time_scale, heartbeat_s=0.5, lease_s=2.0, block_ms=100)
@@ -105,18 +108,21 @@ async def run_chaos(
         asked = [workload.query(i) for i in range(questions)]
         t0 = time.monotonic()
         submitter = asyncio.create_task(
-            _submit(rig, asked, algorithm, target, mode, seed, 0.8 * duration_s, t0)
+            _submit(rig, asked, algorithm, target, mode, seed, early_stop, 0.8 * duration_s, t0)
         )
         await _inject(rig, faults, t0, say)
         qids = await submitter
         await asyncio.to_thread(rig.heal_all)
         say(f"faults done after {time.monotonic() - t0:.0f} s; waiting for every answer")
         answers = await _answers(rig, qids)
-        expected = _expected(algorithm, target, questions, mode, seed)
+        expected = _expected(algorithm, target, questions, mode, seed, early_stop)
         report.lost = [q for q in qids if answers.get(q) is None]
         report.differing = [
-            q for q, a in answers.items() if a is not None and (a.answer, a.tree_digest) != expected[q]
+            q
+            for q, a in answers.items()
+            if a is not None and (a.answer, a.tree_digest, a.early_stopped) != expected[q]
         ]
+        report.early_stopped = sum(1 for a in answers.values() if a is not None and a.early_stopped)
         report.duplicated = [q for q, n in (await _answer_counts(rig)).items() if n > 1]
         report.restarts = {n: c.restarts for n, c in rig.supervisor.children.items()}
         report.wall_s = time.monotonic() - started
@@ -126,7 +132,15 @@ async def run_chaos(
 
 
 async def _submit(
-    rig: Rig, asked: list, algorithm: str, target: int, mode: str, seed: int, spread_s: float, t0: float
+    rig: Rig,
+    asked: list,
+    algorithm: str,
+    target: int,
+    mode: str,
+    seed: int,
+    early_stop: bool,
+    spread_s: float,
+    t0: float,
 ) -> list[str]:
     """Submit every question at an even pace over `spread_s`, retrying through outages (a
     retry is idempotent: same query id, same client key)."""
@@ -145,6 +159,7 @@ async def _submit(
                         seed=seed,
                         mode=mode,
                         prompt_tokens=q.prompt_tokens,
+                        early_stop=early_stop,
                     )  # fmt: skip
                 )
                 break
@@ -195,9 +210,12 @@ async def _answer_counts(rig: Rig) -> Counter[str]:
     return counts
 
 
-def _expected(algorithm: str, target: int, questions: int, mode: str, seed: int) -> dict[str, tuple]:
+def _expected(
+    algorithm: str, target: int, questions: int, mode: str, seed: int, early_stop: bool
+) -> dict[str, tuple]:
     """The fault-free trees: the virtual-time run of the same questions and seeds."""
     config = BenchConfig(
-        algorithm=algorithm, target=target, questions=questions, batch_size=questions, mode=mode, seed=seed
-    )
-    return {r.query_id: (r.answer, r.digest) for r in run_bench(config).records}
+        algorithm=algorithm, target=target, questions=questions, batch_size=questions, mode=mode, seed=seed,
+        early_stop=EarlyStop(enabled=early_stop),
+    )  # fmt: skip
+    return {r.query_id: (r.answer, r.digest, r.early_stopped) for r in run_bench(config).records}

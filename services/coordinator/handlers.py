@@ -221,6 +221,7 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         tokens_generated=m.stats.tokens_generated,
         tree_digest=digest(m.tree.digest(rewards=q.content == "synthetic"), m.answer),  # as the bench's
         error=m.error,
+        early_stopped=cmd.early_stopped,
     )
     return [Answer(message)]
 

@@ -13,6 +13,7 @@ from spex.shared.content.grading import equivalent, grade
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SearchConfig
 from spex.shared.core.spec.budget import hit_rate_estimate
+from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.runtime.settings import Settings
 
@@ -52,6 +53,12 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         # Real content without a reward model: the generator's own log-probabilities.
         reward="logprob" if settings.content == "real" and not settings.prm else "prm",
         speculation=SpecPolicy(enabled=speculate),
+        early_stop=EarlyStop(
+            req.early_stop,
+            req.early_stop_alpha,
+            req.early_stop_min_answers or None,
+            weight=req.early_stop_weight,
+        ),
         share=LOCAL_SHARE if speculate else 0,
         same_answer=equivalent if settings.content == "real" else None,  # 0.5 and \frac12 vote together
     )

@@ -39,7 +39,7 @@ from spex.shared.core.commands import (
 from spex.shared.core.ids import child_id
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
 from spex.shared.core.search.answers import Equivalence, extract_answer, select_answer
-from spex.shared.core.spec.early_stop import EarlyStop, should_stop
+from spex.shared.core.spec.early_stop import EarlyStop, answer_weight, should_stop
 from spex.shared.core.speculation import (
     PredictorFactory,
     SpecCache,
@@ -114,7 +114,7 @@ class QueryMachine:
         self._jobs: dict[str, _Job] = {}  # node id -> its generation in flight
         self._attempts: dict[str, int] = {}
         self._scoring: set[str] = set()
-        self._answers_seen: tuple[int, int | None, int] = (0, None, 0)  # what T3 last looked at
+        self._stop_with: str | None = None  # T3's leading answer once it stopped the search
         self._spec_failed: set[str] = set()  # speculative nodes a service gave up on: not retried
         self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
         self._predicted: tuple[int, list[Node]] | None = None  # (k, the prediction) until a change
@@ -344,7 +344,19 @@ class QueryMachine:
         if self.done:
             return []
         commands: list[Command] = []
-        while not self._program_done and (first or (self._need is not None and self._satisfied(self._need))):
+        while not (self._program_done or self._stop_with is not None) and (
+            first or (self._need is not None and self._satisfied(self._need))
+        ):
+            if self.early_stop.enabled and not first:
+                # T3 decides between the search's steps, on every answer found so far once each
+                # is weighed: never on whichever scores happened to come back first, so every
+                # driver (virtual time, the pipeline, a restarted coordinator) stops at the same
+                # step. Until then the search waits.
+                if self._answers_unweighed():
+                    break
+                self._stop_with = self._check_early_stop()
+                if self._stop_with is not None:
+                    break
             first = False
             try:
                 self._need = next(self._program)
@@ -355,25 +367,23 @@ class QueryMachine:
             for node in self._need.nodes:
                 if node.id not in self._requested:
                     self._request(node, commands)
-        if self.early_stop.enabled and not self._program_done:
-            leader = self._check_early_stop()
-            if leader is not None:
-                return commands + self._finish(now_s, leader, early=True)
-        # The query ends once the program has returned and every node it asked for is scored,
-        # so the final tree never depends on which scores happened to arrive first.
-        if self._program_done and not self._unscored:
+        # The query ends once the program has returned (or T3 stopped it) and every node it
+        # asked for is scored, so the final tree never depends on which scores came first.
+        if self._stop_with is not None and not self._unscored:
+            commands.extend(self._finish(now_s, self._stop_with, early=True))
+        elif self._program_done and not self._unscored:
             answer = select_answer(self.solutions, self.algorithm.answer_selection, self.same_answer)
             commands.extend(self._finish(now_s, answer, early=False))
         return commands
 
+    def _answers_unweighed(self) -> bool:
+        """An answer of the tree still waits for a score its T3 weight needs."""
+        rule = self.early_stop.weight
+        return any(n.answer is not None and answer_weight(n, rule) is None for n in self.tree if n.generated)
+
     def _check_early_stop(self) -> str | None:
-        answers = [n for n in self.tree if n.terminal and n.scored]
-        rollouts = self.algorithm.rollouts_done
-        seen = (len(answers), rollouts, len(self._unscored))
-        if seen == self._answers_seen:
-            return None
-        self._answers_seen = seen
-        family = self.algorithm.family
+        answers = [n for n in self.tree if n.generated and n.answer is not None]  # an EOS gives none
+        family, rollouts = self.algorithm.family, self.algorithm.rollouts_done
         return should_stop(answers, self.config.target, self.early_stop, family, rollouts, self.same_answer)
 
     def _finish(self, now_s: float, answer: str | None, early: bool) -> list[Command]:
@@ -390,7 +400,7 @@ class QueryMachine:
     def _housekeeping(self, now_s: float) -> list[Command]:
         """Cancel speculation the search can no longer use, bound the cache, and issue new
         speculative jobs up to this query's share."""
-        if self.done or not self.speculation.enabled:
+        if self.done or not self.speculation.enabled or self._stop_with is not None:
             return []
         commands: list[Command] = []
         dead = self._cache.prune(lambda n: n in self._jobs, self._predictor.spec_alive)

@@ -109,6 +109,10 @@ class IngressClient:
         mode: str | None = None,
         prompt_tokens: int | None = None,
         reference_answer: str | None = None,
+        early_stop: bool | None = None,
+        early_stop_alpha: float | None = None,
+        early_stop_min_answers: int | None = None,
+        early_stop_weight: str | None = None,
         client: str = "",
     ) -> str:
         """Submit a question; returns its query id (the first one's, for a repeated client
@@ -122,6 +126,10 @@ class IngressClient:
             "mode": mode,
             "prompt_tokens": prompt_tokens,
             "reference_answer": reference_answer,
+            "early_stop": early_stop,
+            "early_stop_alpha": early_stop_alpha,
+            "early_stop_min_answers": early_stop_min_answers,
+            "early_stop_weight": early_stop_weight,
         }
         fields = submission.check_fields({k: v for k, v in given.items() if v is not None})
         key = client_key or qid

@@ -38,6 +38,7 @@ def test_submit_and_poll_over_http(redis_url):
         try:
             bad = await asyncio.to_thread(http, "POST", base, {"question": "x", "target": "many"})
             unknown = await asyncio.to_thread(http, "POST", base, {"question": "x", "colour": 1})
+            bad_t3 = await asyncio.to_thread(http, "POST", base, {"question": "x", "early_stop_alpha": -1})
             first = await asyncio.to_thread(
                 http,
                 "POST",
@@ -62,15 +63,17 @@ def test_submit_and_poll_over_http(redis_url):
                 if done[0] == 200 or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.1)
-            return bad, unknown, first, again, other, full, pending, done
+            return bad, unknown, bad_t3, first, again, other, full, pending, done
         finally:
             await cluster.stop()
 
-    bad, unknown, first, again, other, full, pending, done = asyncio.run(go())
+    bad, unknown, bad_t3, first, again, other, full, pending, done = asyncio.run(go())
     assert bad == (400, {"error": "target: expected int"})
+    assert bad_t3[0] == 400 and bad_t3[1]["error"].startswith("early_stop_alpha: must be above 0")
     assert unknown == (400, {"error": "colour: unknown field"})
     assert first[0] == 202 and again == first  # same client key, same query
     assert other[0] == 202
     assert full[0] == 429 and "retry later" in full[1]["error"]  # backlog limit 2
     assert pending == (202, {"status": "searching"})
     assert done[0] == 200 and done[1]["status"] == "answered" and done[1]["nodes"] > 0
+    assert done[1]["early_stopped"] is False  # T3 is off unless asked for

@@ -7,11 +7,12 @@ import pytest
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import BudgetUpdateEvent, decode
 from spex.proto.names import query_inbox
+from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.cluster import Cluster
 
 
-async def submit_all(cluster, algorithm, target, questions, mode, seed=0, first=0):
+async def submit_all(cluster, algorithm, target, questions, mode, seed=0, first=0, **options):
     workload = SyntheticWorkload(WorkloadKnobs(), seed)
     qids = []
     for i in range(first, first + questions):
@@ -25,12 +26,13 @@ async def submit_all(cluster, algorithm, target, questions, mode, seed=0, first=
                 seed=seed,
                 mode=mode,
                 prompt_tokens=question.prompt_tokens,
+                **options,
             )
         )
     return {q: await cluster.client.result(q, timeout_s=60) for q in qids}
 
 
-def virtual_time(algorithm, target, questions, mode, seed=0):
+def virtual_time(algorithm, target, questions, mode, seed=0, early_stop=None):
     res = run_bench(
         BenchConfig(
             algorithm=algorithm,
@@ -39,9 +41,10 @@ def virtual_time(algorithm, target, questions, mode, seed=0):
             batch_size=questions,
             mode=mode,
             seed=seed,
+            early_stop=early_stop or EarlyStop(),
         )
     )
-    return {r.query_id: (r.answer, r.digest) for r in res.records}
+    return {r.query_id: (r.answer, r.digest, r.early_stopped) for r in res.records}
 
 
 @pytest.mark.parametrize("process_mode", ["inprocess", "processes"])
@@ -59,9 +62,48 @@ def test_distributed_answers_equal_virtual_time(redis_url, process_mode, algorit
     answers, budgets = asyncio.run(go())
     expected = virtual_time(algorithm, target, 3, mode)
     assert all(a is not None for a in answers.values()), "a question was not answered"
-    assert {q: (a.answer, a.tree_digest) for q, a in answers.items()} == expected
+    assert {q: (a.answer, a.tree_digest, False) for q, a in answers.items()} == expected
     # The allocator runs in the cluster: speculating queries get T2 shares, the others none.
     assert (budgets > 0) == (mode == "spex")
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "target", "mode", "options"),
+    [
+        ("rebase", 8, "spex", {}),
+        ("rstar", 10, "spex", {"early_stop_alpha": 1.0}),
+        ("rest", 5, "baseline", {"early_stop_min_answers": 2, "early_stop_weight": "last"}),
+    ],
+)
+def test_early_termination_in_the_pipeline_stops_where_virtual_time_does(
+    redis_url, algorithm, target, mode, options
+):
+    """T3 as a submission field: the coordinator stops each search at the step virtual time's
+    T3 does, cancels what it had in flight and answers `early_stopped` with the nodes kept."""
+
+    async def go():
+        cluster = Cluster(redis_url, "inprocess")
+        await cluster.start_all(generators=2)
+        try:
+            return await submit_all(cluster, algorithm, target, 4, mode, early_stop=True, **options)
+        finally:
+            await cluster.stop()
+
+    answers = asyncio.run(go())
+    rule = EarlyStop(
+        True,
+        options.get("early_stop_alpha", 0.5),
+        options.get("early_stop_min_answers"),
+        weight=options.get("early_stop_weight", "min"),
+    )
+    expected = virtual_time(algorithm, target, 4, mode, early_stop=rule)
+    assert all(a is not None for a in answers.values()), "a question was not answered"
+    got = {q: (a.answer, a.tree_digest, a.early_stopped) for q, a in answers.items()}
+    assert got == expected
+    assert any(stopped for _, _, stopped in got.values()), "T3 never stopped a search: the test shows nothing"
+    plain = virtual_time(algorithm, target, 4, mode)
+    stopped = [q for q, (_, _, early) in expected.items() if early]
+    assert all(expected[q][1] != plain[q][1] for q in stopped)  # a stopped tree is a smaller tree
 
 
 async def budgets_received(cluster, answers):

@@ -20,3 +20,15 @@ def test_a_short_chaos_run_loses_nothing():
     report = asyncio.run(run_chaos(seed=2, duration_s=25, questions=8, faults_per_min=30, say=lines.append))
     assert len(report.faults) == 11 and set(report.by_kind()) == set(FAULT_KINDS)
     assert report.ok, (report.lost, report.duplicated, report.differing, "\n".join(lines))
+
+
+def test_a_short_chaos_run_with_early_termination_loses_nothing():
+    """T3 on: the coordinator cancels a stopped search's jobs and answers it once, through kills,
+    stalls, partitions and a Redis restart; every answer is T3's fault-free one."""
+    lines = []
+    report = asyncio.run(
+        run_chaos(seed=5, duration_s=20, questions=8, faults_per_min=30, early_stop=True, say=lines.append)
+    )
+    assert len(report.faults) == 10 and set(report.by_kind()) == set(FAULT_KINDS)
+    assert report.ok, (report.lost, report.duplicated, report.differing, "\n".join(lines))
+    assert report.early_stopped > 0  # T3 stopped searches under the faults
