@@ -74,6 +74,11 @@ class RunSummary:
     compute_amplification: float
     latency_p50_s: float
     latency_p99_s: float
+    latencies_s: dict[str, float]  # query id -> its latency (admission to answer)
+    # T2's starvation count: budget rounds in which a query that could speculate got no share
+    # while another got more than one branch, over the rounds queries could speculate in.
+    starved_rounds: int
+    share_rounds: int
     critical_path_s_per_query: dict[str, float]
     step_tokens_p50: float  # the steps of the final trees
     step_tokens_p90: float
@@ -106,7 +111,7 @@ class RunSummary:
     # closed, windows closed] each time the slack or the pool moved (`bench.governor` plots it).
     governor_trace: list[list[float | None]]
     server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
-    tpot_target: float | None  # what the governor held primary TPOT growth to (None: a fixed slack)
+    tpot_target: float | None  # what the governor held primary TPOT growth to (None: a fixed slack, or none)
     profile_file: str | None  # the measured step curve it budgeted by (None: the catalog's or static)
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
@@ -159,6 +164,10 @@ class Comparison:
     latency_p99_s: float
     latency_p50_s_baseline: float
     latency_p99_s_baseline: float
+    # Each query's latency against its own in the baseline: the largest ratio, and how many
+    # queries took more than 10% longer (None: no query in both runs).
+    worst_query_slowdown: float | None
+    queries_over_10pct_slower: int
     trees_digest: str
     trees_digest_baseline: str
     wall_s: float
@@ -233,6 +242,9 @@ def summarize(res: BenchResult) -> RunSummary:
         compute_amplification=_ratio(res.tokens_all, tree_tokens, 1.0),
         latency_p50_s=_pct(latencies, 50),
         latency_p99_s=_pct(latencies, 99),
+        latencies_s={r.query_id: r.latency_s for r in recs},
+        starved_rounds=res.starved_rounds,
+        share_rounds=res.share_rounds,
         critical_path_s_per_query={k: v / len(recs) for k, v in asdict(res.critical_path).items()},
         step_tokens_p50=_pct(steps, 50),
         step_tokens_p90=_pct(steps, 90),
@@ -269,7 +281,7 @@ def summarize(res: BenchResult) -> RunSummary:
             for t, slack, pool, g, windows in res.governor
         ],
         server=dict(getattr(res.gen, "server_info", {})),
-        tpot_target=cfg.tpot_target if cfg.tpot_slack is None else None,
+        tpot_target=cfg.tpot_target if cfg.tpot_slack is None and cfg.tpot_budget else None,
         profile_file=cfg.profile_file,
         wall_s=res.wall_s,
         sim_speed=_ratio(span, res.wall_s, 0.0),
@@ -304,6 +316,9 @@ def compare(base: RunSummary, spex: RunSummary) -> Comparison:
     same_scored = {q: set(r) for q, r in base.rewards.items()} == {q: set(r) for q, r in spex.rewards.items()}
     identical = base.trees_digest == spex.trees_digest and same_scored
     reward_diff = max_reward_difference(base, spex)
+    slowdowns = [
+        t / base.latencies_s[q] for q, t in spex.latencies_s.items() if base.latencies_s.get(q, 0.0) > 0
+    ]
     return Comparison(
         algorithm=spex.algorithm,
         target=spex.target,
@@ -339,6 +354,8 @@ def compare(base: RunSummary, spex: RunSummary) -> Comparison:
         latency_p99_s=spex.latency_p99_s,
         latency_p50_s_baseline=base.latency_p50_s,
         latency_p99_s_baseline=base.latency_p99_s,
+        worst_query_slowdown=max(slowdowns, default=None),
+        queries_over_10pct_slower=sum(1 for x in slowdowns if x > 1.10),
         trees_digest=spex.trees_digest,
         trees_digest_baseline=base.trees_digest,
         wall_s=base.wall_s + spex.wall_s,

@@ -100,6 +100,12 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
         "--tpot-slack", type=float, default=None, help="a fixed roofline slack instead of the target"
     )
     b.add_argument(
+        "--no-tpot-budget",
+        dest="tpot_budget",
+        action="store_false",
+        help="no TPOT budget: speculation takes whatever the KV pool holds (the T2 ablation's floor)",
+    )
+    b.add_argument(
         "--scheduling",
         choices=list(SCHEDULINGS),
         default="sglang",
@@ -363,6 +369,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         k_total=args.k_total,
         tpot_target=args.tpot_target,
         tpot_slack=args.tpot_slack,
+        tpot_budget=args.tpot_budget,
         scheduling=args.scheduling,
         temperature=args.temperature,
         backend=args.engine,

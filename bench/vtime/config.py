@@ -80,6 +80,7 @@ class BenchConfig:
     # with `tpot_slack` set, by a fixed roofline slack (the project's earlier rule).
     tpot_target: float = 0.05
     tpot_slack: float | None = None
+    tpot_budget: bool = True  # False: no TPOT budget at all, speculation bounded by the KV room only
     scheduling: str = "sglang"  # the sim engine's scheduling ("paused": per-step pausing too)
     temperature: float = 0.5  # τ of the T2 softmax
     cache_nodes: int = 256

@@ -61,6 +61,8 @@ class BenchResult:
     spec: SpecTotals
     critical_path: CriticalPath
     pool_peak: int  # the largest speculative pool T2 divided
+    starved_rounds: int  # budget rounds a query that could speculate got nothing, another > 1
+    share_rounds: int  # budget rounds × queries that could speculate
     slack: list[float]  # each worker's slack at the end (the governor's, or the fixed one)
     governor: list[GovernorRow]  # worker 0's governor as the run went
 
@@ -161,6 +163,8 @@ class _Run:
             spec=m.spec,
             critical_path=m.critical,
             pool_peak=m.pool_peak,
+            starved_rounds=m.starved_rounds,
+            share_rounds=m.share_rounds,
             slack=[self._slack(w) for w in range(len(self.gens))],
             governor=m.governor,
         )
@@ -311,6 +315,10 @@ class _Run:
         self._slack_bound[w] = False
         if k_total is not None:
             return max(0, k_total - book.primary_in_flight)
+        if not self.cfg.tpot_budget:  # speculation unbudgeted: what the KV (or the batch) holds
+            if real:
+                return max(0, self.cfg.max_running - book.primary_in_flight)
+            return kv_room(self.profile, gen.held_tokens, book.speculative_jobs, self.config.max_step_tokens)
         contexts = [m.context_tokens for m in machines]
         if real and self.measured is not None:  # the measured curve, within the engine's batch
             free = max(0, self.cfg.max_running - book.primary_in_flight)
@@ -366,8 +374,10 @@ class _Run:
             self.metrics.pool_peak = max(self.metrics.pool_peak, pool)
             if 0 in workers:
                 self._trace_governor(now, pool)
-            share, demand = self._divide(qids, pool)
+            share, demands = self._divide(qids, pool)
+            self.metrics.count_shares(share, demands)
             shares |= share
+            demand = sum(d.candidates for d in demands)
             for i in workers:
                 self.governors[i].note_pool(demand, pool, self._slack_bound[i])
         for qid, machine in list(self.machines.items()):
@@ -382,18 +392,17 @@ class _Run:
         if not trace or trace[-1][1:3] != (slack, pool):
             trace.append((now, slack, pool, governor.last_growth, governor.windows))
 
-    def _divide(self, qids: list[str], pool: int) -> tuple[dict[str, int], int]:
-        """Each query's share of `pool`, and the speculative branches they could use (Σ C_q)."""
+    def _divide(self, qids: list[str], pool: int) -> tuple[dict[str, int], list[Demand]]:
+        """Each query's share of `pool`, and what each asked for (C_q: the branches it could use)."""
         kv = self.profile.model.kv_bytes_per_token
         demands = []
         for qid in qids:
             m = self.machines[qid]
             rate = hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued)
             demands.append(Demand(qid, m.spec_candidates(pool), rate, m.context_tokens * kv))
-        demand = sum(d.candidates for d in demands)
         if self.cfg.t2:
-            return allocate(demands, pool, self.profile.model.resident_bytes, self.cfg.temperature), demand
-        return even_split(demands, pool), demand
+            return allocate(demands, pool, self.profile.model.resident_bytes, self.cfg.temperature), demands
+        return even_split(demands, pool), demands
 
 
 def run_bench(

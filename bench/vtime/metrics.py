@@ -4,12 +4,13 @@ batches at B = 1."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from spex.bench.vtime.bookkeeping import GenJob
 from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine, QueryStats
+from spex.shared.core.spec.budget import Demand
 from spex.shared.sim.engine import Completion
 
 __all__ = ["CriticalPath", "GovernorRow", "QueryRecord", "RunMetrics", "SpecTotals"]
@@ -78,6 +79,8 @@ class RunMetrics:
         self.spec = SpecTotals()
         self.critical = CriticalPath()
         self.pool_peak = 0  # the largest speculative pool T2 divided
+        self.starved_rounds = 0  # (see `count_shares`)
+        self.share_rounds = 0
         # Worker 0's governor as the run went: (time, slack, pool, TPOT growth of the last
         # window it closed, windows closed), a row each time the slack or pool changed.
         self.governor: list[GovernorRow] = []
@@ -85,6 +88,14 @@ class RunMetrics:
         self._blocked: dict[str, tuple[int, str | None, list[str]]] = {}  # query -> (events, bucket, jobs)
         # (width, issued, last generated) per multi-node need; None: not traced (B > 1)
         self._needs: list[tuple[int, float, float]] | None = [] if trace_levels else None
+
+    def count_shares(self, shares: dict[str, int], demands: Sequence[Demand]) -> None:
+        """One budget round: each query that could speculate counts a round, and a starved one
+        if it got nothing while another query got more than one branch."""
+        wanting = [d.query_id for d in demands if d.candidates > 0]
+        self.share_rounds += len(wanting)
+        if any(n > 1 for n in shares.values()):
+            self.starved_rounds += sum(1 for q in wanting if shares.get(q, 0) == 0)
 
     def generation_done(self, job: GenJob, c: Completion) -> None:
         """A generation left the engine, finished or aborted (call after the job is popped)."""
