@@ -12,6 +12,7 @@ name, never on a command line and never printed.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import signal
@@ -27,9 +28,10 @@ from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import ENV, Settings
 from spex.shared.runtime.supervisor import Supervisor
 
-__all__ = ["default_data_dir", "service_env", "up"]
+__all__ = ["default_data_dir", "lock_data_dir", "service_env", "up"]
 
 PASSWORD_FILE = "redis.password"
+LOCK_FILE = "spex.lock"
 
 
 def default_data_dir() -> Path:
@@ -37,8 +39,11 @@ def default_data_dir() -> Path:
     return Path(base) / "spex"
 
 
-def embedded_redis(data_dir: Path, fsync: str = "everysec") -> tuple[RedisServer, Path]:
-    """A durable, password-protected Redis on `data_dir` (created 0700 if missing)."""
+def embedded_redis(
+    data_dir: Path, fsync: str = "everysec", lock: int | None = None
+) -> tuple[RedisServer, Path]:
+    """A durable, password-protected Redis on `data_dir` (created 0700 if missing); it stops
+    when the thread that starts it dies, and holds `lock` (`lock_data_dir`'s) while it runs."""
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     _private(data_dir, "--data-dir")
     secret = data_dir / PASSWORD_FILE
@@ -48,7 +53,32 @@ def embedded_redis(data_dir: Path, fsync: str = "everysec") -> tuple[RedisServer
             f.write(secrets.token_urlsafe(32) + "\n")
     _private(secret, "the Redis password file")
     password = secret.read_text().strip()
-    return RedisServer(data_dir=data_dir / "redis", password=password, fsync=fsync), secret
+    held = () if lock is None else (lock,)
+    server = RedisServer(
+        data_dir=data_dir / "redis", password=password, fsync=fsync, die_with_parent=True, hold_fds=held
+    )
+    return server, secret
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """An exclusive lock on `data_dir` (its `LOCK_FILE`, holding our pid), or ValueError naming
+    the flag and who holds it: two Redis servers on one append-only file corrupt it. The lock
+    goes with the process and the Redis it is passed to: a SIGKILLed `spex up` leaves nothing
+    locked once its Redis has stopped."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ValueError(
+            f"--data-dir: {data_dir} is in use by another `spex up` (pid {holder}); stop it, or give another"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _private(path: Path, what: str) -> None:
@@ -94,10 +124,16 @@ def up(
     exit. Without `data_dir` the embedded Redis lives in a temporary directory."""
     say = console.print if console else (lambda _msg: None)
     scratch = tempfile.TemporaryDirectory(prefix="spex-up-")
-    server = None
+    server, lock = None, None
     if not redis_url:
-        server, secret = embedded_redis(data_dir or Path(scratch.name, "data"), fsync)
-        server.start()
+        where = data_dir or Path(scratch.name, "data")
+        lock = lock_data_dir(where)
+        try:
+            server, secret = embedded_redis(where, fsync, lock)
+            server.start()
+        except BaseException:
+            os.close(lock)
+            raise
         settings = replace(settings, redis_url=server.url, redis_password="", redis_password_file=str(secret))
     else:
         settings = replace(settings, redis_url=redis_url)
@@ -133,6 +169,8 @@ def up(
         supervisor.stop()
         if server is not None:
             server.stop()
+        if lock is not None:
+            os.close(lock)
         scratch.cleanup()
 
 

@@ -30,6 +30,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from spex.shared.runtime.lifeline import die_with_parent as die_with_parent_fn
+
 __all__ = ["RedisServer", "TlsFiles", "free_port", "redis_binaries", "supports_tls"]
 
 CONFIG_NAME = "spex-redis.conf"
@@ -96,6 +98,8 @@ class RedisServer:
         password: str | None = None,
         tls: TlsFiles | None = None,
         fsync: str = "everysec",
+        die_with_parent: bool = False,
+        hold_fds: tuple[int, ...] = (),
     ) -> None:
         if fsync not in ("everysec", "always"):
             raise ValueError(f"fsync: everysec or always, not {fsync!r}")
@@ -108,6 +112,9 @@ class RedisServer:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.password = password or None
         self.tls = tls
+        # The server stops when the thread that started it dies (`spex up` SIGKILLed), and holds
+        # `hold_fds` (the data dir's lock) for as long as it runs.
+        self.die_with_parent, self.hold_fds = die_with_parent, hold_fds
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -133,7 +140,7 @@ class RedisServer:
             return self
         workdir = self._workdir()
         config = _write_private(workdir / CONFIG_NAME, self._config_text(workdir))
-        self._proc = _spawn(self.binary, config, workdir / LOG_NAME)
+        self._proc = _spawn(self.binary, config, workdir / LOG_NAME, self.die_with_parent, self.hold_fds)
         self._await_ready(workdir / LOG_NAME, timeout_s)
         return self
 
@@ -266,10 +273,18 @@ def _write_private(path: Path, text: str) -> Path:
     return path
 
 
-def _spawn(binary: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    binary: str, config: Path, log: Path, die_with_parent: bool, hold_fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as out:
-        return subprocess.Popen([binary, str(config)], stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [binary, str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent_fn if die_with_parent else None,  # noqa: PLW1509 - a prctl only
+            pass_fds=hold_fds,
+        )
 
 
 def _tail(log: Path, chars: int = 300) -> str:

@@ -23,6 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.shared.runtime import connect
+from spex.shared.runtime.lifeline import watch_lifeline
 from spex.shared.runtime.metrics import serve_metrics
 from spex.shared.runtime.settings import Settings
 
@@ -123,6 +124,7 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
         print(f"spex {name}: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
+    watch_lifeline()  # started by a supervisor: stop when it is gone
     log = structlog.get_logger().bind(service=name, consumer=settings.consumer)
     problem = serve_metrics(settings.metrics_port, settings.http_host)
     if problem:

@@ -1,5 +1,7 @@
 """A process supervisor for `spex up` and `spex chaos`: every service is a child process,
-restarted with exponential backoff when it exits unasked, and each restart is reported.
+restarted with exponential backoff when it exits unasked, and each restart is reported. Every
+child holds the supervisor's lifeline (`lifeline.py`): if the supervisor dies, however it dies,
+its children stop.
 
 A child that ran for `STABLE_S` before it died starts again after `FIRST_BACKOFF_S`; one that
 keeps dying waits twice as long each time, up to `MAX_BACKOFF_S`. Its log file is appended to
@@ -16,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from spex.shared.runtime.lifeline import Lifeline
 
 __all__ = ["Supervisor"]
 
@@ -48,6 +52,7 @@ class Supervisor:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lifeline = Lifeline()
 
     def add(self, kind: str, name: str, env: dict[str, str]) -> None:
         with self._lock:
@@ -61,10 +66,11 @@ class Supervisor:
         with self.log_path(child.name).open("ab") as log:
             child.proc = subprocess.Popen(
                 [sys.executable, "-m", f"spex.services.{child.kind}"],
-                env=child.env,
+                env={**child.env, **self._lifeline.env()},
                 stdout=log,
                 stderr=log,
                 start_new_session=True,  # Ctrl-C reaches the supervisor, which stops children in order
+                pass_fds=(self._lifeline.fd,),  # ... and its death reaches them through this
             )
         child.started, child.due = time.monotonic(), None
 
@@ -148,3 +154,4 @@ class Supervisor:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        self._lifeline.close()
