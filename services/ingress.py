@@ -69,7 +69,7 @@ class IngressService:
     its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        self.client = IngressClient(client, settings.backlog_limit, settings.limits, settings.result_ttl_s)
+        self.client = IngressClient(client, settings.backlog_limit, settings.limits)
         self.host, self.port = settings.http_host, settings.http_port
         self.max_body = settings.max_message_bytes
         self.tokens = load_tokens(settings)

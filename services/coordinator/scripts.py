@@ -49,7 +49,7 @@ return 1
 # Writes the answer once, appends it to the answers stream, takes the query out of the
 # in-flight sets, releases the lease, and lets the query's keys expire after the result TTL.
 # KEYS: lease, epoch, reply, answers, in-flight, active, client in-flight, inbox, request,
-# checkpoint. ARGV: owner, epoch, encoded answer, query id, TTL s. -> 1 | 0
+# checkpoint, client key. ARGV: owner, epoch, encoded answer, query id, TTL s. -> 1 | 0
 ANSWER = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
   return 0
@@ -61,7 +61,7 @@ redis.call('ZREM', KEYS[5], ARGV[4])
 redis.call('ZREM', KEYS[7], ARGV[4])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[6], ARGV[4])
-for i = 8, 10 do redis.call('EXPIRE', KEYS[i], ARGV[5]) end
+for i = 8, 11 do redis.call('EXPIRE', KEYS[i], ARGV[5]) end
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 return 1
 """
@@ -69,7 +69,7 @@ return 1
 # A question that cannot be searched gets a failed answer, so its client is told and its
 # in-flight place freed; whatever a coordinator took for it is let go and expires.
 # KEYS: reply, answers, in-flight, client in-flight, request, active, lease, epoch, inbox,
-# checkpoint. ARGV: encoded answer, query id, TTL s. -> 1
+# checkpoint, client key. ARGV: encoded answer, query id, TTL s. -> 1
 REJECT = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3]) then
   redis.call('XADD', KEYS[2], '*', 'e', ARGV[1])
@@ -78,7 +78,7 @@ redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[4], ARGV[2])
 redis.call('ZREM', KEYS[6], ARGV[2])
 redis.call('DEL', KEYS[7])
-for i = 8, 10 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+for i = 8, 11 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 redis.call('EXPIRE', KEYS[5], ARGV[3])
 return 1
 """

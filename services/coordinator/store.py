@@ -28,6 +28,7 @@ from spex.proto.names import (
     query_lease,
     query_request,
     reply_key,
+    submitted_key,
 )
 from spex.services.coordinator import scripts
 
@@ -153,7 +154,7 @@ class QueryStore:
         keys = [
             query_lease(qid), query_epoch(qid), reply_key(qid), ANSWERS, INGRESS_IN_FLIGHT,
             COORDINATORS_ACTIVE, client_in_flight(req.client), query_inbox(qid), query_request(qid),
-            query_checkpoint(qid),
+            query_checkpoint(qid), submitted_key(f"{req.client}/{req.client_key}"),
         ]  # fmt: skip
         args: list[str | bytes | int] = [self.owner, epoch, encode(answer), qid, self.result_ttl_s]
         return bool(await self._answer(keys=keys, args=args))
@@ -165,6 +166,7 @@ class QueryStore:
         keys = [
             reply_key(qid), ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client), query_request(qid),
             COORDINATORS_ACTIVE, query_lease(qid), query_epoch(qid), query_inbox(qid), query_checkpoint(qid),
+            submitted_key(f"{req.client}/{req.client_key}"),
         ]  # fmt: skip
         await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s])
 

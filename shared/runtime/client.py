@@ -41,7 +41,10 @@ from spex.proto import (
 __all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery"]
 
 # KEYS: submitted, ingress, in-flight, client in-flight, request.
-# ARGV: query id, payload, backlog limit, client limit, body hash, now ms, key TTL s.
+# ARGV: query id, payload, backlog limit, client limit, body hash, now ms.
+# The client key, like the request, is kept while the question is searched: the coordinator's
+# answer (or rejection) sets both to expire with the answer, so a retry is the same query for
+# as long as the answer can be read.
 _SUBMIT = """
 local existing = redis.call('GET', KEYS[1])
 if existing then
@@ -54,7 +57,7 @@ local inflight = redis.call('ZCARD', KEYS[3])
 if inflight >= tonumber(ARGV[3]) then return {-1, tostring(inflight)} end
 local mine = redis.call('ZCARD', KEYS[4])
 if mine >= tonumber(ARGV[4]) then return {-2, tostring(mine)} end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[5], 'EX', ARGV[7])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('SET', KEYS[5], ARGV[2])
@@ -88,12 +91,10 @@ class IngressClient:
         client: aioredis.Redis,
         backlog_limit: int = 10_000,
         limits: Limits | None = None,
-        key_ttl_s: int = 86_400,
     ) -> None:
         self.r = client
         self.backlog_limit = backlog_limit
         self.limits = limits or Limits()
-        self.key_ttl_s = key_ttl_s
         self._submit = client.register_script(_SUBMIT)
         self._cancel = client.register_script(_CANCEL)
 
@@ -165,7 +166,6 @@ class IngressClient:
             self.limits.client_in_flight,
             body,
             req.created_ms,
-            self.key_ttl_s,
         ]
         status, value = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
         value = value.decode() if isinstance(value, bytes) else str(value)
