@@ -42,17 +42,17 @@ __all__ = [
     "SCORE_JOBS",
     "STREAMS",
     "Name",
-    "cancel_key",
     "client_in_flight",
     "dead_letter",
-    "dedupe_key",
     "gen_jobs",
     "message_types",
+    "query_cancelled",
     "query_checkpoint",
     "query_epoch",
     "query_inbox",
     "query_lease",
     "query_request",
+    "query_sent",
     "reply_key",
     "submitted_key",
     "worker_jobs",
@@ -122,8 +122,8 @@ COORDINATORS_ACTIVE = "coord:active"  # zset: query id -> lease expiry (ms), for
 INGRESS_IN_FLIGHT = "ingress:inflight"  # zset: query id -> submitted (ms), not yet answered
 client_in_flight = Name("ingress:inflight:<id>")  # the same, per client (token name)
 submitted_key = Name("submitted:<id>")  # <client>/<client key> -> query id and body hash
-dedupe_key = Name("dedupe:<id>")  # message id already published (idempotent publish)
-cancel_key = Name("cancel:<id>")  # job id cancelled (checked before a queued job starts)
+query_sent = Name("{q:<id>}:sent")  # hash: ids of the messages published for it (idempotent publish)
+query_cancelled = Name("{q:<id>}:cancelled")  # hash: its jobs cancelled (a queued one never starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness
 ALLOCATOR_LEASE = "allocator:lease"  # the one active budget allocator
 GEN_WORKERS = "gen:workers"  # zset: generator worker -> its last load report (ms); kept while

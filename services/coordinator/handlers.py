@@ -119,8 +119,10 @@ class Publish:
 
 @dataclass(frozen=True)
 class MarkCancelled:
-    """Remember that `job_id` is cancelled, so a generator that has not started it never does."""
+    """Remember that `job_id` (of `query_id`) is cancelled, so a generator that has not started
+    it never does."""
 
+    query_id: str
     job_id: str
 
 
@@ -195,7 +197,7 @@ def cancel(q: Outgoing, cmd: CancelCommand) -> list[Effect]:
         msg_id=f"{qid}/{cmd.job_id}/cancel", query_id=qid, trace_id=q.request.trace_id, epoch=q.epoch,
         job_id=cmd.job_id,
     )  # fmt: skip
-    return [MarkCancelled(cmd.job_id), Publish(GEN_CONTROL, message)]
+    return [MarkCancelled(qid, cmd.job_id), Publish(GEN_CONTROL, message)]
 
 
 def promote(q: Outgoing, cmd: PromoteCommand) -> list[Effect]:

@@ -49,7 +49,14 @@ from spex.proto import (
     submission,
 )
 from spex.proto.codec import Envelope
-from spex.proto.names import COORDINATOR_GROUP, DEFAULT_POOL, INGRESS, cancel_key, query_inbox
+from spex.proto.names import (
+    COORDINATOR_GROUP,
+    DEFAULT_POOL,
+    GEN_CONTROL,
+    INGRESS,
+    query_cancelled,
+    query_inbox,
+)
 from spex.services.coordinator.handlers import (
     EVENT_HANDLERS,
     Answer,
@@ -74,7 +81,7 @@ __all__ = ["Coordinator", "main"]
 STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
 GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
 INBOX_BATCH = 256  # inbox entries read per XREAD
-CANCEL_MARK_S = 3600  # how long a cancelled job's mark lasts (a queued copy never starts)
+CONTROL_KEEP_S = 600.0  # gen:control keeps 10 minutes of cancels and promotions (a generator reads new ones)
 
 
 class Coordinator:
@@ -298,7 +305,7 @@ class Coordinator:
 
     async def _flush(self, pending: list[Effect]) -> None:
         items: list[tuple[str, Message]] = []
-        marks: list[tuple[str, int]] = []
+        marks: list[tuple[str, str]] = []
         for effect in pending:
             if isinstance(effect, Publish):
                 stream = effect.stream
@@ -306,10 +313,10 @@ class Coordinator:
                     stream = self.router.stream(effect.message.query_id)
                 items.append((stream, effect.message))
             elif isinstance(effect, MarkCancelled):
-                marks.append((cancel_key(effect.job_id), CANCEL_MARK_S))
+                marks.append((query_cancelled(effect.query_id), effect.job_id))
         pending.clear()
         try:
-            await self.bus.publish_many(items, marks)
+            await self.bus.publish_many(items, marks, {GEN_CONTROL: CONTROL_KEEP_S})
         except ProtocolError as exc:  # e.g. the path's text past the message limit
             names = ", ".join(sorted({type(m).__name__ for _, m in items}))
             raise Unpublishable(f"{names}: {exc}") from None

@@ -22,11 +22,13 @@ from spex.proto.names import (
     QUERY_STATS,
     client_in_flight,
     dead_letter,
+    query_cancelled,
     query_checkpoint,
     query_epoch,
     query_inbox,
     query_lease,
     query_request,
+    query_sent,
     reply_key,
     submitted_key,
 )
@@ -154,7 +156,8 @@ class QueryStore:
         keys = [
             query_lease(qid), query_epoch(qid), reply_key(qid), ANSWERS, INGRESS_IN_FLIGHT,
             COORDINATORS_ACTIVE, client_in_flight(req.client), query_inbox(qid), query_request(qid),
-            query_checkpoint(qid), submitted_key(f"{req.client}/{req.client_key}"),
+            query_checkpoint(qid), submitted_key(f"{req.client}/{req.client_key}"), query_sent(qid),
+            query_cancelled(qid),
         ]  # fmt: skip
         args: list[str | bytes | int] = [self.owner, epoch, encode(answer), qid, self.result_ttl_s]
         return bool(await self._answer(keys=keys, args=args))
@@ -166,7 +169,7 @@ class QueryStore:
         keys = [
             reply_key(qid), ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client), query_request(qid),
             COORDINATORS_ACTIVE, query_lease(qid), query_epoch(qid), query_inbox(qid), query_checkpoint(qid),
-            submitted_key(f"{req.client}/{req.client_key}"),
+            submitted_key(f"{req.client}/{req.client_key}"), query_sent(qid), query_cancelled(qid),
         ]  # fmt: skip
         await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s])
 

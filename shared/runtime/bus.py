@@ -5,8 +5,11 @@ Semantics (measured on Redis 6.2 and 7.0, `../shared/reference/redis_streams.md`
 
 - Each entry has one field, `e`: a MessagePack `proto` message. Decoding failures (bad bytes,
   unknown type, unknown protocol version) go to `dlq:<stream>` at once, with the reason.
-- `publish` is idempotent by message id: a retried write (redis-py retries after a lost reply)
-  never adds a second entry. Work streams are never trimmed with MAXLEN. A result for a query
+- `publish` is idempotent by message id: a retried write (redis-py retries after a lost reply),
+  or a command a coordinator replays after a takeover, never adds a second entry. The ids are
+  kept per query (`{q:<id>}:sent`), expiring with its answer (`SENT_TTL_S` while it has none).
+  Work streams are never trimmed with MAXLEN; a fan-out stream (no group) may be published
+  with `keep_s`, which trims it to what is younger. A result for a query
   is published only while the query exists (`require`): nothing re-creates the inbox of a
   query that was never submitted or has expired.
 - A consumer first re-reads its own pending entries (`0`), on start and after a reconnect, then
@@ -37,21 +40,32 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.codec import Envelope, envelope
-from spex.proto.names import dead_letter, dedupe_key
+from spex.proto.names import dead_letter, query_sent, reply_key
 from spex.shared.runtime.metrics import DEAD_LETTERS
 
 __all__ = ["Bus", "Delivery", "entry_after", "parse_entry_id"]
 
-DEDUPE_TTL_S = 86_400  # how long a message id is remembered for idempotent publishing
+SENT_TTL_S = 86_400  # a query's published message ids, while it has no answer (then its answer's TTL)
 TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
 
-# KEYS: stream, dedupe key[, a key that must exist]. ARGV: payload, dedupe TTL.
+# KEYS: stream, the query's sent ids, its answer[, a key that must exist].
+# ARGV: payload, message id, sent TTL s, keep ms (0: no trim).
 _PUBLISH = """
-if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 0 then return false end
-if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then
-  return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 0 then return false end
+if redis.call('HSETNX', KEYS[2], ARGV[2], '1') == 0 then return false end
+local answered = redis.call('TTL', KEYS[3])
+if answered > 0 then
+  redis.call('EXPIRE', KEYS[2], answered)
+elseif redis.call('TTL', KEYS[2]) == -1 then
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
-return false
+local keep = tonumber(ARGV[4])
+if keep > 0 then
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - keep
+  return redis.call('XADD', KEYS[1], 'MINID', tostring(math.max(0, floor)), '*', 'e', ARGV[1])
+end
+return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
 """
 
 _ACK_IF_OWNER = """
@@ -117,26 +131,36 @@ class Bus:
     async def publish(self, stream: str, message: Message, require: str | None = None) -> str | None:
         """Append `message`; None if a message with its id was already published, or if the
         key `require` (the query's request, for a result) does not exist."""
-        keys = [stream, dedupe_key(message.msg_id), *([require] if require else [])]
-        entry = await self._publish(keys=keys, args=[encode(message), DEDUPE_TTL_S])
+        qid = message.query_id
+        keys = [stream, query_sent(qid), reply_key(qid), *([require] if require else [])]
+        entry = await self._publish(keys=keys, args=[encode(message), message.msg_id, SENT_TTL_S, 0])
         return _s(entry) if entry else None
 
     async def publish_many(
-        self, items: Sequence[tuple[str, Message]], marks: Sequence[tuple[str, int]] = ()
+        self,
+        items: Sequence[tuple[str, Message]],
+        marks: Sequence[tuple[str, str]] = (),
+        keep_s: dict[str, float] | None = None,
     ) -> list[str | None]:
-        """`publish` each (stream, message) in order, and set each (key, ttl) of `marks` to 1,
-        in one round trip (a pipeline, not a transaction: each publish stays deduplicated on
-        its own). Every message is encoded first, so a ProtocolError sends nothing."""
-        encoded = [(stream, m.msg_id, encode(m)) for stream, m in items]
+        """`publish` each (stream, message) in order, and set each (hash, field) of `marks`
+        (the hash expiring as the query's sent ids do), in one round trip (a pipeline, not a
+        transaction: each publish stays deduplicated on its own). A stream in `keep_s` is
+        trimmed to entries younger than that. Every message is encoded first, so a
+        ProtocolError sends nothing."""
+        encoded = [(stream, m.query_id, m.msg_id, encode(m)) for stream, m in items]
         if not encoded and not marks:
             return []
+        keep_s = keep_s or {}
         pipe = self.r.pipeline(transaction=False)
-        for key, ttl in marks:
-            pipe.set(key, 1, ex=ttl)
-        for stream, msg_id, payload in encoded:
-            await self._publish(keys=[stream, dedupe_key(msg_id)], args=[payload, DEDUPE_TTL_S], client=pipe)
+        for key, name in marks:
+            pipe.hset(key, name, 1)
+            pipe.expire(key, SENT_TTL_S)
+        for stream, qid, msg_id, payload in encoded:
+            keep_ms = int(keep_s.get(stream, 0) * 1000)
+            keys = [stream, query_sent(qid), reply_key(qid)]
+            await self._publish(keys=keys, args=[payload, msg_id, SENT_TTL_S, keep_ms], client=pipe)
         replies = await pipe.execute()
-        return [_s(entry) if entry else None for entry in replies[len(marks) :]]
+        return [_s(entry) if entry else None for entry in replies[2 * len(marks) :]]
 
     # ------------------------------------------------------------------ consuming
     async def ensure_group(self, stream: str, group: str) -> None:

@@ -7,7 +7,7 @@ import redis.asyncio as aioredis
 
 from spex.proto import GenerateRequest, JobFailedEvent, JobKind, Message, ScoreRequest
 from spex.proto.codec import Envelope
-from spex.proto.names import cancel_key, query_inbox, query_request, reply_key
+from spex.proto.names import query_cancelled, query_inbox, query_request, reply_key
 from spex.shared.runtime.bus import Bus
 
 __all__ = ["job_wanted", "tell_query"]
@@ -20,7 +20,7 @@ async def job_wanted(r: aioredis.Redis, query_id: str, job_id: str | None = None
         pipe.exists(query_request(query_id))
         pipe.exists(reply_key(query_id))
         if job_id is not None:
-            pipe.exists(cancel_key(job_id))
+            pipe.hexists(query_cancelled(query_id), job_id)
         known, answered, *cancelled = await pipe.execute()
     return bool(known) and not answered and not any(cancelled)
 

@@ -77,7 +77,7 @@ def test_score_cancel_promote_and_finish():
     assert score.message.prompt_tokens == [20, 9] and score.message.priority == 1
 
     mark, publish = effects(q, [CancelCommand("n.0")])
-    assert mark == MarkCancelled("n.0")  # a queued job checks this before it starts
+    assert mark == MarkCancelled("q7", "n.0")  # a queued job checks this before it starts
     assert publish.stream == GEN_CONTROL and isinstance(publish.message, CancelRequest)
     assert publish.message.job_id == "n.0"
 

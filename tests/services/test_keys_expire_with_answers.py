@@ -1,0 +1,61 @@
+"""Nothing the pipeline writes outlives what it is for: a query's keys (its request, inbox,
+checkpoint, sent message ids, cancel marks, client key) expire with its answer; the answers
+stream keeps what is younger than the result TTL and gen:control what is younger than its
+window. Real services, a real Redis."""
+
+import asyncio
+
+import redis.asyncio as aioredis
+
+from spex.proto import CancelRequest
+from spex.proto.names import ANSWERS
+from spex.shared.runtime.bus import Bus
+from tests.services.cluster import Cluster
+from tests.services.test_pipeline import submit_all
+
+INFRASTRUCTURE = ("gen:", "score:", "ingress", "stats:", "worker:", "allocator:", "coord:", "answers", "dlq:")
+
+
+def test_after_the_ttl_only_the_pipelines_own_keys_are_left(redis_url):
+    ttl_s = 2
+
+    async def go():
+        cluster = Cluster(redis_url, "inprocess", result_ttl_s=ttl_s)
+        await cluster.start_all(generators=2)
+        r = cluster.client.r
+        try:
+            first = await submit_all(cluster, "rebase", 8, 6, "spex")  # speculation: cancels too
+            during = [k.decode() for k in await r.keys("*")]
+            await asyncio.sleep(ttl_s + 1.5)
+            left = sorted(k.decode() for k in await r.keys("*"))
+            later = await submit_all(cluster, "rstar", 3, 1, "baseline", first=10)
+            answers_kept = await r.xlen(ANSWERS)
+            return first, later, during, left, answers_kept
+        finally:
+            await cluster.stop()
+
+    first, later, during, left, answers_kept = asyncio.run(go())
+    assert all(a is not None for a in [*first.values(), *later.values()])
+    assert any(":sent" in k for k in during) and any(":cancelled" in k for k in during)  # they were there
+    assert [k for k in left if not k.startswith(INFRASTRUCTURE)] == []  # ... and went with the answers
+    assert answers_kept == 1  # the six older answers were trimmed by the seventh
+
+
+def test_a_fan_out_stream_published_with_a_window_keeps_only_that_window(redis_url):
+    async def go():
+        r = aioredis.Redis.from_url(redis_url)
+        bus = Bus(r, "c")
+        for i in range(5):
+            cancel = CancelRequest(msg_id=f"m{i}", query_id="q", job_id=f"j{i}")
+            await bus.publish_many([("fan", cancel)], keep_s={"fan": 0.2})
+        burst = await r.xlen("fan")
+        await asyncio.sleep(0.3)
+        await bus.publish_many(
+            [("fan", CancelRequest(msg_id="m9", query_id="q", job_id="j9"))], keep_s={"fan": 0.2}
+        )
+        after = await r.xlen("fan")
+        await r.delete("fan")
+        await r.aclose()
+        return burst, after
+
+    assert asyncio.run(go()) == (5, 1)
