@@ -8,8 +8,12 @@ Security: it binds loopback unless `SPEX_HTTP_HOST` says otherwise. With tokens 
 `Authorization: Bearer <token>`, and client keys and results are scoped to the token's name:
 one client can neither reuse another's key nor read or cancel another's question. Every
 refusal is a one-line JSON reason: 400 a bad field, 401 no or a wrong token, 404 no such
-question, 409 a client key reused for a different question, 413 too large, 429 too many in
-flight, 503 Redis unreachable.
+question, 408 a body not sent in time, 409 a client key reused for a different question, 413
+too large (a declared length is refused before the body is read), 415 a body of another type
+than JSON (none given: JSON), 429 too many
+in flight, 503 Redis unreachable. A request aiohttp's parser refuses (a malformed header) is a
+JSON 400 too, and neither it nor the log quotes the request's bytes (they may hold a token).
+A connection that has not sent a whole request within `IDLE_TIMEOUT_S` is closed.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ import hmac
 import json
 import re
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -35,6 +42,8 @@ from spex.shared.runtime.settings import Settings
 __all__ = ["IngressService", "load_tokens", "main"]
 
 TOKEN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+IDLE_TIMEOUT_S = 15.0  # a connection without a whole request (headers) for this long is closed
+BODY_TIMEOUT_S = 15.0  # a body not read in whole within this is a 408
 CLIENT = web.RequestKey("client", str)  # the token's name ("" without auth)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -128,10 +137,16 @@ class IngressService:
         return found
 
     async def post(self, request: web.Request) -> web.Response:
+        if request.content_length is not None and request.content_length > self.max_body:
+            return _error(413, f"body: larger than {self.max_body:,} bytes", close=True)  # not read
+        if "Content-Type" in request.headers and request.content_type != "application/json":
+            return _error(415, "body: send it as application/json", close=True)
         try:
-            raw = await request.read()
+            raw = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
         except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"body: larger than {self.max_body:,} bytes")
+            return _error(413, f"body: larger than {self.max_body:,} bytes", close=True)
+        except TimeoutError:
+            return _error(408, f"body: not sent within {BODY_TIMEOUT_S:.0f} s", close=True)
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
@@ -186,7 +201,7 @@ class IngressService:
         return web.json_response({"status": "cancelling"}, status=202)
 
     async def run(self, stop: asyncio.Event) -> None:
-        runner = web.AppRunner(self.app())
+        runner = _Runner(self.app(), keepalive_timeout=IDLE_TIMEOUT_S, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, self.host, self.port).start()
         try:
@@ -195,8 +210,45 @@ class IngressService:
             await runner.cleanup()
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"error": message}, status=status, headers=headers)
+def _error(
+    status: int, message: str, headers: dict[str, str] | None = None, close: bool = False
+) -> web.Response:
+    """A one-line JSON refusal; `close`: the connection too (a body left unread on it)."""
+    response = web.json_response({"error": message}, status=status, headers=headers)
+    if close:
+        response.force_close()
+    return response
+
+
+class _Handler(RequestHandler):
+    """aiohttp's connection handler, but a request its parser refuses (or a handler's crash)
+    is answered in JSON and logged in one line: aiohttp's own quotes the offending bytes in
+    the reply and logs them with a traceback, and a malformed header may carry a token."""
+
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        structlog.get_logger().warning(
+            "http_request_refused", service="ingress", status=status, error_type=type(exc).__name__
+        )
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response was sent already: cannot send the error")
+        what = "malformed request" if status == 400 else HTTPStatus(status).phrase.lower()
+        return _error(status, f"http: {what}", close=True)
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _Handler(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    """An AppRunner whose connections are `_Handler`s."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _Server  # the same server, its connections made by `_Server.__call__`
+        return server
 
 
 def main() -> int:

@@ -177,6 +177,8 @@ def json_values() -> st.SearchStrategy[Any]:
 FIELD_VALUES = {
     str: fz.weighted((4, fz.strings(surrogates=True)), (1, fz.long_strings(120_000))),
     int: st.one_of(fz.ints(), st.integers(min_value=2**64, max_value=10**30), st.integers(-(10**30), -1)),
+    float: st.one_of(st.floats(), st.integers(-(10**30), 10**30)),  # nan, ±inf, and whole numbers
+    bool: st.booleans(),
 }
 PLAUSIBLE = {
     "question": st.sampled_from(["What is 1+1?", "x", "é" * 50]),
@@ -187,6 +189,10 @@ PLAUSIBLE = {
     "prompt_tokens": st.integers(0, 10_000_001),
     "client_key": st.text(max_size=20),
     "reference_answer": st.sampled_from(["", "2", "\\frac{1}{2}"]),
+    "early_stop": st.booleans(),
+    "early_stop_alpha": st.floats(0.01, 2.0),
+    "early_stop_min_answers": st.integers(0, 8),
+    "early_stop_weight": st.sampled_from(["min", "last"]),
 }
 
 
