@@ -71,6 +71,29 @@ ENV: dict[str, tuple[str, str]] = {
 }
 
 
+# What the numeric checks in `Settings.__post_init__` allow, for the error that names them.
+RANGES = {
+    "time_scale": "above 0, at most 1000",
+    "max_deliveries": "1 to 1000",
+    "heartbeat_s": "0.01 to 600",
+    "lease_s": "above SPEX_HEARTBEAT_S, at most 3600",
+    "block_ms": "1 to 2000",
+    "backlog_limit": "1 to 10,000,000",
+    "tpot_slack": "0 to 100",
+    "tpot_target": "0 to 10",
+    "engine_timeout_s": "1 to 86,400",
+    "worker_slots": "1 to 4096",
+    "sampling_temperature": "0 to 10",
+    "max_running": "1 to 4096",
+    "max_step_tokens": "1 to 131,072",
+    "min_step_tokens": "0 up to SPEX_MAX_STEP_TOKENS",
+    "max_depth": "0 to 10,000",
+    "max_question_chars": "1 to 1,000,000",
+    "client_in_flight": "1 to 10,000,000",
+    "result_ttl_s": "1 to a year in seconds",
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -124,14 +147,16 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.consumer:
             object.__setattr__(self, "consumer", f"{socket.gethostname()}-{os.getpid()}")
+        # Every number has both bounds: an infinite time scale or timeout, or a heartbeat of a
+        # nanosecond, is a typo that would hang or spin a service, not a setting.
         checks = {
-            "time_scale": self.time_scale > 0,
-            "max_deliveries": self.max_deliveries >= 1,
-            "heartbeat_s": self.heartbeat_s > 0,
-            "lease_s": self.lease_s > self.heartbeat_s,
+            "time_scale": 0 < self.time_scale <= 1000,
+            "max_deliveries": 1 <= self.max_deliveries <= 1000,
+            "heartbeat_s": 0.01 <= self.heartbeat_s <= 600,
+            "lease_s": self.heartbeat_s < self.lease_s <= 3600,
             "block_ms": 1 <= self.block_ms <= 2000,
-            "backlog_limit": self.backlog_limit >= 1,
-            "tpot_slack": self.tpot_slack >= 0,
+            "backlog_limit": 1 <= self.backlog_limit <= 10_000_000,
+            "tpot_slack": 0 <= self.tpot_slack <= 100,
             "tpot_target": 0 <= self.tpot_target <= 10,
             "metrics_port": 0 <= self.metrics_port < 65536,
             "http_port": 0 < self.http_port < 65536,
@@ -139,7 +164,7 @@ class Settings:
             "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
             "engine": self.engine in ENGINES,
             "engine_url": self.engine not in ("vllm", "sglang") or _http(self.engine_url),
-            "engine_timeout_s": self.engine_timeout_s > 0,
+            "engine_timeout_s": 1 <= self.engine_timeout_s <= 86_400,
             # A served reward model: its URL, and SPEX_PRM for its tokenizer (and the prm reward).
             "prm_url": not self.prm_url or (_http(self.prm_url) and bool(self.prm)),
             "model": self.engine != "hf" or bool(self.model),
@@ -147,16 +172,16 @@ class Settings:
             "content": self.content in CONTENTS,  # generators refuse what they cannot write
             "sampling_temperature": 0 <= self.sampling_temperature <= 10,
             "dtype": self.dtype in DTYPES,
-            "max_running": self.max_running >= 1,
-            "max_step_tokens": self.max_step_tokens >= 1,
+            "max_running": 1 <= self.max_running <= 4096,
+            "max_step_tokens": 1 <= self.max_step_tokens <= 131_072,
             "step_split": self.step_split in SPLITS,
             "min_step_tokens": 0 <= self.min_step_tokens < self.max_step_tokens,
-            "max_depth": self.max_depth >= 0,
+            "max_depth": 0 <= self.max_depth <= 10_000,
             "max_question_chars": 1 <= self.max_question_chars <= 1_000_000,
             "max_target": _targets_ok(self.max_target),
-            "client_in_flight": self.client_in_flight >= 1,
+            "client_in_flight": 1 <= self.client_in_flight <= 10_000_000,
             "max_message_bytes": 1024 <= self.max_message_bytes <= MAX_MESSAGE_BYTES,
-            "result_ttl_s": self.result_ttl_s >= 1,
+            "result_ttl_s": 1 <= self.result_ttl_s <= 365 * 86_400,
             "http_host": bool(self.http_host),
         }
         for name, ok in checks.items():
@@ -166,7 +191,8 @@ class Settings:
                 if name == "redis_url":  # never echo a password someone put in the URL
                     scheme, _, rest = str(value).partition("://")
                     value = f"{scheme}://{rest.rpartition('@')[2]}" if "@" in rest else value
-                raise ValueError(f"{env} ({name}): invalid value {value!r}")
+                allowed = f"; {RANGES[name]}" if name in RANGES else ""
+                raise ValueError(f"{env} ({name}): invalid value {value!r}{allowed}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
