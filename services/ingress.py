@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import os
 import re
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -83,6 +84,7 @@ class IngressService:
         self.max_body = settings.max_message_bytes
         self.tokens = load_tokens(settings)
         self.submitted = 0
+        self._runner: web.AppRunner | None = None  # listening once `prepare` ran
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
         if not self.tokens and self.host not in ("127.0.0.1", "localhost", "::1"):
             self.log.warning("ingress_unauthenticated", host=self.host, hint="set SPEX_AUTH_TOKENS_FILE")
@@ -200,14 +202,27 @@ class IngressService:
             return _error(404, f"query_id: no question {qid[:64]!r}")
         return web.json_response({"status": "cancelling"}, status=202)
 
+    async def prepare(self) -> None:
+        """Bind the port before the service says it started: a port in use is its one-line
+        reason for not starting, not a crash loop after it."""
+        self._runner = _Runner(self.app(), keepalive_timeout=IDLE_TIMEOUT_S, access_log=None)
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, self.host, self.port).start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            where = f"{self.host}:{self.port}"
+            raise OSError(f"SPEX_HTTP_PORT / --port: cannot listen on {where}: {reason}") from None
+
     async def run(self, stop: asyncio.Event) -> None:
-        runner = _Runner(self.app(), keepalive_timeout=IDLE_TIMEOUT_S, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, self.host, self.port).start()
+        if self._runner is None:
+            await self.prepare()
+        assert self._runner is not None
         try:
             await stop.wait()
         finally:
-            await runner.cleanup()
+            await self._runner.cleanup()
 
 
 def _error(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 import signal
@@ -126,10 +127,10 @@ def up(
     scratch = tempfile.TemporaryDirectory(prefix="spex-up-")
     server, lock = None, None
     if not redis_url:
-        where = data_dir or Path(scratch.name, "data")
-        lock = lock_data_dir(where)
+        home = data_dir or Path(scratch.name, "data")
+        lock = lock_data_dir(home)
         try:
-            server, secret = embedded_redis(where, fsync, lock)
+            server, secret = embedded_redis(home, fsync, lock)
             server.start()
         except BaseException:
             os.close(lock)
@@ -137,6 +138,7 @@ def up(
         settings = replace(settings, redis_url=server.url, redis_password="", redis_password_file=str(secret))
     else:
         settings = replace(settings, redis_url=redis_url)
+        _reachable(settings)
     logs = Path(scratch.name)
     supervisor = Supervisor(logs, say=lambda msg: say(f"[yellow]spex up[/]: {msg}"))
     try:
@@ -188,20 +190,59 @@ def _watch_redis(server: RedisServer, supervisor: Supervisor, say: Callable[[str
     threading.Thread(target=loop, name="redis-watch", daemon=True).start()
 
 
+def _reachable(settings: Settings, timeout_s: float = 5.0) -> None:
+    """An external Redis answers PING, or one line naming the flag and the address."""
+    import redis
+
+    from spex.shared.runtime.connect import redis_options
+
+    client = redis.Redis.from_url(
+        settings.redis_url,
+        socket_connect_timeout=timeout_s,
+        socket_timeout=timeout_s,
+        **redis_options(settings),
+    )
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"--redis: cannot reach {settings.redis_url}: {reason}") from None
+    finally:
+        client.close()
+
+
 def _wait_healthy(supervisor: Supervisor, logs: Path, timeout_s: float = 60.0) -> None:
-    """Every service has logged `service_started` (and none has exited)."""
+    """Every service has logged `service_started`, or ValueError in one line: the service
+    that exited at start and its own one-line reason, or those still not started."""
     deadline = time.monotonic() + timeout_s
     waiting = set(supervisor.children)
     while waiting and time.monotonic() < deadline:
         for name in list(waiting):
             log = supervisor.log_path(name)
             if name in supervisor.exited():
-                raise RuntimeError(f"service {name} exited at start: {log.read_text()[-400:]}")
+                raise ValueError(f"{name} did not start: {_reason(log.read_text(errors='replace'))}")
             if b"service_started" in log.read_bytes():
                 waiting.discard(name)
         time.sleep(0.05)
     if waiting:
-        raise RuntimeError(f"services not healthy after {timeout_s} s: {', '.join(sorted(waiting))}")
+        raise ValueError(
+            f"not started after {timeout_s:.0f} s: {', '.join(sorted(waiting))} (their logs: {logs})"
+        )
+
+
+def _reason(log: str) -> str:
+    """A service's one-line reason for failing at start: its `spex <service>: error:` line, or
+    the error of its last `service_failed` event, or its last line."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if ": error: " in line:
+            return line
+        if "service_failed" in line:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                return f"{event.get('error_type', 'error')}: {event.get('error', '')}"
+            return line[:300]
+    return lines[-1][:300] if lines else "no output"
 
 
 def serve_forever(

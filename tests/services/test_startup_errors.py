@@ -1,0 +1,39 @@
+"""`spex up` that cannot start says why in one line, at once, and exits 2: a Redis it cannot
+reach, an ingress port in use. Real processes."""
+
+import socket
+import subprocess
+import sys
+import time
+
+from spex.shared.runtime.redis_server import free_port
+
+
+def spex_up(*args, timeout_s=90):
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "spex.cli", "up", *args], capture_output=True, text=True, timeout=timeout_s
+    )
+    return done, time.monotonic() - started
+
+
+def test_an_unreachable_redis_is_one_line_naming_the_flag_and_the_address():
+    done, took = spex_up("--redis", "redis://127.0.0.1:1/0", "--port", str(free_port()))
+    assert done.returncode == 2 and took < 30
+    assert done.stderr.strip().splitlines() == [
+        "spex: error: --redis: cannot reach redis://127.0.0.1:1/0: Error 111 connecting to 127.0.0.1:1. "
+        "Connection refused."
+    ]
+
+
+def test_an_ingress_port_in_use_is_one_line_naming_the_service_the_flag_and_the_port(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done, _ = spex_up("--port", str(port), "--data-dir", str(tmp_path / "data"))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "spex: error: ingress-0 did not start: spex ingress: error: SPEX_HTTP_PORT / --port: "
+        f"cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
