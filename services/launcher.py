@@ -225,9 +225,17 @@ def _wait_healthy(supervisor: Supervisor, logs: Path, timeout_s: float = 60.0) -
                 waiting.discard(name)
         time.sleep(0.05)
     if waiting:
-        raise ValueError(
-            f"not started after {timeout_s:.0f} s: {', '.join(sorted(waiting))} (their logs: {logs})"
-        )
+        names = ", ".join(_waits_on(supervisor, name) for name in sorted(waiting))
+        raise ValueError(f"not started after {timeout_s:.0f} s: {names} (their logs: {logs})")
+
+
+def _waits_on(supervisor: Supervisor, name: str) -> str:
+    """A service not started yet, and the serving engine it waits for (a generator's)."""
+    child = supervisor.children[name]
+    url = child.env.get("SPEX_ENGINE_URL", "")
+    if child.kind == "generator" and child.env.get("SPEX_ENGINE") in ("vllm", "sglang") and url:
+        return f"{name} (waiting for its engine at {url})"
+    return name
 
 
 def _reason(log: str) -> str:

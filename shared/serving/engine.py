@@ -49,6 +49,10 @@ __all__ = ["ServingEngine", "server_rid"]
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
+# A request's own time limit, scaled to what it asks: a minute, and a second a token on top
+# (a slow CPU server decodes a few tokens a second per sequence), never past `timeout_s`.
+REQUEST_FLOOR_S = 60.0
+REQUEST_S_PER_TOKEN = 1.0
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 CHECK_TIMEOUT_S = 30.0
@@ -237,8 +241,13 @@ class ServingEngine:
             await self._session.close()
 
     # ------------------------------------------------------------------ one request
+    def request_timeout_s(self, req: EngineRequest) -> float:
+        """How long one request may take: scaled to its tokens, capped by `timeout_s`."""
+        return min(self.timeout_s, REQUEST_FLOOR_S + REQUEST_S_PER_TOKEN * req.max_new_tokens)
+
     async def _call(self, f: _InFlight) -> None:
-        deadline = time.monotonic() + self.timeout_s
+        limit_s = self.request_timeout_s(f.req)
+        deadline = time.monotonic() + limit_s
         delay = RETRY_FIRST_S
         try:
             while True:
@@ -266,7 +275,14 @@ class ServingEngine:
                 return
             if f.sent:  # it may still be running there: stop it before giving up on it
                 await self._abort(f)
-            self._finish(f, None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            if isinstance(exc, TimeoutError):
+                reason = (
+                    f"{self.backend.name} at {self.url}: no reply within {limit_s:g} s for "
+                    f"{f.req.max_new_tokens} tokens (SPEX_ENGINE_TIMEOUT_S caps it at {self.timeout_s:g} s)"
+                )
+            else:
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self._finish(f, None, reason)
             return
         self._finish(f, reply, "")
 

@@ -37,3 +37,15 @@ def test_an_ingress_port_in_use_is_one_line_naming_the_service_the_flag_and_the_
         "spex: error: ingress-0 did not start: spex ingress: error: SPEX_HTTP_PORT / --port: "
         f"cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+def test_a_generator_still_waiting_is_named_with_the_engine_it_waits_for(tmp_path):
+    from spex.services.launcher import _waits_on
+    from spex.shared.runtime.supervisor import Supervisor, _Child
+
+    supervisor = Supervisor(tmp_path)
+    env = {"SPEX_ENGINE": "vllm", "SPEX_ENGINE_URL": "http://10.0.0.7:8000"}
+    supervisor.children["gen-0"] = _Child("generator", "gen-0", env)
+    supervisor.children["scorer-0"] = _Child("scorer", "scorer-0", env)
+    assert _waits_on(supervisor, "gen-0") == "gen-0 (waiting for its engine at http://10.0.0.7:8000)"
+    assert _waits_on(supervisor, "scorer-0") == "scorer-0"

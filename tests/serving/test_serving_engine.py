@@ -214,11 +214,21 @@ def test_a_request_past_its_timeout_is_aborted_and_fails_the_job() -> None:
                 [c] = await driven.wait("job-1", timeout_s=5.0)
                 elapsed = time.monotonic() - start
             [rid] = server.rids_of("hold: forever")
-            assert c.reason == "error" and "Timeout" in c.text
+            assert c.reason == "error" and c.text == (
+                f"sglang at {server.url}: no reply within 0.5 s for 64 tokens "
+                "(SPEX_ENGINE_TIMEOUT_S caps it at 0.5 s)"
+            )  # the server, the limit and what set it: no bare `TimeoutError`
             assert 0.4 < elapsed < 3.0
             assert server.aborts == [rid]
 
     asyncio.run(main())
+
+
+def test_a_request_may_take_time_in_proportion_to_its_tokens_up_to_the_cap() -> None:
+    e = open_engine("sglang", "http://127.0.0.1:1", 600.0)
+    assert e.request_timeout_s(request("a", "x", max_new_tokens=8)) == 68.0  # a minute, a second a token
+    assert e.request_timeout_s(request("b", "x", max_new_tokens=256)) == 316.0
+    assert e.request_timeout_s(request("c", "x", max_new_tokens=4096)) == 600.0  # never past the cap
 
 
 def test_an_abort_nobody_asked_for_fails_the_job_instead_of_cancelling_it() -> None:
