@@ -12,6 +12,9 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from spex.shared.runtime.settings import Settings
 
@@ -19,6 +22,11 @@ __all__ = ["redis_client", "redis_options", "sync_client"]
 
 # Blocking reads stay far below the socket timeout (redis_streams.md §3.8).
 TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "health_check_interval": 30}
+# A command that fails on a broken connection is sent once more on a fresh one: after a Redis
+# restart every pooled connection is broken, and without this each one's next command fails
+# (redis-py's clients made `from_url` retry nothing). Every write the pipeline sends is a
+# script or command that is safe to repeat (idempotent by message id or key).
+RETRIED = (redis.ConnectionError, redis.TimeoutError)
 
 
 def redis_options(settings: Settings) -> dict[str, Any]:
@@ -33,11 +41,17 @@ def redis_options(settings: Settings) -> dict[str, Any]:
 
 
 def redis_client(settings: Settings) -> aioredis.Redis:
-    return aioredis.Redis.from_url(settings.redis_url, **TIMEOUTS, **redis_options(settings))
+    retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
+    return aioredis.Redis.from_url(
+        settings.redis_url, retry=retry, retry_on_error=list(RETRIED), **TIMEOUTS, **redis_options(settings)
+    )
 
 
 def sync_client(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(settings.redis_url, **TIMEOUTS, **redis_options(settings))
+    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
+    return redis.Redis.from_url(
+        settings.redis_url, retry=retry, retry_on_error=list(RETRIED), **TIMEOUTS, **redis_options(settings)
+    )
 
 
 def _tls_options(settings: Settings) -> dict[str, Any]:
