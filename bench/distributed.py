@@ -116,13 +116,13 @@ PILOT_SCALE = 0.002  # wall s per simulated s of the pilot: Python overhead domi
 OVERHEAD_BOUND = 0.10  # the chosen scale keeps overhead under this share of simulated time
 
 
-def choose_time_scale(cfg: BenchConfig) -> dict[str, float]:
+def choose_time_scale(cfg: BenchConfig, console: Console | None = None) -> dict[str, float]:
     """The time scale at which the services' own overhead stays under OVERHEAD_BOUND of the
     simulated time, by measurement: run SPEX (the busier side) at PILOT_SCALE, where the wall
     time is nearly all overhead, take overhead = wall − PILOT_SCALE × predicted makespan, and
     pick the scale that makes it OVERHEAD_BOUND of the simulated time (rounded up)."""
     predicted = run_bench(replace(cfg, mode="spex")).makespan_s
-    with up(Settings(time_scale=PILOT_SCALE), generators=1) as live:
+    with up(Settings(time_scale=PILOT_SCALE), generators=1, console=console) as live:
         wall = asyncio.run(drive(live, cfg, "spex"))["wall_s"]
     overhead = max(0.0, wall - PILOT_SCALE * predicted)
     need = max(overhead / (OVERHEAD_BOUND * predicted), 0.005)
@@ -193,7 +193,7 @@ def _events(port: int) -> float:
 def run_distributed(cfg: BenchConfig, time_scale: float | None, console: Console) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if time_scale is None:
-        out["pilot"] = choose_time_scale(cfg)
+        out["pilot"] = choose_time_scale(cfg, console)
         time_scale = out["pilot"]["time_scale"]
         console.print(
             f"time scale {time_scale} (pilot: {out['pilot']['pilot_overhead_s']:.1f} s of overhead "
@@ -203,7 +203,7 @@ def run_distributed(cfg: BenchConfig, time_scale: float | None, console: Console
     out["time_scale"] = time_scale
     for mode in ("baseline", "spex"):
         predicted = summarize(run_bench(replace(cfg, mode=mode)))
-        with up(settings, generators=1) as live:
+        with up(settings, generators=1, console=console) as live:  # a service restarted is said
             run = asyncio.run(drive(live, cfg, mode))
             if mode == "spex":
                 out["coordinator_events_per_s"], out["replayed_events"] = asyncio.run(
