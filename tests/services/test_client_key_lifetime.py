@@ -4,8 +4,12 @@ answered, the key expires with the answer. Real services, a real Redis."""
 
 import asyncio
 
+import pytest
+
 from spex.proto import names
 from tests.services.cluster import Cluster
+
+pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 
 
 def test_a_retry_after_the_ttl_of_a_question_still_searched_is_the_same_query(redis_url):

@@ -5,6 +5,7 @@ window. Real services, a real Redis."""
 
 import asyncio
 
+import pytest
 import redis.asyncio as aioredis
 
 from spex.proto import CancelRequest
@@ -12,6 +13,8 @@ from spex.proto.names import ANSWERS
 from spex.shared.runtime.bus import Bus
 from tests.services.cluster import Cluster
 from tests.services.test_pipeline import submit_all
+
+pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 
 INFRASTRUCTURE = ("gen:", "score:", "ingress", "stats:", "worker:", "allocator:", "coord:", "answers", "dlq:")
 

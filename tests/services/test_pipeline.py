@@ -11,6 +11,8 @@ from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.cluster import Cluster
 
+pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
+
 
 async def submit_all(cluster, algorithm, target, questions, mode, seed=0, first=0, **options):
     workload = SyntheticWorkload(WorkloadKnobs(), seed)

@@ -5,6 +5,7 @@ on — from the ids its bytes name — so it fails instead of waiting forever.""
 import asyncio
 
 import msgspec
+import pytest
 
 from spex.proto import GenerateRequest, JobFailedEvent, ScoreRequest, decode, encode
 from spex.proto.names import (
@@ -21,6 +22,8 @@ from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.jobs import tell_query
 from spex.shared.runtime.settings import Settings
+
+pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 
 GENERATE = GenerateRequest(
     msg_id="q/j/gen", query_id="q", epoch=3, job_id="j", node_id="n", parent_id="r", child_index=0,

@@ -3,10 +3,14 @@ pending entries after each crash-restart counts as a delivery. A real Redis."""
 
 import asyncio
 
+import pytest
+
 from spex.proto import encode
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP
 from spex.shared.runtime.bus import Bus
 from tests.services.helpers import known_query, reasons, score_job
+
+pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 
 
 def test_an_entry_that_kills_its_consumer_is_dead_lettered_after_max_deliveries(redis_url):

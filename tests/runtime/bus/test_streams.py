@@ -4,11 +4,14 @@ owner-checked ack, heartbeats, reclaim and dead letters."""
 import asyncio
 
 import msgspec
+import pytest
 import redis.asyncio as aioredis
 
 from spex.proto import ScoreResult, encode
 from spex.proto.names import COORDINATOR_GROUP, dead_letter, query_inbox
 from spex.shared.runtime.bus import Bus
+
+pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 
 STREAM, GROUP = query_inbox("q1"), COORDINATOR_GROUP
 

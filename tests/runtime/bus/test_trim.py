@@ -3,6 +3,7 @@
 
 import asyncio
 
+import pytest
 import redis.asyncio as aioredis
 
 from spex.proto import ScoreResult, encode
@@ -11,6 +12,8 @@ from spex.shared.runtime.bus import Bus
 from tests.services.cluster import Cluster
 from tests.services.helpers import job_streams
 from tests.services.test_pipeline import submit_all
+
+pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 
 
 def test_trim_drops_only_what_was_delivered_and_acknowledged(redis_url):
