@@ -116,9 +116,8 @@ async def drive(settings: Settings, args: argparse.Namespace, say: Any) -> dict[
                 statuses[status] = statuses.get(status, 0) + 1
                 if time.monotonic() >= next_sample:
                     samples.append({**await sample(r, t0, len(follower.seen), i + 1), "phase": phase})
-                    say(
-                        f"{phase}: {samples[-1]['t_s']:.0f} s, {i + 1} submitted, {len(follower.seen)} answered"
-                    )
+                    done = len(follower.seen)
+                    say(f"{phase}: {samples[-1]['t_s']:.0f} s, {i + 1} submitted, {done} answered")
                     next_sample += args.every
 
         async def idle(seconds: float, phase: str) -> None:
