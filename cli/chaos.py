@@ -28,6 +28,11 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--mode", choices=list(MODES), default="spex")
     c.add_argument("--time-scale", type=float, default=0.01, help="wall seconds per simulated second")
     c.add_argument("--early-stop", action="store_true", help="submit with T3 on (trees checked against T3's)")
+    c.add_argument(
+        "--supervisor-faults",
+        action="store_true",
+        help="add the supervisor's own SIGKILL and restart (every service stops with it) as a fault kind",
+    )
     c.add_argument("--json", default=None, help="write the report here")
 
 
@@ -50,6 +55,7 @@ def chaos_command(args: argparse.Namespace, console: Console) -> int:
             args.faults_per_minute,
             args.time_scale,
             args.early_stop,
+            args.supervisor_faults,
             say,
         )  # fmt: skip
     )

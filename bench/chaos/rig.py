@@ -103,6 +103,12 @@ class Rig:
     def heal(self, name: str) -> None:
         self.proxies[name].heal()
 
+    def restart_supervisor(self, down_s: float = 0.5) -> None:
+        """The supervisor SIGKILLed and started again (its children see exactly that: their
+        lifeline breaks, they stop, new ones start); stalled services die with it."""
+        self.stalled.clear()
+        self.supervisor.relaunch(down_s)
+
     def restart_redis(self, down_s: float = 0.3) -> None:
         self.redis.kill()
         time.sleep(down_s)

@@ -30,6 +30,8 @@ from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 __all__ = ["ChaosReport", "Fault", "run_chaos", "schedule"]
 
 FAULT_KINDS = {"kill": 0.3, "stall": 0.3, "partition": 0.3, "redis": 0.1}
+# The supervisor's own SIGKILL and restart (every service stops with it): `--supervisor-faults`.
+SUPERVISOR_WEIGHT = 0.05
 SETTLE_S = 120.0  # after the last fault: how long every question may take to be answered
 
 
@@ -65,12 +67,16 @@ class ChaosReport:
         return dict(Counter(f.kind for f in self.faults))
 
 
-def schedule(seed: int, duration_s: float, names: list[str], faults_per_min: float) -> list[Fault]:
-    """Faults at exponential gaps over `duration_s`, kinds by FAULT_KINDS' weights."""
+def schedule(
+    seed: int, duration_s: float, names: list[str], faults_per_min: float, supervisor: bool = False
+) -> list[Fault]:
+    """Faults at exponential gaps over `duration_s`, kinds by FAULT_KINDS' weights (and the
+    supervisor's restart, with `supervisor`)."""
     rng = random.Random(seed)
     out: list[Fault] = []
     t = 0.0
-    kinds, weights = zip(*FAULT_KINDS.items(), strict=True)
+    kinds_weights = {**FAULT_KINDS, **({"supervisor": SUPERVISOR_WEIGHT} if supervisor else {})}
+    kinds, weights = zip(*kinds_weights.items(), strict=True)
     while True:
         t += rng.expovariate(faults_per_min / 60.0)
         if t >= duration_s:
@@ -78,6 +84,8 @@ def schedule(seed: int, duration_s: float, names: list[str], faults_per_min: flo
         kind = rng.choices(kinds, weights)[0]
         if kind == "redis":
             out.append(Fault(t, kind, "redis", rng.uniform(0.2, 1.5)))
+        elif kind == "supervisor":
+            out.append(Fault(t, kind, "supervisor", rng.uniform(0.2, 2.0)))
         elif kind == "kill":
             out.append(Fault(t, kind, rng.choice(names)))
         else:  # long enough, often, to outlast a heartbeat (3 × 0.5 s) or a lease (2 s)
@@ -94,6 +102,7 @@ async def run_chaos(
     faults_per_min: float = 6.0,
     time_scale: float = 0.01,
     early_stop: bool = False,
+    supervisor_faults: bool = False,
     say=print,  # noqa: ANN001 - a print-like callable
 ) -> ChaosReport:
     settings = Settings(time_scale=time_scale, heartbeat_s=0.5, lease_s=2.0, block_ms=100)
@@ -102,7 +111,7 @@ async def run_chaos(
     rig.start()
     try:
         await asyncio.to_thread(rig.wait_started)
-        faults = schedule(seed, duration_s, rig.names, faults_per_min)
+        faults = schedule(seed, duration_s, rig.names, faults_per_min, supervisor_faults)
         report = ChaosReport(seed, questions, faults)
         workload = SyntheticWorkload(WorkloadKnobs(), seed)
         asked = [workload.query(i) for i in range(questions)]
@@ -175,6 +184,8 @@ async def _inject(rig: Rig, faults: list[Fault], t0: float, say) -> None:  # noq
         say(f"  fault {fault}")
         if fault.kind == "redis":
             await asyncio.to_thread(rig.restart_redis, fault.duration_s)
+        elif fault.kind == "supervisor":
+            await asyncio.to_thread(rig.restart_supervisor, fault.duration_s)
         elif fault.kind == "kill":
             await asyncio.to_thread(rig.kill, fault.target)
         elif fault.kind == "stall":

@@ -132,6 +132,30 @@ class Supervisor:
                 if sig == signal.SIGKILL:
                     proc.wait()
 
+    def relaunch(self, down_s: float = 0.5, timeout_s: float = 15.0) -> None:
+        """What a SIGKILL of the supervisor and a new one on the same services look like from
+        the services' side: the lifeline breaks, every child stops by itself (none is
+        signalled), and after `down_s` all start again on a new lifeline. Their restart
+        counters are the new supervisor's: not counted as restarts."""
+        with self._lock:
+            old, self._lifeline = self._lifeline, Lifeline()
+            procs = [c.proc for c in self.children.values() if c.proc is not None and c.proc.poll() is None]
+            for proc in procs:
+                proc.send_signal(signal.SIGCONT)  # a stalled child too sees its lifeline break
+            old.close()  # the children's only writer is gone
+            deadline = time.monotonic() + timeout_s
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            time.sleep(down_s)
+            for child in self.children.values():
+                if not child.paused:
+                    child.failures = 0
+                    self._start(child)
+
     def hold(self, name: str, down: bool) -> None:
         """Keep a child down (`down`) or let the supervisor restart it again."""
         with self._lock:

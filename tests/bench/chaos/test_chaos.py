@@ -32,3 +32,19 @@ def test_a_short_chaos_run_with_early_termination_loses_nothing():
     assert len(report.faults) == 10 and set(report.by_kind()) == set(FAULT_KINDS)
     assert report.ok, (report.lost, report.duplicated, report.differing, "\n".join(lines))
     assert report.early_stopped > 0  # T3 stopped searches under the faults
+
+
+def test_the_supervisors_own_restart_is_a_fault_kind_and_loses_nothing():
+    """`--supervisor-faults`: every service stops through its lifeline (as when the supervisor
+    is SIGKILLed) and a new set starts; questions in flight are taken over and answered once."""
+    names = ["coord-0", "coord-1", "gen-0", "gen-1", "scorer-0", "alloc-0"]
+    assert "supervisor" not in {f.kind for f in schedule(3, 3600, names, 20)}
+    assert "supervisor" in {f.kind for f in schedule(3, 3600, names, 20, supervisor=True)}
+    lines = []
+    report = asyncio.run(
+        run_chaos(
+            seed=8, duration_s=20, questions=8, faults_per_min=30, supervisor_faults=True, say=lines.append
+        )
+    )
+    assert "supervisor" in report.by_kind(), report.by_kind()
+    assert report.ok, (report.lost, report.duplicated, report.differing, "\n".join(lines))
