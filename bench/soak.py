@@ -166,7 +166,7 @@ def _verdict(run: dict[str, Any], ttl_s: int) -> dict[str, Any]:
         "rss_mib": {n: (a, b, a is not None and b is not None and back(a, b)) for n, (a, b) in rss.items()},
         "longest_stream": longest,
         "streams_at_end": end["streams"],
-        "lost": run["submitted"] - run["answered"],
+        "lost": run["statuses"].get(202, 0) - run["answered"],  # accepted, never answered
     }
 
 

@@ -99,7 +99,13 @@ def check_fields(body: Mapping[str, Any]) -> dict[str, Any]:
         wanted = (int, float) if kind is float else kind
         if not isinstance(value, wanted) or (kind is not bool and isinstance(value, bool)):
             raise SubmissionError(name, f"expected {kind.__name__}")
-    return {k: float(v) if CLIENT_FIELDS[k] is float else v for k, v in body.items()}
+    out = dict(body)
+    for name in (k for k in body if CLIENT_FIELDS[k] is float):
+        try:
+            out[name] = float(body[name])
+        except OverflowError:  # a whole number too large for a float
+            raise SubmissionError(name, "out of range") from None
+    return out
 
 
 def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> SubmitQuestionRequest:

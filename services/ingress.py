@@ -78,6 +78,8 @@ class IngressService:
     "early_stop_weight"} → 202 {"query_id"}; GET /v1/questions/{id} → 200 with the answer (or
     its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
 
+    retry_once = True  # its Redis client retries a command once on a fresh connection (connect.py)
+
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.client = IngressClient(client, settings.backlog_limit, settings.limits)
         self.host, self.port = settings.http_host, settings.http_port

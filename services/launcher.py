@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
@@ -26,7 +27,7 @@ from pathlib import Path
 from rich.console import Console
 
 from spex.shared.runtime.redis_server import RedisServer
-from spex.shared.runtime.settings import ENV, Settings
+from spex.shared.runtime.settings import ENV, Settings, without_password
 from spex.shared.runtime.supervisor import Supervisor
 
 __all__ = ["default_data_dir", "lock_data_dir", "service_env", "up"]
@@ -126,6 +127,7 @@ def up(
     say = console.print if console else (lambda _msg: None)
     scratch = tempfile.TemporaryDirectory(prefix="spex-up-")
     server, lock = None, None
+    redis_stopped: threading.Event | None = None
     if not redis_url:
         home = data_dir or Path(scratch.name, "data")
         lock = lock_data_dir(home)
@@ -158,7 +160,7 @@ def up(
         _wait_healthy(supervisor, logs)
         supervisor.watch()
         if server is not None:
-            _watch_redis(server, supervisor, say)
+            redis_stopped = _watch_redis(server, supervisor, say)
         where = f"Redis at {settings.redis_url}"
         if server is not None:
             where += f" (data in {server.data_dir}, password in {settings.redis_password_file})"
@@ -171,14 +173,20 @@ def up(
         supervisor.stop()
         if server is not None:
             server.stop()
+            if redis_stopped is not None:
+                redis_stopped.set()  # the watch thread may end: nothing it started runs now
         if lock is not None:
             os.close(lock)
         scratch.cleanup()
 
 
-def _watch_redis(server: RedisServer, supervisor: Supervisor, say: Callable[[str], object]) -> None:
-    """Restart the embedded Redis (same port, data and password) if it dies."""
-    import threading
+def _watch_redis(
+    server: RedisServer, supervisor: Supervisor, say: Callable[[str], object]
+) -> threading.Event:
+    """Restart the embedded Redis (same port, data and password) if it dies. A Redis this
+    thread starts dies with it (its parent-death signal is the thread's): the thread lives
+    until the returned event is set, after `server.stop()`."""
+    stopped = threading.Event()
 
     def loop() -> None:
         while not supervisor.stopping(0.5):
@@ -186,8 +194,10 @@ def _watch_redis(server: RedisServer, supervisor: Supervisor, say: Callable[[str
                 say(f"[yellow]spex up[/]: Redis exited; restarting it on {server.data_dir}")
                 with contextlib.suppress(RuntimeError):
                     server.start()
+        stopped.wait()
 
     threading.Thread(target=loop, name="redis-watch", daemon=True).start()
+    return stopped
 
 
 def _reachable(settings: Settings, timeout_s: float = 5.0) -> None:
@@ -206,7 +216,8 @@ def _reachable(settings: Settings, timeout_s: float = 5.0) -> None:
         client.ping()
     except redis.RedisError as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"--redis: cannot reach {settings.redis_url}: {reason}") from None
+        where = without_password(settings.redis_url)
+        raise ValueError(f"--redis: cannot reach {where}: {reason}") from None
     finally:
         client.close()
 

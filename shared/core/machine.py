@@ -356,6 +356,7 @@ class QueryMachine:
                     break
                 self._stop_with = self._check_early_stop()
                 if self._stop_with is not None:
+                    commands.extend(self._cancel_speculation())  # what is left to score, it waits for
                     break
             first = False
             try:
@@ -385,6 +386,14 @@ class QueryMachine:
         answers = [n for n in self.tree if n.generated and n.answer is not None]  # an EOS gives none
         family, rollouts = self.algorithm.family, self.algorithm.rollouts_done
         return should_stop(answers, self.config.target, self.early_stop, family, rollouts, self.same_answer)
+
+    def _cancel_speculation(self) -> list[Command]:
+        """Cancel every speculative job the search has not adopted (T3 stopped it)."""
+        dead = {node: j for node, j in self._jobs.items() if j.speculative and not j.adopted}
+        for node in dead:
+            del self._jobs[node]
+        self.stats.spec_cancelled += len(dead)
+        return [CancelCommand(j.job_id) for j in dead.values()]
 
     def _finish(self, now_s: float, answer: str | None, early: bool) -> list[Command]:
         self.answer, self.early_stopped = answer, early

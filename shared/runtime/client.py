@@ -40,11 +40,14 @@ from spex.proto import (
 
 __all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery"]
 
+KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
+
 # KEYS: submitted, ingress, in-flight, client in-flight, request.
-# ARGV: query id, payload, backlog limit, client limit, body hash, now ms.
-# The client key, like the request, is kept while the question is searched: the coordinator's
-# answer (or rejection) sets both to expire with the answer, so a retry is the same query for
-# as long as the answer can be read.
+# ARGV: query id, payload, backlog limit, client limit, body hash, now ms, key backstop s.
+# The client key is kept while the question is searched: the coordinator's answer (or
+# rejection) sets it to expire with the answer, so a retry is the same query for as long as
+# the answer can be read. Its own TTL (a week) is only a backstop, for a question nothing ever
+# answers (an ingress entry a foreign writer corrupted).
 _SUBMIT = """
 local existing = redis.call('GET', KEYS[1])
 if existing then
@@ -57,7 +60,7 @@ local inflight = redis.call('ZCARD', KEYS[3])
 if inflight >= tonumber(ARGV[3]) then return {-1, tostring(inflight)} end
 local mine = redis.call('ZCARD', KEYS[4])
 if mine >= tonumber(ARGV[4]) then return {-2, tostring(mine)} end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[5])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[5], 'EX', ARGV[7])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('SET', KEYS[5], ARGV[2])
@@ -166,6 +169,7 @@ class IngressClient:
             self.limits.client_in_flight,
             body,
             req.created_ms,
+            KEY_BACKSTOP_S,
         ]
         status, value = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
         value = value.decode() if isinstance(value, bytes) else str(value)

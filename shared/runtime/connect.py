@@ -22,10 +22,12 @@ __all__ = ["redis_client", "redis_options", "sync_client"]
 
 # Blocking reads stay far below the socket timeout (redis_streams.md §3.8).
 TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "health_check_interval": 30}
-# A command that fails on a broken connection is sent once more on a fresh one: after a Redis
-# restart every pooled connection is broken, and without this each one's next command fails
-# (redis-py's clients made `from_url` retry nothing). Every write the pipeline sends is a
-# script or command that is safe to repeat (idempotent by message id or key).
+# With `retry_once`, a command that fails on a broken connection is sent once more on a fresh
+# one: after a Redis restart every pooled connection is broken, and without it each one's next
+# command fails (redis-py's clients made `from_url` retry nothing). For request-serving clients
+# (the ingress, the Python client) whose every command is safe to repeat (the submit script is
+# idempotent by client key). Not for the services' loops: a blocking read or a lease script
+# repeated after a lost reply would hide the reconnect the bus re-reads its pending entries on.
 RETRIED = (redis.ConnectionError, redis.TimeoutError)
 
 
@@ -40,18 +42,20 @@ def redis_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def redis_client(settings: Settings) -> aioredis.Redis:
-    retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
-    return aioredis.Redis.from_url(
-        settings.redis_url, retry=retry, retry_on_error=list(RETRIED), **TIMEOUTS, **redis_options(settings)
-    )
+def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis:
+    options: dict[str, Any] = {}
+    if retry_once:
+        retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
+        options = {"retry": retry, "retry_on_error": list(RETRIED)}
+    return aioredis.Redis.from_url(settings.redis_url, **options, **TIMEOUTS, **redis_options(settings))
 
 
-def sync_client(settings: Settings) -> redis.Redis:
-    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
-    return redis.Redis.from_url(
-        settings.redis_url, retry=retry, retry_on_error=list(RETRIED), **TIMEOUTS, **redis_options(settings)
-    )
+def sync_client(settings: Settings, retry_once: bool = False) -> redis.Redis:
+    options: dict[str, Any] = {}
+    if retry_once:
+        retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
+        options = {"retry": retry, "retry_on_error": list(RETRIED)}
+    return redis.Redis.from_url(settings.redis_url, **options, **TIMEOUTS, **redis_options(settings))
 
 
 def _tls_options(settings: Settings) -> dict[str, Any]:

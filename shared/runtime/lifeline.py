@@ -14,9 +14,12 @@ import contextlib
 import ctypes
 import os
 import signal
+import stat
 import sys
 import threading
 import time
+from collections.abc import Callable, MutableMapping
+from typing import cast
 
 __all__ = ["ENV", "GRACE_S", "Lifeline", "die_with_parent", "watch_lifeline"]
 
@@ -43,17 +46,19 @@ class Lifeline:
                 os.close(fd)
 
 
-def watch_lifeline(environ: dict[str, str] | None = None) -> bool:
+def watch_lifeline(environ: MutableMapping[str, str] | None = None) -> bool:
     """In a service: if started with a lifeline, stop (SIGTERM to ourselves) once it breaks.
     Returns whether there was one to watch."""
-    raw = (environ if environ is not None else os.environ).get(ENV, "")
+    env = environ if environ is not None else os.environ
+    raw = env.pop(ENV, "")  # ours only: a process we start does not inherit the number
     if not raw.isdigit():
         return False
     fd = int(raw)
     try:
-        os.fstat(fd)
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False  # not a pipe: an environment copied from a supervisor, not started by it
     except OSError:
-        return False  # not ours (an environment copied from a supervisor, not started by it)
+        return False
 
     def watch() -> None:
         try:
@@ -70,11 +75,18 @@ def watch_lifeline(environ: dict[str, str] | None = None) -> bool:
     return True
 
 
+def _prctl() -> Callable[..., int] | None:
+    try:
+        return cast(Callable[..., int], ctypes.CDLL(None, use_errno=True).prctl)
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _prctl()  # looked up here, in the parent: a forked child must not load libraries
+
+
 def die_with_parent() -> None:
     """A `preexec_fn`: the child gets SIGTERM when the thread that started it dies (Linux; a
     no-op elsewhere). Start such children from a thread that lives as long as they should."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

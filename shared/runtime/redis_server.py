@@ -77,9 +77,9 @@ def supports_tls(binary: str) -> bool:
     """Whether `binary` was built with TLS.
 
     The probe asks for a TLS port with certificate files that do not exist, so no build opens
-    a port: Redis without TLS refuses the `tls-port` directive, Valkey without TLS knows the
-    directive but finds no TLS connection type when it starts, and a build with TLS fails on
-    the missing certificate instead.
+    a port: only a build with TLS gets as far as loading the certificate, and says it cannot
+    (Redis without TLS refuses the `tls-port` directive; Valkey without TLS knows it but finds
+    no TLS connection type; a binary that does not start at all says neither).
     """
     with tempfile.TemporaryDirectory(prefix="spex-redis-probe-") as tmp:
         config = Path(tmp, "probe.conf")
@@ -93,8 +93,9 @@ def supports_tls(binary: str) -> bool:
         except (OSError, subprocess.TimeoutExpired):
             return False
     said = (done.stdout + done.stderr).decode(errors="replace")
-    refused = ("Bad directive", "Failed finding TLS support", "Missing implement of connection type tls")
-    return done.returncode != 0 and not any(r in said for r in refused)
+    return str(missing) in said and (
+        "Failed to load certificate" in said or "Failed to configure TLS" in said
+    )
 
 
 class RedisServer:

@@ -112,8 +112,8 @@ def guarded(on_complete: Callable[[Any], Awaitable[None]], log: Any) -> Callable
     return call
 
 
-def redis_client(settings: Settings) -> aioredis.Redis:
-    return connect.redis_client(settings)
+def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis:
+    return connect.redis_client(settings, retry_once)
 
 
 def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **overrides: object) -> int:
@@ -132,7 +132,9 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
 
     async def main() -> int:
         try:  # a bad token file, password file, engine directory or server: one line, status 2
-            client = redis_client(settings)
+            # A service that serves requests (the ingress) retries a command once on a fresh
+            # connection; one that loops on the bus sees the reconnect instead.
+            client = redis_client(settings, getattr(build, "retry_once", False))
             service = build(client, settings)
             prepare = getattr(service, "prepare", None)
             if prepare is not None:  # e.g. wait for a serving engine and check its flags

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 
 from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
 
-__all__ = ["ENGINES", "ENV", "Settings", "parse_targets"]
+__all__ = ["ENGINES", "ENV", "Settings", "parse_targets", "without_password"]
 
 DEFAULT_MAX_TARGET = 256
 ENGINES = ("sim", "hf", "vllm", "sglang")
@@ -189,8 +189,7 @@ class Settings:
                 env = next(k for k, (f, _) in ENV.items() if f == name)
                 value = getattr(self, name)
                 if name == "redis_url":  # never echo a password someone put in the URL
-                    scheme, _, rest = str(value).partition("://")
-                    value = f"{scheme}://{rest.rpartition('@')[2]}" if "@" in rest else value
+                    value = without_password(str(value))
                 allowed = f"; {RANGES[name]}" if name in RANGES else ""
                 raise ValueError(f"{env} ({name}): invalid value {value!r}{allowed}")
 
@@ -224,6 +223,13 @@ class Settings:
             return self.redis_password
         with open(self.redis_password_file) as f:
             return f.readline().strip()
+
+
+def without_password(url: str) -> str:
+    """`url` without the credentials someone may have put in it (for messages and logs)."""
+    scheme, _, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}" if "@" in host else url
 
 
 def parse_targets(raw: str) -> dict[str, int]:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -246,14 +247,15 @@ class ServingEngine:
         return min(self.timeout_s, REQUEST_FLOOR_S + REQUEST_S_PER_TOKEN * req.max_new_tokens)
 
     async def _call(self, f: _InFlight) -> None:
-        limit_s = self.request_timeout_s(f.req)
-        deadline = time.monotonic() + limit_s
+        limit_s = self.request_timeout_s(f.req)  # once it reached the server
+        unreachable_until = time.monotonic() + self.timeout_s  # a server (re)starting, loading weights
         delay = RETRY_FIRST_S
         try:
             while True:
                 path, body = self.backend.generate(f.req, f.rid)  # with a priority raised meanwhile
                 f.sent = True  # from here the server may have it, unless the connection fails
                 try:
+                    deadline = time.monotonic() + limit_s
                     reply = self.backend.read(f.req, await self._post(path, body, deadline))
                     self.healthy = True
                     break
@@ -263,7 +265,7 @@ class ServingEngine:
                     if f.aborted:  # stopped while it could not connect: nothing to stop there
                         self._finish(f, Reply("", 0, 0, 0, "abort"), "")
                         return
-                    if time.monotonic() + delay > deadline:
+                    if time.monotonic() + delay > unreachable_until:
                         raise EngineUnavailable(f"{self.backend.name} not reachable: {exc}") from None
                     await asyncio.sleep(delay)
                     delay = min(2 * delay, RETRY_MAX_S)
@@ -277,7 +279,7 @@ class ServingEngine:
                 await self._abort(f)
             if isinstance(exc, TimeoutError):
                 reason = (
-                    f"{self.backend.name} at {self.url}: no reply within {limit_s:g} s for "
+                    f"{self.backend.name} at {_no_credentials(self.url)}: no reply within {limit_s:g} s for "
                     f"{f.req.max_new_tokens} tokens (SPEX_ENGINE_TIMEOUT_S caps it at {self.timeout_s:g} s)"
                 )
             else:
@@ -400,3 +402,12 @@ class ServingEngine:
             log.debug("metrics of %s unavailable: %r", self.url, exc)
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             log.debug("metrics of %s unavailable: %r", self.url, exc)
+
+
+def _no_credentials(url: str) -> str:
+    """`url` without a user or password in it: a job's failure reason reaches its client."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    netloc += f":{parts.port}" if parts.port else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -55,6 +55,10 @@ def test_a_bad_value_names_its_field(fields, field):
         ({"question": "x", "early_stop": 1}, "early_stop: expected bool"),
         ({"question": "x", "early_stop_alpha": "0.5"}, "early_stop_alpha: expected float"),
         ({"question": "x", "early_stop_alpha": False}, "early_stop_alpha: expected float"),
+        (
+            {"question": "x", "early_stop_alpha": 10**400},
+            "early_stop_alpha: out of range",
+        ),  # no float holds it
     ],
 )
 def test_a_bad_field_name_or_type_is_refused(body, message):

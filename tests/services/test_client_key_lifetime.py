@@ -36,5 +36,5 @@ def test_a_retry_after_the_ttl_of_a_question_still_searched_is_the_same_query(re
     first, searching, again, ttl_while_searching, answer, ttl_after = asyncio.run(go())
     assert searching, "the search ended before the TTL: the test shows nothing"
     assert again == first  # not a second search of the same question
-    assert ttl_while_searching == -1  # kept while searched
+    assert ttl_while_searching > 86_400  # kept while searched (a week's backstop, not the TTL)
     assert answer is not None and 0 < ttl_after <= ttl_s  # then it goes with the answer

@@ -26,6 +26,11 @@ def test_an_unreachable_redis_is_one_line_naming_the_flag_and_the_address():
     ]
 
 
+def test_a_password_in_an_unreachable_redis_url_is_not_printed():
+    done, _ = spex_up("--redis", "redis://:hunter2@127.0.0.1:1/0", "--port", str(free_port()))
+    assert done.returncode == 2 and "hunter2" not in done.stdout + done.stderr
+
+
 def test_an_ingress_port_in_use_is_one_line_naming_the_service_the_flag_and_the_port(tmp_path):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
