@@ -50,10 +50,12 @@ from spex.proto import (
 )
 from spex.proto.codec import Envelope
 from spex.proto.names import (
+    ANSWERS,
     COORDINATOR_GROUP,
     DEFAULT_POOL,
     GEN_CONTROL,
     INGRESS,
+    QUERY_STATS,
     query_cancelled,
     query_inbox,
 )
@@ -71,7 +73,7 @@ from spex.services.coordinator.recovery import Recovery
 from spex.services.coordinator.routing import REFRESH_S, Router
 from spex.services.coordinator.store import Entries, QueryStore
 from spex.shared.core.commands import Command
-from spex.shared.runtime.bus import Bus, Delivery, entry_after
+from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery, entry_after
 from spex.shared.runtime.metrics import EVENTS, QUERIES_OWNED
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
@@ -81,7 +83,11 @@ __all__ = ["Coordinator", "main"]
 STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
 GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
 INBOX_BATCH = 256  # inbox entries read per XREAD
-CONTROL_KEEP_S = 600.0  # gen:control keeps 10 minutes of cancels and promotions (a generator reads new ones)
+# Streams read as they come (no group), trimmed by age: gen:control's cancels and promotions
+# matter to a generator reading live (one away longer loses some: work, not correctness);
+# stats:queries to the allocator's next round.
+CONTROL_KEEP_S = 60.0
+STATS_KEEP_S = 60.0
 
 
 class Coordinator:
@@ -99,6 +105,7 @@ class Coordinator:
         self.answered = 0
         self._stats_sent = 0.0
         self._adopting: set[str] = set()
+        self._fan_out_trimmed = -1e9  # monotonic: when gen:control, stats:queries and answers were trimmed
         self._tasks: set[asyncio.Task[None]] = set()  # takeovers and searches again
 
     def summary(self) -> dict[str, int]:
@@ -165,6 +172,14 @@ class Coordinator:
         for d in await self.bus.reclaim(INGRESS, COORDINATOR_GROUP, 2 * self.store.lease_ms):
             await self._on_submitted(d)
         await self.bus.trim_now_and_then(INGRESS)
+        if self._now() - self._fan_out_trimmed >= TRIM_EVERY_S:
+            self._fan_out_trimmed = self._now()
+            keep = {
+                GEN_CONTROL: CONTROL_KEEP_S,
+                QUERY_STATS: STATS_KEEP_S,
+                ANSWERS: self.settings.result_ttl_s,
+            }
+            await self.store.trim_fan_out(keep)
         for qid in await self.store.expired():
             await self._reap(qid)
 

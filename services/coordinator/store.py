@@ -182,6 +182,16 @@ class QueryStore:
                 pipe.xadd(QUERY_STATS, {"e": encode(event)}, maxlen=10_000, approximate=True)
             await pipe.execute()
 
+    async def trim_fan_out(self, keep_s: dict[str, float]) -> None:
+        """Trim each stream of `keep_s` (no consumer group: read as it comes) to what is
+        younger than its window, by Redis's clock: an idle pipeline holds none of them long."""
+        now_s, now_us = cast(tuple[int, int], await self.r.time())
+        now_ms = now_s * 1000 + now_us // 1000
+        async with self.r.pipeline(transaction=False) as pipe:
+            for stream, seconds in keep_s.items():
+                pipe.xtrim(stream, minid=str(max(0, now_ms - int(seconds * 1000))), approximate=False)
+            await pipe.execute()
+
     async def redis_run(self) -> str:
         """Redis's run id: a new one means it restarted."""
         info = cast(dict[str, Any], await self.r.info("server"))

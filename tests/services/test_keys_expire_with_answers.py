@@ -1,7 +1,7 @@
 """Nothing the pipeline writes outlives what it is for: a query's keys (its request, inbox,
 checkpoint, sent message ids, cancel marks, client key) expire with its answer; the answers
 stream keeps what is younger than the result TTL and gen:control what is younger than its
-window. Real services, a real Redis."""
+window (60 s), trimmed while idle too. Real services, a real Redis."""
 
 import asyncio
 
@@ -62,3 +62,21 @@ def test_a_fan_out_stream_published_with_a_window_keeps_only_that_window(redis_u
         return burst, after
 
     assert asyncio.run(go()) == (5, 1)
+
+
+def test_an_idle_pipeline_trims_its_fan_out_streams_by_age(redis_url):
+    from spex.services.coordinator.store import QueryStore
+
+    async def go():
+        r = aioredis.Redis.from_url(redis_url)
+        for stream in ("ctl", "stats"):
+            await r.xadd(stream, {"e": b"old"})
+        await asyncio.sleep(1.2)
+        await r.xadd("stats", {"e": b"new"})
+        await QueryStore(r, "c", 2.0, 60).trim_fan_out({"ctl": 1.0, "stats": 1.0})
+        lengths = await r.xlen("ctl"), await r.xlen("stats")
+        await r.delete("ctl", "stats")
+        await r.aclose()
+        return lengths
+
+    assert asyncio.run(go()) == (0, 1)  # nothing new is published: the old entries go anyway
