@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from spex.bench.results import RunSummary, compare, summarize
 from spex.bench.vtime import BenchConfig, run_bench
+from spex.shared.core.machine import Reward
 from spex.shared.core.spec.early_stop import EarlyStop
 
 __all__ = ["run_grid"]
@@ -36,7 +37,11 @@ ALGORITHMS = [
 ]
 # (profile, reward): the Llemma rows with a PRM, and the paper's headline DFS setting, DeepSeek-R1
 # distilled on Qwen3-8B with the intrinsic log-probability reward (its Fig. 12).
-PROFILES = [("Llemma-7B@A6000", "prm"), ("Llemma-34B@A100-80GB", "prm"), ("R1-Qwen3-8B@A6000", "logprob")]
+PROFILES: list[tuple[str, Reward]] = [
+    ("Llemma-7B@A6000", "prm"),
+    ("Llemma-34B@A100-80GB", "prm"),
+    ("R1-Qwen3-8B@A6000", "logprob"),
+]
 BATCHES = [1, 2, 4, 8, 16]
 ABLATION = [("rstar", 10), ("rebase", 16)]
 ABLATION_BATCHES = [1, 8]

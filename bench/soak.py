@@ -80,7 +80,8 @@ class _Follower:
     """Counts the answers on the `answers` stream (each query once)."""
 
     def __init__(self, r: Any) -> None:
-        self.r, self.last, self.seen = r, "$", set()
+        self.r, self.last = r, "$"
+        self.seen: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
