@@ -1,6 +1,22 @@
 """`spex up` gives each service process its own Prometheus metrics port."""
 
+import socket
+
 from spex.shared.runtime.redis_server import free_port
+
+
+def free_ports(n):
+    """A first port with the `n - 1` after it free too (each service takes base + i): a free
+    first port alone let another process's port collide with a later one."""
+    while True:
+        base = free_port()
+        try:
+            for port in range(base, base + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
 
 
 def test_spex_up_gives_each_service_its_own_metrics_port():
@@ -8,7 +24,7 @@ def test_spex_up_gives_each_service_its_own_metrics_port():
     from spex.shared.runtime.settings import Settings
     from tests.services.test_metrics_http import scrape
 
-    base = free_port()
+    base = free_ports(5)
     settings = Settings(metrics_port=base, http_port=free_port(), time_scale=0.002)
     with up(settings) as live:
         assert live.redis_password_file and not live.redis_password
