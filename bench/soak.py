@@ -34,6 +34,7 @@ from spex.shared.runtime.settings import Settings
 __all__ = ["main", "run_soak"]
 
 TOLERANCE = 0.10  # "back within 10% of the start"
+INBOXES = "{q:<id>}:in (longest)"
 
 
 def service_pids() -> dict[str, int]:
@@ -61,15 +62,22 @@ def rss_mib(pid: int) -> float:
 
 async def sample(r: Any, t0: float, answered: int, submitted: int) -> dict[str, Any]:
     streams: dict[str, int] = {}
+    inboxes: list[int] = []  # the queries' own inboxes: how many, and the longest
     async for key in r.scan_iter(count=1000):
         if await r.type(key) == b"stream":
-            streams[key.decode()] = int(await r.xlen(key))
+            name, length = key.decode(), int(await r.xlen(key))
+            if name.startswith("{q:"):
+                inboxes.append(length)
+            else:
+                streams[name] = length
+    streams[INBOXES] = max(inboxes, default=0)
     memory = await r.info("memory")
     return {
         "t_s": round(time.monotonic() - t0, 1),
         "keys": int(await r.dbsize()),
         "used_memory_mib": round(memory["used_memory"] / 2**20, 2),
         "streams": streams,
+        "inboxes": len(inboxes),
         "rss_mib": {name: round(rss_mib(pid), 1) for name, pid in sorted(service_pids().items())},
         "submitted": submitted,
         "answered": answered,
