@@ -18,7 +18,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +153,7 @@ async def drive(settings: Settings, args: argparse.Namespace, say: Any) -> dict[
             "submitted": warm + total, "answered": len(follower.seen)}  # fmt: skip
 
 
-def _verdict(run: dict[str, Any], ttl_s: int) -> dict[str, Any]:
+def _verdict(run: dict[str, Any]) -> dict[str, Any]:
     start, end = run["start"], run["end"]
 
     def back(a: float, b: float) -> bool:
@@ -184,8 +183,8 @@ def run_soak(args: argparse.Namespace, say: Any = print) -> dict[str, Any]:
     data = Path(args.data_dir) if args.data_dir else None
     started = time.monotonic()
     with up(settings, generators=args.generators, data_dir=data) as live:
-        run = asyncio.run(drive(replace(live), args, say))
-    verdict = _verdict(run, args.ttl)
+        run = asyncio.run(drive(live, args, say))
+    verdict = _verdict(run)
     report = {
         "minutes": args.minutes, "rate_per_s": args.rate, "ttl_s": args.ttl, "algorithm": args.algorithm,
         "target": args.target, "time_scale": args.time_scale, "wall_s": round(time.monotonic() - started),

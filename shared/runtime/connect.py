@@ -43,19 +43,19 @@ def redis_options(settings: Settings) -> dict[str, Any]:
 
 
 def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis:
-    options: dict[str, Any] = {}
-    if retry_once:
-        retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
-        options = {"retry": retry, "retry_on_error": list(RETRIED)}
-    return aioredis.Redis.from_url(settings.redis_url, **options, **TIMEOUTS, **redis_options(settings))
+    retry = _retry_once(AsyncRetry) if retry_once else {}
+    return aioredis.Redis.from_url(settings.redis_url, **retry, **TIMEOUTS, **redis_options(settings))
 
 
 def sync_client(settings: Settings, retry_once: bool = False) -> redis.Redis:
-    options: dict[str, Any] = {}
-    if retry_once:
-        retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
-        options = {"retry": retry, "retry_on_error": list(RETRIED)}
-    return redis.Redis.from_url(settings.redis_url, **options, **TIMEOUTS, **redis_options(settings))
+    retry = _retry_once(Retry) if retry_once else {}
+    return redis.Redis.from_url(settings.redis_url, **retry, **TIMEOUTS, **redis_options(settings))
+
+
+def _retry_once(kind: type[Retry] | type[AsyncRetry]) -> dict[str, Any]:
+    """redis-py's options for one more try, after 50 ms, on a fresh connection."""
+    retry = kind(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
+    return {"retry": retry, "retry_on_error": list(RETRIED)}
 
 
 def _tls_options(settings: Settings) -> dict[str, Any]:

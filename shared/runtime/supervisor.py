@@ -143,13 +143,7 @@ class Supervisor:
             for proc in procs:
                 proc.send_signal(signal.SIGCONT)  # a stalled child too sees its lifeline break
             old.close()  # the children's only writer is gone
-            deadline = time.monotonic() + timeout_s
-            for proc in procs:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _reap(procs, timeout_s)
             time.sleep(down_s)
             for child in self.children.values():
                 if not child.paused:
@@ -171,11 +165,16 @@ class Supervisor:
             for proc in procs:
                 proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + timeout_s
-            for proc in procs:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _reap(procs, timeout_s)
         self._lifeline.close()
+
+
+def _reap(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """Wait for `procs` to exit, all within `timeout_s`; SIGKILL those still running then."""
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

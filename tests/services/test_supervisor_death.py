@@ -2,16 +2,14 @@
 embedded Redis), the data dir is free, and `spex up` on it again answers every question. Two
 `spex up` on one data dir: the second refuses, in one line. Real processes, real HTTP."""
 
-import json
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from spex.shared.runtime.redis_server import free_port
+from tests.services.helpers import http
 
 
 def descendants(pid):
@@ -35,16 +33,6 @@ def alive(pid):
     except OSError:
         return False
     return state != "Z"
-
-
-def http(method, url, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def spex_up(data, port, log):
