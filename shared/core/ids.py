@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from functools import lru_cache
 
 __all__ = ["root_id", "child_id", "node_seed", "derived_uniform", "derived_int", "digest"]
 
@@ -32,7 +31,6 @@ def root_id(query_id: str) -> str:
     return _hash("root", query_id)[:_ID_BYTES].hex()
 
 
-@lru_cache(maxsize=1 << 16)  # predictions look the same children up again and again
 def child_id(parent_id: str, index: int, action: str) -> str:
     """Id of child `index` of `parent_id` produced by `action`."""
     return _hash("child", parent_id, index, action)[:_ID_BYTES].hex()

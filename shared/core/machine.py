@@ -36,7 +36,6 @@ from spex.shared.core.commands import (
     ScoreCommand,
     prompt_segments,
 )
-from spex.shared.core.ids import child_id
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
 from spex.shared.core.search.answers import Equivalence, extract_answer, select_answer
 from spex.shared.core.spec.early_stop import EarlyStop, answer_weight, should_stop
@@ -123,7 +122,7 @@ class QueryMachine:
 
     # ------------------------------------------------------------------ the SpecView
     def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
-        node = self.tree.nodes.get(child_id(parent.id, index, action))
+        node = self.tree.nodes.get(parent.child_id(index, action))
         return node if node is not None else self._cache.handle(parent, index, action)
 
     def busy(self, node: Node) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from spex.proto.messages import SPECULATIVE
-from spex.shared.core.ids import child_id, node_seed
+from spex.shared.core.ids import node_seed
 from spex.shared.core.search.base import SearchAlgorithm, SpecView
 from spex.shared.core.tree import Node
 
@@ -84,7 +84,7 @@ class SpecCache:
 
     def handle(self, parent: Node, index: int, action: str) -> Node:
         """The handle of child `index` of `parent` for `action`, created on first use."""
-        cid = child_id(parent.id, index, action)
+        cid = parent.child_id(index, action)
         node = self._handles.get(cid)
         if node is None:
             node = Node(cid, parent, index, action, parent.depth + 1, node_seed(self.seed, cid))
