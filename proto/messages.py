@@ -29,6 +29,7 @@ __all__ = [
     "JOB_KINDS",
     "MAX_MESSAGE_BYTES",
     "MODES",
+    "NODE_STATES",
     "PRIMARY",
     "PROTOCOL_VERSION",
     "SIM_STYLES",
@@ -48,6 +49,8 @@ __all__ = [
     "LogprobSummary",
     "Message",
     "Mode",
+    "NodeEvent",
+    "NodeState",
     "PromoteRequest",
     "QueryStatsEvent",
     "ScoreRequest",
@@ -72,6 +75,7 @@ JobKind = Literal["generate", "score"]  # the job a JobFailedEvent reports
 Algorithm = Literal["ets", "rebase", "rest", "rstar"]  # a search (the core registers one class each)
 Mode = Literal["baseline", "spex"]  # a query searched plainly, or with speculation
 Split = Literal["blank-line", "newline", "numbered"]  # real content: where one step ends (content.prompts)
+NodeState = Literal["root", "primary", "adopted", "speculative", "cancelled", "unused"]  # NodeEvent
 AnswerWeight = Literal["min", "last"]  # T3: an answer weighs its path's lowest step reward, or its own
 
 CONTENTS: tuple[Content, ...] = get_args(Content)
@@ -82,6 +86,7 @@ ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 MODES: tuple[Mode, ...] = get_args(Mode)
 SPLITS: tuple[Split, ...] = get_args(Split)
 ANSWER_WEIGHTS: tuple[AnswerWeight, ...] = get_args(AnswerWeight)
+NODE_STATES: tuple[NodeState, ...] = get_args(NodeState)
 
 PRIMARY = 0  # engine priority of jobs the search is waiting on
 SPECULATIVE = 1  # engine priority of jobs generated ahead of the search
@@ -264,3 +269,26 @@ class AnswerResult(Message, frozen=True):
     tree_digest: str = ""
     error: str = ""  # why the query failed (a job its service gave up on); "" if it did not
     early_stopped: bool = False  # T3 stopped the search: `nodes` are what it kept
+    cancelled: bool = False  # its client cancelled it before it was answered
+    spec_issued: int = 0  # speculative jobs issued for it (0 for a baseline query)
+    spec_adopted: int = 0  # ... that the search used
+
+
+class NodeEvent(Message, frozen=True):
+    """A node of a query's tree changed (the coordinator's view, `spex.shared.core.view`):
+    for watchers only (the ingress's tree, its live view); nothing reads it to decide."""
+
+    node_id: str
+    state: NodeState
+    parent_id: str = ""  # "" for the root
+    index: int = -1
+    action: str = ""
+    depth: int = 0
+    generated: bool = False
+    running: bool = False
+    text: str = ""
+    tokens: int = 0
+    answer: str | None = None
+    reward: float | None = None
+    finish_reason: str = ""
+    t_s: float = 0.0  # seconds since the coordinator took the query up

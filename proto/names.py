@@ -17,6 +17,7 @@ from spex.proto.messages import (
     GenerateResult,
     JobFailedEvent,
     Message,
+    NodeEvent,
     PromoteRequest,
     QueryStatsEvent,
     ScoreRequest,
@@ -27,6 +28,7 @@ from spex.proto.messages import (
 
 __all__ = [
     "ALLOCATOR_LEASE",
+    "ALLOCATOR_STATUS",
     "ANSWERS",
     "COORDINATOR_GROUP",
     "COORDINATORS_ACTIVE",
@@ -53,6 +55,7 @@ __all__ = [
     "query_lease",
     "query_request",
     "query_sent",
+    "query_tree",
     "reply_key",
     "submitted_key",
     "worker_jobs",
@@ -103,6 +106,7 @@ def worker_jobs(pool: str, worker: str) -> str:
 GEN_CONTROL = "gen:control"  # cancels and promotions, fanned out to every generator (no group)
 SCORE_JOBS = "score:jobs"
 query_inbox = Name("{q:<id>}:in")  # every result a query received, in order; never trimmed
+query_tree = Name("{q:<id>}:tree")  # the query's NodeEvents, for watchers; expires with its answer
 QUERY_STATS = "stats:queries"  # coordinators → allocator telemetry (trimmed)
 ANSWERS = "answers"  # every answer, for consumers that follow all queries
 dead_letter = Name("dlq:<id>")  # dlq:<stream>: entries given up on, with the reason
@@ -126,6 +130,7 @@ query_sent = Name("{q:<id>}:sent")  # hash: ids of the messages published for it
 query_cancelled = Name("{q:<id>}:cancelled")  # hash: its jobs cancelled (a queued one never starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness
 ALLOCATOR_LEASE = "allocator:lease"  # the one active budget allocator
+ALLOCATOR_STATUS = "allocator:status"  # JSON: its governors' slack and pools, for watchers (TTL)
 GEN_WORKERS = "gen:workers"  # zset: generator worker -> its last load report (ms); kept while
 # its stream may hold jobs, so peers find (and drain) the stream of a worker that died
 
@@ -136,6 +141,7 @@ STREAMS: dict[str | Name, tuple[type[Message], ...]] = {
     GEN_CONTROL: (CancelRequest, PromoteRequest),
     SCORE_JOBS: (ScoreRequest,),
     query_inbox: (GenerateResult, ScoreResult, BudgetUpdateEvent, CancelRequest, JobFailedEvent),
+    query_tree: (NodeEvent,),
     QUERY_STATS: (QueryStatsEvent,),
     ANSWERS: (AnswerResult,),
 }

@@ -9,6 +9,7 @@ SPEX_TPOT_TARGET (SPEX_TPOT_FIXED=1: SPEX_TPOT_SLACK as it is)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -16,11 +17,19 @@ import redis.asyncio as aioredis
 import structlog
 
 from spex.proto import BudgetUpdateEvent, ProtocolError, QueryStatsEvent, WorkerLoadEvent, decode
-from spex.proto.names import ALLOCATOR_LEASE, QUERY_STATS, query_inbox, query_request, worker_load
+from spex.proto.names import (
+    ALLOCATOR_LEASE,
+    ALLOCATOR_STATUS,
+    QUERY_STATS,
+    query_inbox,
+    query_request,
+    worker_load,
+)
 from spex.shared.core.spec.budget import Demand, allocate
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Bus
+from spex.shared.runtime.metrics import GOVERNOR_SLACK, SPEC_BUDGET, SPEC_POOL
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 
@@ -140,6 +149,7 @@ class Allocator:
         for m in stats:
             groups.setdefault(m.worker if m.worker in loads else "", []).append(m)
         shares: dict[str, int] = {}
+        pools: dict[str, int] = {}
         for worker, members in groups.items():
             mine = [loads[worker]] if worker else [w for name, w in loads.items() if name not in groups]
             # Unplaced queries get what the workers nobody is placed on leave — nothing when
@@ -149,9 +159,11 @@ class Allocator:
             shares |= allocate(demands, pool, self.weight_bytes)
             demand = sum(d.candidates for d in demands)
             for w in mine:
+                pools[w.worker] = pool
                 if w.worker in self.governors:
                     self.governors[w.worker].note_pool(demand, pool, self._slack_bound.get(w.worker, False))
         self.rounds += 1
+        await self._report(loads, pools, sum(shares.values()))
         for m in stats:
             if self.published.get(m.query_id) == shares[m.query_id]:
                 continue  # unchanged: nothing to send
@@ -163,6 +175,17 @@ class Allocator:
                 k_total=self.k_total,
             )
             await self.bus.publish(query_inbox(m.query_id), event, require=query_request(m.query_id))
+
+    async def _report(self, loads: dict[str, WorkerLoadEvent], pools: dict[str, int], granted: int) -> None:
+        """The governors' slack and the pools, as gauges and for the ingress's overview (a
+        key that expires when no allocator is active)."""
+        slack = {w: round(self.slack(w), 4) for w in loads}
+        for worker, value in slack.items():
+            GOVERNOR_SLACK.labels(worker).set(value)
+            SPEC_POOL.labels(worker).set(pools.get(worker, 0))
+        SPEC_BUDGET.set(granted)
+        status = {"slack": slack, "pool": pools, "granted": granted, "tpot_target": self.settings.tpot_target}
+        await self.r.set(ALLOCATOR_STATUS, json.dumps(status), px=int(self.settings.lease_s * 3000))
 
 
 MAX_CANDIDATES = 1024  # more speculative branches than any engine runs for one query

@@ -1,4 +1,6 @@
-"""HTTP ingress (`spex worker ingress`): POST /v1/questions, GET and DELETE /v1/questions/{id}.
+"""HTTP ingress (`spex worker ingress`): POST /v1/questions, GET and DELETE /v1/questions/{id};
+the tree, its live events, the cluster's overview and the web view (`watch`); an
+OpenAI-compatible chat completions endpoint (`openai_api`); /health and /ready.
 
 A thin HTTP face on the ingress client (`spex.shared.runtime.client`): the body's fields are
 checked and validated by `spex.proto.submission`, the one validator every way in shares.
@@ -19,6 +21,7 @@ A connection that has not sent a whole request within `IDLE_TIMEOUT_S` is closed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import os
@@ -36,7 +39,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
+from spex.services.openai_api import OpenAIRoutes
+from spex.services.watch import WatchRoutes, answer_json
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
+from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
 from spex.shared.runtime.service import run_service
 from spex.shared.runtime.settings import Settings
 
@@ -45,6 +51,8 @@ __all__ = ["IngressService", "load_tokens", "main"]
 TOKEN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 IDLE_TIMEOUT_S = 15.0  # a connection without a whole request (headers) for this long is closed
 BODY_TIMEOUT_S = 15.0  # a body not read in whole within this is a 408
+GAUGE_EVERY_S = 1.0  # how often the in-flight and backlog gauges are read
+OPEN_PATHS = frozenset({"/", "/health", "/ready"})  # served without a token
 CLIENT = web.RequestKey("client", str)  # the token's name ("" without auth)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -86,6 +94,8 @@ class IngressService:
         self.max_body = settings.max_message_bytes
         self.tokens = load_tokens(settings)
         self.submitted = 0
+        self.watch = WatchRoutes(self.client, self._known)
+        self.openai = OpenAIRoutes(self.client, lambda request: request[CLIENT])
         self._runner: web.AppRunner | None = None  # listening once `prepare` ran
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
         if not self.tokens and self.host not in ("127.0.0.1", "localhost", "::1"):
@@ -101,6 +111,8 @@ class IngressService:
                 web.post("/v1/questions", self.post),
                 web.get("/v1/questions/{qid}", self.get),
                 web.delete("/v1/questions/{qid}", self.delete),
+                *self.watch.routes(),
+                *self.openai.routes(),
             ]
         )
         return app
@@ -108,7 +120,15 @@ class IngressService:
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Authentication, then the handler; Redis trouble is a 503, never a crash."""
-        client = self._client_of(request)
+        response = await self._guarded(request, handler)
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unmatched"
+        HTTP_REQUESTS.labels(name, str(response.status)).inc()
+        return response
+
+    async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        # The page itself and the probes hold nothing of anyone's: served without a token.
+        client = "" if request.path in OPEN_PATHS else self._client_of(request)
         if client is None:
             return _error(
                 401, "authorization: a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
@@ -171,36 +191,33 @@ class IngressService:
         self.submitted += 1
         return web.json_response({"query_id": qid}, status=202)
 
-    async def get(self, request: web.Request) -> web.Response:
-        qid = request.match_info["qid"]
+    async def _known(self, request: web.Request, qid: str) -> web.Response | None:
+        """None if `qid` is a question of the caller's, else the 404 that says it is not."""
         try:
             submission.check_query_id(qid)
             await self.client.request(qid, request[CLIENT])
         except (SubmissionError, UnknownQuery):
             return _error(404, f"query_id: no question {qid[:64]!r}")
+        return None
+
+    async def get(self, request: web.Request) -> web.Response:
+        qid = request.match_info["qid"]
+        refused = await self._known(request, qid)
+        if refused is not None:
+            return refused
         answer = await self.client.result(qid)
         if answer is None:
             return web.json_response({"status": "searching"}, status=202)
-        if answer.error:
-            return web.json_response({"status": "failed", "error": answer.error})
-        return web.json_response(
-            {
-                "status": "answered",
-                "answer": answer.answer,
-                "correct": answer.correct,
-                "solution": answer.solution,
-                "nodes": answer.nodes,
-                "early_stopped": answer.early_stopped,
-            }
-        )
+        return web.json_response(answer_json(answer))
 
     async def delete(self, request: web.Request) -> web.Response:
         qid = request.match_info["qid"]
+        refused = await self._known(request, qid)
+        if refused is not None:
+            return refused
         try:
-            submission.check_query_id(qid)
-            await self.client.request(qid, request[CLIENT])
             await self.client.cancel(qid)
-        except (SubmissionError, UnknownQuery):
+        except UnknownQuery:
             return _error(404, f"query_id: no question {qid[:64]!r}")
         return web.json_response({"status": "cancelling"}, status=202)
 
@@ -222,9 +239,21 @@ class IngressService:
             await self.prepare()
         assert self._runner is not None
         try:
-            await stop.wait()
+            while not stop.is_set():
+                await self._gauge()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), GAUGE_EVERY_S)
         finally:
             await self._runner.cleanup()
+
+    async def _gauge(self) -> None:
+        """The questions in flight and the backlog, for the metrics (Redis away: left as is)."""
+        try:
+            in_flight, held = await self.client.counts()
+        except (RedisConnectionError, RedisTimeoutError):
+            return
+        IN_FLIGHT.set(in_flight)
+        BACKLOG.set(max(0, in_flight - held))
 
 
 def _error(

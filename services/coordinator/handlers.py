@@ -224,6 +224,9 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         tree_digest=digest(m.tree.digest(rewards=q.content == "synthetic"), m.answer),  # as the bench's
         error=m.error,
         early_stopped=cmd.early_stopped,
+        cancelled=m.cancelled,
+        spec_issued=m.stats.spec_issued,
+        spec_adopted=m.stats.spec_adopted,
     )
     return [Answer(message)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spex.proto import QueryStatsEvent, SubmitQuestionRequest
@@ -15,10 +15,16 @@ from spex.shared.core.search import SearchConfig
 from spex.shared.core.spec.budget import hit_rate_estimate
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import SpecPolicy
+from spex.shared.core.view import TreeWatch
 from spex.shared.runtime.settings import Settings
 
-__all__ = ["LOCAL_SHARE", "HeldQuery", "Unpublishable", "graded", "new_machine", "stats"]
+__all__ = ["COUNTED", "LOCAL_SHARE", "HeldQuery", "Unpublishable", "graded", "new_machine", "stats"]
 
+# QueryStats fields whose growth the coordinator's counters add up (metrics.SPECULATION, TOKENS).
+COUNTED = (
+    "spec_issued", "spec_adopted", "spec_cancelled", "spec_evicted",
+    "tokens_generated", "spec_tokens", "spec_tokens_consumed",
+)  # fmt: skip
 LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
 
 
@@ -31,6 +37,8 @@ class HeldQuery:
     started_wall: float = 0.0  # monotonic time it was adopted (the answer's latency)
     renewed: float = 0.0  # monotonic time the lease was last confirmed
     replaying: bool = True  # its inbox is being replayed: the live reader leaves it alone
+    watch: TreeWatch = field(default_factory=TreeWatch)  # what watchers were last sent of its tree
+    counted: tuple[int, ...] = (0,) * len(COUNTED)  # its stats last added to the metrics
 
     @property
     def query_id(self) -> str:

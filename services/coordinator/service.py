@@ -42,6 +42,7 @@ from spex.proto import (
     AnswerResult,
     GenerateRequest,
     Message,
+    NodeEvent,
     ProtocolError,
     SubmissionError,
     SubmitQuestionRequest,
@@ -68,13 +69,21 @@ from spex.services.coordinator.handlers import (
     Publish,
     effects,
 )
-from spex.services.coordinator.query import HeldQuery, Unpublishable, graded, new_machine, stats
+from spex.services.coordinator.query import COUNTED, HeldQuery, Unpublishable, graded, new_machine, stats
 from spex.services.coordinator.recovery import Recovery
 from spex.services.coordinator.routing import REFRESH_S, Router
 from spex.services.coordinator.store import Entries, QueryStore
 from spex.shared.core.commands import Command
 from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery, entry_after
-from spex.shared.runtime.metrics import EVENTS, QUERIES_OWNED
+from spex.shared.runtime.metrics import (
+    BUS_HOP,
+    EVENTS,
+    QUERIES,
+    QUERIES_OWNED,
+    QUERY_LATENCY,
+    SPECULATION,
+    TOKENS,
+)
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 
@@ -249,6 +258,7 @@ class Coordinator:
         self.log.info("query_adopted", query_id=req.query_id, epoch=epoch)
         try:
             await self._execute(query, query.machine.start(0.0))
+            await self._observe(query)
             await self._apply(query, await self.store.inbox(req.query_id))  # a previous owner's results
         except Unpublishable as exc:
             await self._fail(query, str(exc))
@@ -278,7 +288,10 @@ class Coordinator:
             if handler is None:
                 continue
             self.events += 1
-            EVENTS.labels("coordinator", self.owner, type(message).__name__).inc()
+            kind = type(message).__name__
+            EVENTS.labels("coordinator", self.owner, kind).inc()
+            if message.created_ms and not query.replaying:
+                BUS_HOP.labels("coordinator", kind).observe(max(0.0, time.time() - message.created_ms / 1000))
             try:
                 commands = handler(query.machine, message, self._now())
             except Exception as exc:  # a bad event must not take the query (or the service) down
@@ -291,6 +304,7 @@ class Coordinator:
         # the entries as applied (a crash in between replays them; publishing is idempotent).
         await self._flush(batch)
         if not query.machine.done:
+            await self._observe(query)
             nodes = len(query.machine.tree)
             if not await self.store.checkpoint(query.query_id, query.epoch, query.last_id, nodes):
                 self._lost(query)
@@ -344,9 +358,14 @@ class Coordinator:
         answer = msgspec.structs.replace(
             effect.message, latency_s=self._now() - query.started_wall, correct=correct
         )
+        await self._observe(query)  # the final tree, before the answer that ends it
         if not await self.store.answer(query.request, query.epoch, answer):
             self._lost(query)  # another coordinator holds the query now: it answers
             return
+        req = query.request
+        QUERY_LATENCY.labels(req.algorithm, req.mode).observe(answer.latency_s)
+        outcome = "cancelled" if m.cancelled else "failed" if answer.error else "answered"
+        QUERIES.labels("early_stopped" if m.early_stopped else outcome).inc()
         self._let_go(qid)
         self.recovery.forget(qid)
         self.answered += 1
@@ -363,6 +382,38 @@ class Coordinator:
             epoch=query.epoch, answer=None, error=f"failed: {reason}",
         )  # fmt: skip
         await self._answer(query, Answer(message))
+
+    async def _observe(self, query: HeldQuery) -> None:
+        """What watchers and the metrics see of a query: the nodes of its tree that changed
+        (its tree stream) and the growth of its speculation counts."""
+        m, req = query.machine, query.request
+        counts = tuple(getattr(m.stats, name) for name in COUNTED)
+        grown = {name: now - before for name, now, before in zip(COUNTED, counts, query.counted, strict=True)}
+        query.counted = counts
+        if query.replaying and query.epoch > 1:
+            grown = dict.fromkeys(COUNTED, 0)  # a previous owner's work, counted by it
+        for name, outcome in (("spec_issued", "issued"), ("spec_adopted", "adopted"),
+                              ("spec_cancelled", "cancelled"), ("spec_evicted", "evicted")):  # fmt: skip
+            if grown[name] > 0:
+                SPECULATION.labels(outcome).inc(grown[name])
+        wasted = grown["spec_tokens"] - grown["spec_tokens_consumed"]
+        for kind, n in (("generated", grown["tokens_generated"]), ("speculative", grown["spec_tokens"]),
+                        ("consumed", grown["spec_tokens_consumed"]), ("wasted", wasted)):  # fmt: skip
+            if n > 0:
+                TOKENS.labels(kind).inc(n)
+        if not self.settings.tree_events:
+            return
+        t_s = round(self._now() - query.started_wall, 4)
+        events = [
+            NodeEvent(
+                msg_id=f"{req.query_id}/node/{v.id}/{m.events}", query_id=req.query_id, trace_id=req.trace_id,
+                node_id=v.id, parent_id=v.parent, index=v.index, action=v.action, depth=v.depth,
+                state=v.state, generated=v.generated, running=v.running, text=v.text, tokens=v.tokens,
+                answer=v.answer, reward=v.reward, finish_reason=v.finish_reason, t_s=t_s,
+            )  # fmt: skip
+            for v in query.watch.changes(m)
+        ]
+        await self.store.publish_tree(req.query_id, events)
 
     # ------------------------------------------------------------------ holding and letting go
     def _hold(self, query: HeldQuery) -> None:

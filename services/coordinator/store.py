@@ -14,7 +14,15 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 
-from spex.proto import AnswerResult, QueryStatsEvent, SubmitQuestionRequest, decode, encode
+from spex.proto import (
+    AnswerResult,
+    NodeEvent,
+    ProtocolError,
+    QueryStatsEvent,
+    SubmitQuestionRequest,
+    decode,
+    encode,
+)
 from spex.proto.names import (
     ANSWERS,
     COORDINATORS_ACTIVE,
@@ -29,6 +37,7 @@ from spex.proto.names import (
     query_lease,
     query_request,
     query_sent,
+    query_tree,
     reply_key,
     submitted_key,
 )
@@ -36,6 +45,7 @@ from spex.services.coordinator import scripts
 
 __all__ = ["Entries", "QueryStore"]
 
+TREE_EVENTS_KEPT = 100_000  # node events kept per query (a tree of 20k nodes, several each)
 # What XRANGE and XREAD give for one stream: (entry id, fields) in order.
 Entries = list[tuple[bytes | str, dict[bytes, bytes]]]
 
@@ -172,6 +182,22 @@ class QueryStore:
             submitted_key(f"{req.client}/{req.client_key}"), query_sent(qid), query_cancelled(qid),
         ]  # fmt: skip
         await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s])
+
+    # ------------------------------------------------------------------ to watchers
+    async def publish_tree(self, qid: str, events: list[NodeEvent]) -> None:
+        """Append a query's node events to its tree stream, which lives as long as its
+        answer (each write moves the expiry on)."""
+        if not events:
+            return
+        stream = query_tree(qid)
+        async with self.r.pipeline(transaction=False) as pipe:
+            for event in events:
+                try:
+                    pipe.xadd(stream, {"e": encode(event)}, maxlen=TREE_EVENTS_KEPT, approximate=True)
+                except ProtocolError:  # a step's text past the message limit: not shown
+                    continue
+            pipe.expire(stream, self.result_ttl_s)
+            await pipe.execute()
 
     # ------------------------------------------------------------------ to the allocator
     async def publish_stats(self, events: list[QueryStatsEvent]) -> None:

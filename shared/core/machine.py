@@ -23,6 +23,7 @@ misses stay cached, at most `cache_nodes` per query, oldest dropped first.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -119,6 +120,7 @@ class QueryMachine:
         self._predicted: tuple[int, list[Node]] | None = None  # (k, the prediction) until a change
         self._settled = False  # housekeeping ran after the last event (a repeat would do nothing)
         self.events = 0  # events that changed the query's state (a version for its readers)
+        self.adopted: set[str] = set()  # tree nodes the search got from speculation (hits)
 
     # ------------------------------------------------------------------ the SpecView
     def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
@@ -165,6 +167,10 @@ class QueryMachine:
         if ungenerated:
             return "generate", ungenerated
         return "score", [n.id for n in need.nodes if not n.scored]
+
+    def speculative(self) -> Iterator[Node]:
+        """The speculative nodes held now (generated or in flight), not yet asked for."""
+        return iter(self._cache)
 
     def job_of(self, node_id: str) -> tuple[str, bool] | None:
         """(job id, adopted from speculation) of the generation of `node_id` in flight."""
@@ -302,6 +308,7 @@ class QueryMachine:
         handle, distance = self._cache.take(node.id)
         job = self._jobs.get(node.id)
         if handle is not None and handle.generated:
+            self.adopted.add(node.id)
             self._count_hit(distance)
             self.stats.spec_tokens_consumed += handle.tokens
             self._fill(node, handle.text, handle.tokens, handle.finish_reason, handle.mean_logprob)
@@ -315,6 +322,7 @@ class QueryMachine:
         self._unscored.add(node.id)
         if job is not None:
             job.adopted = True
+            self.adopted.add(node.id)
             self._count_hit(job.distance)
             commands.append(PromoteCommand(job.job_id))
             return

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 import uuid
 from typing import Any
@@ -29,16 +30,18 @@ from spex.proto import (
     AnswerResult,
     CancelRequest,
     Limits,
+    NodeEvent,
     ProtocolError,
     SubmissionTooLarge,
     SubmitQuestionRequest,
+    WorkerLoadEvent,
     decode,
     encode,
     names,
     submission,
 )
 
-__all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery"]
+__all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "fold_tree", "node_json"]
 
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
 
@@ -217,6 +220,107 @@ class IngressClient:
                 return None
             await asyncio.sleep(0.05)
 
+    async def tree_events(
+        self, query_id: str, after: str = "0", block_ms: int | None = None, count: int = 1000
+    ) -> tuple[list[NodeEvent], str]:
+        """The query's node events after entry `after` (waiting up to `block_ms` for one when
+        given), and the last entry's id to read on from. Unreadable entries are skipped."""
+        stream = names.query_tree(query_id)
+        if block_ms is None:
+            start = "-" if after == "0" else f"({after}"
+            entries: Any = await self.r.xrange(stream, start, "+", count=count)
+        else:
+            replies: Any = await self.r.xread({stream: after}, count=count, block=block_ms)
+            entries = replies[0][1] if replies else []
+        events: list[NodeEvent] = []
+        for entry_id, fields in entries:
+            after = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            try:
+                event = decode(stream, (fields or {}).get(b"e", b""))
+            except ProtocolError:
+                continue
+            if isinstance(event, NodeEvent):
+                events.append(event)
+        return events, after
+
+    async def tree(self, query_id: str) -> list[dict[str, Any]]:
+        """The query's tree as its events tell it so far (`fold_tree`)."""
+        events: list[NodeEvent] = []
+        after = "0"
+        while True:
+            more, after = await self.tree_events(query_id, after)
+            events += more
+            if len(more) < 1000:
+                return fold_tree(events)
+
+    async def counts(self) -> tuple[int, int]:
+        """(questions in flight, of those held by a coordinator)."""
+        async with self.r.pipeline(transaction=False) as pipe:
+            pipe.zcard(names.INGRESS_IN_FLIGHT)
+            pipe.zcard(names.COORDINATORS_ACTIVE)
+            in_flight, held = await pipe.execute()
+        return int(in_flight), int(held)
+
+    async def overview(self, window_s: float = 60.0, listed: int = 50) -> dict[str, Any]:
+        """The cluster at a glance: the questions in flight (the oldest `listed`, each with
+        its tree's events so far), the backlog nobody has taken, answers and speculation over
+        the last `window_s`, each generator's load and its governor's slack."""
+        now_ms = int(time.time() * 1000)
+        in_flight: Any = await self.r.zrange(names.INGRESS_IN_FLIGHT, 0, listed - 1, withscores=True)
+        async with self.r.pipeline(transaction=False) as pipe:
+            pipe.zcard(names.INGRESS_IN_FLIGHT)
+            pipe.zcard(names.COORDINATORS_ACTIVE)
+            pipe.xrevrange(names.ANSWERS, "+", f"{now_ms - int(window_s * 1000)}", count=10_000)
+            pipe.get(names.ALLOCATOR_STATUS)
+            for qid, _ in in_flight:
+                pipe.xlen(names.query_tree(qid.decode()))
+            total, held, recent, status, *sizes = await pipe.execute()
+        answered = issued = adopted = nodes = 0
+        for _, fields in recent:
+            try:
+                answer = decode(names.ANSWERS, (fields or {}).get(b"e", b""))
+            except ProtocolError:
+                continue
+            if isinstance(answer, AnswerResult):
+                answered += 1
+                issued, adopted = issued + answer.spec_issued, adopted + answer.spec_adopted
+                nodes += answer.nodes
+        allocator = json.loads(status) if status else {}
+        workers = []
+        async for key in self.r.scan_iter(match=names.worker_load.glob, count=1000):
+            raw: Any = await self.r.get(key)
+            try:
+                load = decode(key.decode(), raw) if raw is not None else None
+            except ProtocolError:
+                continue
+            if isinstance(load, WorkerLoadEvent):
+                workers.append({
+                    "worker": load.worker, "running": load.running, "waiting": load.waiting,
+                    "primary": load.primary, "speculative": load.spec, "slots": load.slots,
+                    "kv_held": load.kv_held, "kv_capacity": load.kv_capacity,
+                    "prefix_cache_hit_rate": round(load.prefix_cache_hit_rate, 3),
+                    "slack": allocator.get("slack", {}).get(load.worker),
+                    "pool": allocator.get("pool", {}).get(load.worker),
+                })  # fmt: skip
+        return {
+            "in_flight": total,
+            "backlog": max(0, total - held),
+            "questions": [
+                {"query_id": qid.decode(), "waiting_s": round((now_ms - ms) / 1000, 1), "events": n}
+                for (qid, ms), n in zip(in_flight, sizes, strict=True)
+            ],
+            "window_s": window_s,
+            "answered": answered,
+            "answers_per_s": round(answered / window_s, 3),
+            "nodes_per_s": round(nodes / window_s, 2),
+            "speculative_issued": issued,
+            "speculative_adopted": adopted,
+            "hit_rate": round(adopted / issued, 3) if issued else None,
+            "granted": allocator.get("granted"),
+            "tpot_target": allocator.get("tpot_target"),
+            "workers": sorted(workers, key=lambda w: w["worker"]),
+        }
+
     async def cancel(self, query_id: str) -> None:
         """Cancel a query; UnknownQuery if there is no such query."""
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
@@ -231,3 +335,38 @@ class IngressClient:
 def _body(req: SubmitQuestionRequest) -> SubmitQuestionRequest:
     """What makes two submissions the same question: the request without its envelope."""
     return msgspec.structs.replace(req, msg_id="", query_id="", trace_id="", created_ms=0)
+
+
+def node_json(event: NodeEvent) -> dict[str, Any]:
+    """One node event as JSON: the node's fields and the time of the event."""
+    return {
+        "id": event.node_id, "parent": event.parent_id or None, "index": event.index,
+        "action": event.action, "depth": event.depth, "state": event.state,
+        "generated": event.generated, "running": event.running, "text": event.text,
+        "tokens": event.tokens, "answer": event.answer, "reward": event.reward,
+        "finish_reason": event.finish_reason, "t_s": event.t_s,
+    }  # fmt: skip
+
+
+def fold_tree(events: list[NodeEvent]) -> list[dict[str, Any]]:
+    """A query's nodes from its events, in the order they first appeared: each node's latest
+    fields, and when it was first seen (`issued_s`), generated, scored and, for speculation
+    that was never used, given up (`ended_s`). Seconds since the query was taken up."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for event in events:
+        node = node_json(event)
+        t = node.pop("t_s")
+        seen = nodes.get(event.node_id)
+        first = {"issued_s": t, **dict.fromkeys(("generated_s", "scored_s", "ended_s"))}
+        times = seen["times"] if seen else first
+        if event.generated and times["generated_s"] is None:
+            times["generated_s"] = t
+        if event.reward is not None and times["scored_s"] is None:
+            times["scored_s"] = t
+        if event.state in ("cancelled", "unused"):
+            times["ended_s"] = times["ended_s"] or t
+        else:
+            times["ended_s"] = None  # asked for again after all
+        node["times"] = times
+        nodes[event.node_id] = node
+    return list(nodes.values())

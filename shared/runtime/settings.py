@@ -33,6 +33,7 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_TPOT_TARGET": ("tpot_target", "primary TPOT growth speculation is held to (0.05 = +5%)"),
     "SPEX_TPOT_SLACK": ("tpot_slack", "roofline slack the governor starts from (0.10 = 10%)"),
     "SPEX_TPOT_FIXED": ("tpot_fixed", "1: keep SPEX_TPOT_SLACK fixed instead of steering it"),
+    "SPEX_TREE_EVENTS": ("tree_events", "1: coordinators publish each query's tree as it grows (0: off)"),
     "SPEX_METRICS_PORT": ("metrics_port", "Prometheus /metrics port of this process (0: off)"),
     "SPEX_HTTP_PORT": ("http_port", "port of the HTTP ingress (spex worker ingress)"),
     "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
@@ -109,6 +110,7 @@ class Settings:
     tpot_target: float = 0.05
     tpot_slack: float = 0.10
     tpot_fixed: bool = False
+    tree_events: bool = True
     metrics_port: int = 0
     http_port: int = 8080
     log_level: str = "info"

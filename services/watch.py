@@ -1,0 +1,135 @@
+"""What the ingress shows of the searches: a query's answer and tree over HTTP, its tree's
+events as they happen (server-sent events), the cluster's figures, and the live web view that
+draws them (`web/index.html`: plain HTML, SVG and JavaScript, no build step).
+
+GET /v1/questions/{id}/tree → every node (parent, text, reward, answer, tokens, state, times);
+GET /v1/questions/{id}/events → `text/event-stream`: an `node` event per change of a node,
+then an `answer` event, then the stream ends; GET /v1/overview → the cluster's figures
+(`IngressClient.overview`); GET / → the web view; GET /health (the process answers) and
+GET /ready (it reaches Redis). The routes are the ingress's, behind its authentication:
+the page sends its token (asked for once) with every request, so it never rides in a URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+from spex.proto import AnswerResult
+from spex.shared.runtime.client import IngressClient, node_json
+
+__all__ = ["KEEPALIVE_S", "WatchRoutes", "answer_json"]
+
+KEEPALIVE_S = 15.0  # an idle event stream sends a comment this often (proxies close silent ones)
+BLOCK_MS = 1000  # an event stream waits this long for its query's next event
+
+
+def answer_json(answer: AnswerResult) -> dict[str, Any]:
+    """An answer as the ingress returns it: what was found, how, and at what cost."""
+    if answer.error:
+        status = "failed"
+    elif answer.cancelled:
+        status = "cancelled"
+    else:
+        status = "answered"
+    out: dict[str, Any] = {
+        "status": status,
+        "answer": answer.answer,
+        "correct": answer.correct,
+        "solution": answer.solution,
+        "nodes": answer.nodes,
+        "tokens_generated": answer.tokens_generated,
+        "latency_s": round(answer.latency_s, 4),
+        "tree_digest": answer.tree_digest,
+        "early_stopped": answer.early_stopped,
+        "speculative_issued": answer.spec_issued,
+        "speculative_adopted": answer.spec_adopted,
+    }
+    if answer.error:
+        out["error"] = answer.error
+    return out
+
+
+class WatchRoutes:
+    """The watching half of the ingress's routes; `known(request)` is the ingress's check that
+    the query exists and is the caller's (a 404 response, or None)."""
+
+    def __init__(self, client: IngressClient, known: Any) -> None:
+        self.client = client
+        self.known = known
+        self.page = resources.files("spex.services").joinpath("web/index.html").read_bytes()
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/", self.index),
+            web.get("/health", self.health),
+            web.get("/ready", self.ready),
+            web.get("/v1/overview", self.overview),
+            web.get("/v1/questions/{qid}/tree", self.tree),
+            web.get("/v1/questions/{qid}/events", self.events),
+        ]
+
+    async def index(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.page, content_type="text/html", charset="utf-8")
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def ready(self, request: web.Request) -> web.Response:
+        try:
+            await asyncio.wait_for(self.client.r.ping(), 2.0)
+        except Exception:  # unreachable, refused, timed out: not ready, whatever the reason
+            return web.json_response({"status": "unready", "error": "the queue is unreachable"}, status=503)
+        return web.json_response({"status": "ready"})
+
+    async def overview(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.client.overview())
+
+    async def tree(self, request: web.Request) -> web.Response:
+        qid = request.match_info["qid"]
+        refused = await self.known(request, qid)
+        if refused is not None:
+            return refused
+        nodes = await self.client.tree(qid)
+        answer = await self.client.result(qid)
+        status = answer_json(answer)["status"] if answer is not None else "searching"
+        return web.json_response({"query_id": qid, "status": status, "nodes": nodes})
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        qid = request.match_info["qid"]
+        refused = await self.known(request, qid)
+        if refused is not None:
+            return refused
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await response.prepare(request)
+        after, quiet_since = "0", time.monotonic()
+        while True:
+            answer = await self.client.result(qid)  # looked at before the events it follows
+            events, after = await self.client.tree_events(qid, after, block_ms=None if answer else BLOCK_MS)
+            for event in events:
+                await response.write(_sse("node", node_json(event)))
+            if events:
+                quiet_since = time.monotonic()
+            elif answer is not None:  # every event the answer follows is sent: the end
+                await response.write(_sse("answer", {"query_id": qid, **answer_json(answer)}))
+                break
+            elif time.monotonic() - quiet_since >= KEEPALIVE_S:
+                await response.write(b": keepalive\n\n")
+                quiet_since = time.monotonic()
+        await response.write_eof()
+        return response
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
