@@ -72,7 +72,8 @@ def test_models_and_errors_speak_openai(ingress):
         client(ingress).chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
     assert "spex:<algorithm>" in str(err.value)
     with pytest.raises(openai.BadRequestError) as err:
-        client(ingress).chat.completions.create(model="spex:rebase", messages=[{"role": "system", "content": "x"}])
+        system_only = [{"role": "system", "content": "x"}]
+        client(ingress).chat.completions.create(model="spex:rebase", messages=system_only)
     assert "no user message" in str(err.value)
     with pytest.raises(openai.BadRequestError) as err:
         client(ingress).chat.completions.create(
