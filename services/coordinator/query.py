@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from spex.proto import QueryStatsEvent, SubmitQuestionRequest
 from spex.shared.content.grading import equivalent, grade
 from spex.shared.core.machine import QueryMachine
@@ -39,6 +41,7 @@ class HeldQuery:
     replaying: bool = True  # its inbox is being replayed: the live reader leaves it alone
     watch: TreeWatch = field(default_factory=TreeWatch)  # what watchers were last sent of its tree
     counted: tuple[int, ...] = (0,) * len(COUNTED)  # its stats last added to the metrics
+    span: Span | None = None  # its OpenTelemetry span while we hold it
 
     @property
     def query_id(self) -> str:

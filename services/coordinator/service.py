@@ -86,6 +86,7 @@ from spex.shared.runtime.metrics import (
 )
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.tracing import query_span
 
 __all__ = ["Coordinator", "main"]
 
@@ -252,6 +253,11 @@ class Coordinator:
         self.recovery.forget(req.query_id)  # ours again: a Redis restart is handled as for any held query
         now = self._now()
         query = HeldQuery(req, new_machine(req, self.settings), epoch, started_wall=now, renewed=now)
+        attributes = {
+            "spex.query_id": req.query_id, "spex.algorithm": req.algorithm, "spex.target": req.target,
+            "spex.mode": req.mode, "spex.epoch": epoch, "spex.coordinator": self.owner,
+        }  # fmt: skip
+        query.span = query_span(req.trace_id, req.query_id, attributes)
         # Held (and renewed) from now on; the live reader joins once the replay is done and
         # goes on from the last entry applied here.
         self._hold(query)
@@ -365,7 +371,14 @@ class Coordinator:
         req = query.request
         QUERY_LATENCY.labels(req.algorithm, req.mode).observe(answer.latency_s)
         outcome = "cancelled" if m.cancelled else "failed" if answer.error else "answered"
-        QUERIES.labels("early_stopped" if m.early_stopped else outcome).inc()
+        outcome = "early_stopped" if m.early_stopped else outcome
+        QUERIES.labels(outcome).inc()
+        if query.span is not None:
+            query.span.set_attributes({
+                "spex.outcome": outcome, "spex.answer": str(answer.answer), "spex.nodes": answer.nodes,
+                "spex.tokens": answer.tokens_generated, "spex.speculative.issued": m.stats.spec_issued,
+                "spex.speculative.adopted": m.stats.spec_adopted,
+            })  # fmt: skip
         self._let_go(qid)
         self.recovery.forget(qid)
         self.answered += 1
@@ -421,8 +434,13 @@ class Coordinator:
         QUERIES_OWNED.labels(self.owner).set(len(self.queries))
 
     def _let_go(self, qid: str) -> None:
-        self.queries.pop(qid, None)
+        query = self.queries.pop(qid, None)
         QUERIES_OWNED.labels(self.owner).set(len(self.queries))
+        if query is not None and query.span is not None:
+            if qid in self.queries or not query.machine.done:
+                query.span.set_attribute("spex.outcome", "let go")  # another coordinator goes on
+            query.span.end()
+            query.span = None
 
     def _release(self, query: HeldQuery) -> None:
         """Let a query go without touching Redis (it may be unreachable): its lease lapses and

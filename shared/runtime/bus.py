@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -133,7 +134,8 @@ class Bus:
         key `require` (the query's request, for a result) does not exist."""
         qid = message.query_id
         keys = [stream, query_sent(qid), reply_key(qid), *([require] if require else [])]
-        entry = await self._publish(keys=keys, args=[encode(message), message.msg_id, SENT_TTL_S, 0])
+        payload = encode(_stamped(message, int(time.time() * 1000)))
+        entry = await self._publish(keys=keys, args=[payload, message.msg_id, SENT_TTL_S, 0])
         return _s(entry) if entry else None
 
     async def publish_many(
@@ -147,7 +149,8 @@ class Bus:
         transaction: each publish stays deduplicated on its own). A stream in `keep_s` is
         trimmed to entries younger than that. Every message is encoded first, so a
         ProtocolError sends nothing."""
-        encoded = [(stream, m.query_id, m.msg_id, encode(m)) for stream, m in items]
+        now_ms = int(time.time() * 1000)
+        encoded = [(stream, m.query_id, m.msg_id, encode(_stamped(m, now_ms))) for stream, m in items]
         if not encoded and not marks:
             return []
         keep_s = keep_s or {}
@@ -405,3 +408,9 @@ def entry_after(entry_id: str, last_id: str) -> bool:
 
 def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _stamped(message: Message, now_ms: int) -> Message:
+    """`message` with the time it is published (`created_ms`), unless its publisher set one:
+    its reader's clock less this is its time on the bus (`metrics.BUS_HOP`)."""
+    return message if message.created_ms else msgspec.structs.replace(message, created_ms=now_ms)

@@ -74,11 +74,11 @@ QUERIES_OWNED = Gauge("spex_queries_owned", "queries this coordinator holds the 
 
 JOBS = Counter("spex_jobs_total", "jobs finished, by outcome", ["service", "consumer", "outcome"])
 JOB_SECONDS = Histogram(
-    "spex_job_seconds", "a job's time on its worker, from taken to done", ["service", "kind", "priority"],
+    "spex_job_seconds", "a finished job's time on its worker, from taken to done", ["kind", "priority"],
     buckets=_SECONDS,
 )  # fmt: skip
 QUEUE_WAIT = Histogram(
-    "spex_queue_wait_seconds", "a job's wait in its engine's queue before its first token",
+    "spex_queue_wait_seconds", "a job's time in its engine from arrival to its first token (wall)",
     ["service", "priority"], buckets=_SECONDS,
 )  # fmt: skip
 JOBS_IN_FLIGHT = Gauge("spex_jobs_in_flight", "jobs on this worker's engine", ["service", "consumer"])

@@ -22,7 +22,7 @@ import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from spex.shared.runtime import connect
+from spex.shared.runtime import connect, tracing
 from spex.shared.runtime.lifeline import watch_lifeline
 from spex.shared.runtime.metrics import serve_metrics
 from spex.shared.runtime.settings import Settings
@@ -129,6 +129,7 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
     problem = serve_metrics(settings.metrics_port, settings.http_host)
     if problem:
         log.warning("metrics_not_served", error=problem)
+    tracing.configure(name, settings.otlp_endpoint)
 
     async def main() -> int:
         try:  # a bad token file, password file, engine directory or server: one line, status 2
@@ -159,6 +160,7 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
         finally:
             log.info("service_stopped", status=status, **getattr(service, "summary", dict)())
             await client.aclose()
+            tracing.flush()
         return status
 
     return asyncio.run(main())

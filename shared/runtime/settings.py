@@ -33,6 +33,7 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_TPOT_TARGET": ("tpot_target", "primary TPOT growth speculation is held to (0.05 = +5%)"),
     "SPEX_TPOT_SLACK": ("tpot_slack", "roofline slack the governor starts from (0.10 = 10%)"),
     "SPEX_TPOT_FIXED": ("tpot_fixed", "1: keep SPEX_TPOT_SLACK fixed instead of steering it"),
+    "SPEX_OTLP_ENDPOINT": ("otlp_endpoint", "send OpenTelemetry spans to this OTLP/HTTP collector"),
     "SPEX_TREE_EVENTS": ("tree_events", "1: coordinators publish each query's tree as it grows (0: off)"),
     "SPEX_METRICS_PORT": ("metrics_port", "Prometheus /metrics port of this process (0: off)"),
     "SPEX_HTTP_PORT": ("http_port", "port of the HTTP ingress (spex worker ingress)"),
@@ -111,6 +112,7 @@ class Settings:
     tpot_slack: float = 0.10
     tpot_fixed: bool = False
     tree_events: bool = True
+    otlp_endpoint: str = ""
     metrics_port: int = 0
     http_port: int = 8080
     log_level: str = "info"
@@ -185,6 +187,7 @@ class Settings:
             "max_message_bytes": 1024 <= self.max_message_bytes <= MAX_MESSAGE_BYTES,
             "result_ttl_s": 1 <= self.result_ttl_s <= 365 * 86_400,
             "http_host": bool(self.http_host),
+            "otlp_endpoint": not self.otlp_endpoint or _http(self.otlp_endpoint),
         }
         for name, ok in checks.items():
             if not ok:

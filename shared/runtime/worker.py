@@ -12,23 +12,26 @@ over while we stalled owns it now).
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import ClassVar, Generic, TypeVar
 
 import redis.asyncio as aioredis
 import structlog
+from opentelemetry.trace import Span
 
-from spex.proto import GenerateRequest, Message, ScoreRequest
+from spex.proto import PRIMARY, GenerateRequest, Message, ScoreRequest
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.runtime.bus import Bus, Delivery
 from spex.shared.runtime.jobs import tell_query
-from spex.shared.runtime.metrics import EVENTS, JOBS
+from spex.shared.runtime.metrics import BUS_HOP, EVENTS, JOB_SECONDS, JOBS, QUEUE_WAIT
 from spex.shared.runtime.service import guarded
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.tracing import job_span
 
 __all__ = ["Job", "JobWorker"]
 
@@ -41,6 +44,8 @@ class Job(Generic[Req]):
 
     delivery: Delivery
     request: Req
+    taken_s: float = field(default_factory=time.monotonic)  # when this worker took it
+    span: Span | None = None  # its OpenTelemetry span, while it runs here
 
 
 J = TypeVar("J", bound="Job[GenerateRequest] | Job[ScoreRequest]")
@@ -53,6 +58,7 @@ class JobWorker(ABC, Generic[J]):
 
     service: ClassVar[str]
     group: ClassVar[str]
+    job_kind: ClassVar[str]  # what its jobs are: "generate" or "score" (the metrics' label)
     engine_name: ClassVar[str] = "engine"  # how dead-letter reasons name the engine
 
     def __init__(self, client: aioredis.Redis, settings: Settings, engine: LiveEngine) -> None:
@@ -88,7 +94,10 @@ class JobWorker(ABC, Generic[J]):
         if handler is None:
             await self.bus.dead_letter(d, self.group, f"no handler for {type(d.message).__name__}")
             return
-        EVENTS.labels(self.service, self.settings.consumer, type(d.message).__name__).inc()
+        kind = type(d.message).__name__
+        EVENTS.labels(self.service, self.settings.consumer, kind).inc()
+        if d.message.created_ms and d.deliveries == 1:  # a redelivery's wait is a fault's, not the bus's
+            BUS_HOP.labels(self.service, kind).observe(max(0.0, time.time() - d.message.created_ms / 1000))
         with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
             try:
                 await handler(d)
@@ -104,6 +113,10 @@ class JobWorker(ABC, Generic[J]):
             await self.bus.dead_letter(job.delivery, self.group, f"{self.engine_name}: {exc}")
             return
         self.jobs[request.rid] = job
+        req = job.request
+        attributes = {"spex.query_id": req.query_id, "spex.job_id": req.job_id, "spex.node_id": req.node_id,
+                      "spex.priority": req.priority, "spex.worker": self.settings.consumer}  # fmt: skip
+        job.span = job_span(f"spex.{self.job_kind}", req.trace_id, req.query_id, attributes)
 
     async def on_complete(self, c: Completion) -> None:
         job = self.jobs.pop(c.rid, None)
@@ -111,6 +124,15 @@ class JobWorker(ABC, Generic[J]):
             return
         req = job.request
         JOBS.labels(self.service, self.settings.consumer, c.reason).inc()
+        if job.span is not None:
+            job.span.set_attributes({"spex.outcome": c.reason, "spex.tokens": c.generated})
+            job.span.end()
+        priority = "primary" if c.priority == PRIMARY else "speculative"
+        if c.reason == "finished":
+            JOB_SECONDS.labels(self.job_kind, priority).observe(time.monotonic() - job.taken_s)
+        if c.first_token_s is not None:  # in the engine's clock: the simulator's is scaled
+            wall = (c.first_token_s - c.arrival_s) * getattr(self.engine, "time_scale", 1.0)
+            QUEUE_WAIT.labels(self.service, priority).observe(max(0.0, wall))
         if c.reason == "error":  # the engine refused or failed it: park it with the reason
             self.log.error("job_failed", job_id=req.job_id, query_id=req.query_id, error=c.text)
             await self.bus.dead_letter(job.delivery, self.group, f"{self.engine_name}: {c.text}")
@@ -147,6 +169,9 @@ class JobWorker(ABC, Generic[J]):
             if job.delivery.stream == stream and job.delivery.entry_id in lost:
                 del self.jobs[rid]
                 self.engine.abort(rid)
+                if job.span is not None:
+                    job.span.set_attribute("spex.outcome", "taken over")
+                    job.span.end()
                 self.log.warning("job_taken_over", job_id=job.request.job_id, query_id=job.request.query_id)
 
     async def reclaim(self, stream: str, count: int = 100) -> None:

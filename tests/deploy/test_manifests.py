@@ -44,7 +44,7 @@ def test_the_flat_manifest_is_gone():
 def test_kubernetes_deployments_match_the_services(overlay):
     docs = render(overlay)
     deployments = of_kind(docs, "Deployment")
-    (config,) = of_kind(docs, "ConfigMap").values()
+    config = of_kind(docs, "ConfigMap")["spex-env"]
     assert config["metadata"]["name"] == "spex-env"
     roles = set()
     for dep in deployments.values():

@@ -2,6 +2,7 @@
 owner-checked ack, heartbeats, reclaim and dead letters."""
 
 import asyncio
+import time
 
 import msgspec
 import pytest
@@ -17,6 +18,9 @@ STREAM, GROUP = query_inbox("q1"), COORDINATOR_GROUP
 
 
 def msg(i, **kw):
+    # Stamped already (the bus stamps a message it publishes unstamped), so what is read back
+    # equals what was published.
+    kw.setdefault("created_ms", 1)
     return ScoreResult(msg_id=f"m{i}", query_id="q1", job_id=f"j{i}", node_id=f"n{i}", reward=0.5, **kw)
 
 
@@ -119,3 +123,19 @@ def test_an_entry_that_keeps_failing_is_dead_lettered_after_max_deliveries(redis
         assert b"delivered 3 times" in entry[1][b"reason"]
 
     run(go())
+
+
+def test_the_bus_stamps_a_message_with_when_it_was_published(redis_url):
+    async def go():
+        r = aioredis.Redis.from_url(redis_url)
+        bus = Bus(r, "c1")
+        await bus.ensure_group(STREAM, GROUP)
+        before = int(time.time() * 1000)
+        await bus.publish(STREAM, msg(1, created_ms=0))  # unstamped: the bus stamps it
+        await bus.publish(STREAM, msg(2, created_ms=42))  # stamped by its publisher: kept
+        got = await bus.read([STREAM], GROUP, count=10, block_ms=50)
+        await r.aclose()
+        return before, [d.message.created_ms for d in got]
+
+    before, stamps = run(go())
+    assert stamps[0] >= before and stamps[1] == 42
