@@ -253,7 +253,7 @@ class Coordinator:
         self.recovery.forget(req.query_id)  # ours again: a Redis restart is handled as for any held query
         now = self._now()
         query = HeldQuery(req, new_machine(req, self.settings), epoch, started_wall=now, renewed=now)
-        attributes = {
+        attributes: dict[str, str | int] = {
             "spex.query_id": req.query_id, "spex.algorithm": req.algorithm, "spex.target": req.target,
             "spex.mode": req.mode, "spex.epoch": epoch, "spex.coordinator": self.owner,
         }  # fmt: skip
