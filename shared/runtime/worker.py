@@ -114,8 +114,10 @@ class JobWorker(ABC, Generic[J]):
             return
         self.jobs[request.rid] = job
         req = job.request
-        attributes: dict[str, str | int] = {"spex.query_id": req.query_id, "spex.job_id": req.job_id, "spex.node_id": req.node_id,
-                      "spex.priority": req.priority, "spex.worker": self.settings.consumer}  # fmt: skip
+        attributes: dict[str, str | int] = {
+            "spex.query_id": req.query_id, "spex.job_id": req.job_id, "spex.node_id": req.node_id,
+            "spex.priority": req.priority, "spex.worker": self.settings.consumer,
+        }  # fmt: skip
         job.span = job_span(f"spex.{self.job_kind}", req.trace_id, req.query_id, attributes)
 
     async def on_complete(self, c: Completion) -> None:
