@@ -443,7 +443,15 @@ def pair_records(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [report]
 
 
-def write_json(record: RunSummary | Comparison | Repeated | dict[str, Any], path: str | Path) -> None:
+def write_json(
+    record: RunSummary | Comparison | Repeated | dict[str, Any],
+    path: str | Path,
+    run: dict[str, Any] | None = None,
+) -> None:
+    """The results file; `run`: how it was made (the command line, the version, every
+    setting), kept under "run" so two runs that differ anywhere are told apart."""
     data = record if isinstance(record, dict) else record.to_json()
+    if run is not None:
+        data = {**data, "run": run}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

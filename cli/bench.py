@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,6 +18,7 @@ from spex.bench.oracle import TreeRecorder
 from spex.bench.results import Repeated, RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
 from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
+from spex.cli.version import spex_version
 from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.machine import REWARDS, QueryMachine
@@ -244,12 +246,12 @@ def bench_command(args: argparse.Namespace, console: Console) -> int:
         workers = max(2, args.workers)
         scale = 0.01 if args.time_scale is None else args.time_scale
         out = run_affinity(cfg, workers, args.distributed, scale, args.grid_out, console)
-        write_json(out, args.json)
+        write_json(out, args.json, run_record(args))
         return 0
     if args.distributed:
         from spex.bench.distributed import run_distributed
 
-        write_json(run_distributed(cfg, args.time_scale, console), args.json)
+        write_json(run_distributed(cfg, args.time_scale, console), args.json, run_record(args))
         return 0
     if args.repeats < 1 or (args.repeats > 1 and args.mode != "compare"):
         raise ValueError(f"--repeats: at least 1, and more only with --mode compare, not {args.repeats}")
@@ -265,12 +267,12 @@ def bench_command(args: argparse.Namespace, console: Console) -> int:
 def _bench(cfg: BenchConfig, args: argparse.Namespace, console: Console) -> int:
     if args.mode != "compare":
         summary = summarize(_run(cfg, console, args.quiet))
-        write_json(summary, args.json)
+        write_json(summary, args.json, run_record(args))
         summaries = [summary]
     else:
         repeated = _compare(cfg, args.repeats, console, args.quiet, args.oracle)
         last = repeated.pairs[-1]
-        write_json(repeated if args.repeats > 1 else last, args.json)
+        write_json(repeated if args.repeats > 1 else last, args.json, run_record(args))
         summaries = [last.baseline, last.spex]
     if not args.quiet:
         console.print(_summary_table(summaries))
@@ -467,3 +469,16 @@ def _summary_table(summaries: list[RunSummary]) -> Table:
         table.add_row("largest reward difference", "", "—" if diff is None else f"{diff:.1e}")
         table.add_row("lossless", "", "yes" if both.lossless else "no")
     return table
+
+
+def run_record(args: argparse.Namespace) -> dict[str, Any]:
+    """How a results file was made: the command line as typed, SPEX's version, and every
+    setting the bench ran with (each flag's value, defaults included)."""
+    settings = {k: v for k, v in sorted(vars(args).items()) if _plain(v)}
+    return {"command": ["spex", *sys.argv[1:]], "version": spex_version(), "settings": settings}
+
+
+def _plain(value: object) -> bool:
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    return isinstance(value, str | int | float | bool | None)

@@ -10,7 +10,8 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from spex.cli import bench, chaos, model, profile, runtime
+from spex.cli import bench, chaos, model, profile, runtime, top
+from spex.cli.version import spex_version
 
 __all__ = ["build_parser", "main"]
 
@@ -29,16 +30,34 @@ COMMANDS: dict[str, tuple[AddParser, Command]] = {
     "result": (runtime.add_result_parser, runtime.client_command),
     "model": (model.add_model_parser, model.model_command),
     "profile": (profile.add_profile_parser, profile.profile_command),
+    "top": (top.add_top_parser, top.top_command),
 }
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's help, with each option's default where it has one (None and False mean
+    "not given": the setting's own default applies, which its help says)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
     def error(self, message: str) -> NoReturn:  # one line, naming the argument
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="spex", description="SPEX: speculative exploration for tree-of-thought serving")
+    p.add_argument("--version", action="version", version=f"spex {spex_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add_parser, _ in COMMANDS.values():
         add_parser(sub)

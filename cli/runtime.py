@@ -5,6 +5,8 @@ imported only by the command that runs them."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +20,17 @@ from spex.shared.runtime.settings import ENGINES, Settings
 # The trained-model demo's search: short steps, four levels — a 135M model on two CPU cores —
 # on the engine's batch-invariant mode, so SPEX grows the baseline's very trees.
 DEMO_MODEL_SETTINGS: dict[str, object] = {"max_step_tokens": 48, "max_depth": 4, "deterministic": True}
+
+DEFAULT_METRICS_PORT = 9100  # `spex up`: the first service's /metrics; the others count up from it
+# Settings `spex up` takes as flags: a bad value names the flag beside its variable.
+UP_FLAGS = {
+    "time_scale": "--time-scale", "engine": "--engine", "engine_url": "--engine-url", "model": "--model",
+    "prm": "--prm", "content": "--content", "sampling_temperature": "--sampling-temperature",
+    "dtype": "--dtype", "max_step_tokens": "--max-step-tokens", "step_split": "--step-split",
+    "min_step_tokens": "--min-step-tokens", "max_depth": "--max-depth", "http_host": "--host",
+    "http_port": "--port", "metrics_port": "--metrics-port", "redis_password_file": "--redis-password-file",
+    "prm_url": "--prm-url",
+}  # fmt: skip
 
 if TYPE_CHECKING:
     from spex.proto import AnswerResult
@@ -52,7 +65,12 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
     )
     u.add_argument("--host", default=None, help="address the HTTP ingress binds (default 127.0.0.1)")
     u.add_argument("--port", type=int, default=None, help="port of the HTTP ingress (default 8080)")
-    u.add_argument("--metrics-port", type=int, default=None, help="first /metrics port (one per service)")
+    u.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help=f"first /metrics port, one per service in order (default {DEFAULT_METRICS_PORT}; 0: none)",
+    )
     u.add_argument("--generators", type=int, default=1)
     u.add_argument("--time-scale", type=float, default=None, help="wall seconds per simulated second")
     u.add_argument("--engine", choices=list(ENGINES), default=None, help="sim (default), hf, vllm or sglang")
@@ -137,7 +155,8 @@ def add_result_parser(sub: argparse._SubParsersAction) -> None:
     rs.add_argument("query_id")
     rs.add_argument("--redis", required=True)
     rs.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
-    rs.add_argument("--wait", type=float, default=None)
+    rs.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for the answer")
+    rs.add_argument("--tree", default=None, metavar="FILE", help="write the query's tree (JSON) to FILE")
 
 
 def _no_password_in_url(redis_url: str | None) -> None:
@@ -170,8 +189,23 @@ def up_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def up_settings(args: argparse.Namespace) -> Settings:
-    """The settings `spex up` runs its services with: the environment, then its flags."""
+    """The settings `spex up` runs its services with: the environment, then its flags. A bad
+    value's error names the flag as well as the variable."""
+    try:
+        return _up_settings(args)
+    except ValueError as exc:
+        message = str(exc)
+        for field, flag in UP_FLAGS.items():
+            if f"({field})" in message.split(":", 1)[0]:
+                raise ValueError(f"{flag} / {message}") from None
+        raise
+
+
+def _up_settings(args: argparse.Namespace) -> Settings:
     engine = args.engine or ("hf" if args.model else None)
+    metrics_port = args.metrics_port
+    if metrics_port is None and "SPEX_METRICS_PORT" not in os.environ:
+        metrics_port = DEFAULT_METRICS_PORT
     settings = Settings.from_env(
         None,
         time_scale=args.time_scale,
@@ -189,7 +223,7 @@ def up_settings(args: argparse.Namespace) -> Settings:
         max_depth=args.max_depth,
         http_host=args.host,
         http_port=args.port,
-        metrics_port=args.metrics_port,
+        metrics_port=metrics_port,
         redis_password_file=args.redis_password_file,
     )
     if args.content is None and settings.engine != "sim":
@@ -224,8 +258,19 @@ def client_command(args: argparse.Namespace, console: Console) -> int:
     """`spex submit` and `spex result`, against the Redis at --redis."""
     import asyncio
 
+    from redis.exceptions import AuthenticationError, ConnectionError, TimeoutError
+
+    from spex.shared.runtime.settings import without_password
+
     _no_password_in_url(args.redis)
-    return asyncio.run(_client(args, console))
+    try:
+        return asyncio.run(_client(args, console))
+    except AuthenticationError:
+        raise ValueError(
+            "--redis-password-file: Redis refused the password (or needs one and none was given)"
+        ) from None
+    except (ConnectionError, TimeoutError) as exc:
+        raise ValueError(f"--redis: cannot reach {without_password(args.redis)}: {exc}") from None
 
 
 async def _client(args: argparse.Namespace, console: Console) -> int:
@@ -244,12 +289,31 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _result(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
+    from spex.shared.runtime.client import UnknownQuery
+
+    try:  # as the HTTP ingress: an id that names no question is an error, not "no answer yet"
+        await client.request(args.query_id)
+    except UnknownQuery:
+        raise ValueError(f"query_id: no question {args.query_id[:64]!r}") from None
     answer = await client.result(args.query_id, args.wait)
+    if args.tree:
+        nodes = await client.tree(args.query_id)
+        status = "searching" if answer is None else _status(answer)
+        tree = {"query_id": args.query_id, "status": status, "nodes": nodes}
+        try:
+            Path(args.tree).write_text(json.dumps(tree, indent=1) + "\n")
+        except OSError as exc:
+            raise ValueError(f"--tree: {args.tree}: {exc.strerror}") from None
+        console.print(f"tree: {len(nodes)} nodes ({status}) -> {args.tree}", markup=False)
     if answer is None:
         console.print(f"{args.query_id}: no answer yet")
         return 1
     _print_answer(console, answer)
     return 0
+
+
+def _status(answer: AnswerResult) -> str:
+    return "failed" if answer.error else "cancelled" if answer.cancelled else "answered"
 
 
 async def _submit(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
@@ -288,6 +352,9 @@ async def _submit(client: IngressClient, args: argparse.Namespace, console: Cons
 
 def _print_answer(console: Console, answer: AnswerResult) -> None:
     """The query's answer, graded if it had a reference, then the steps of its solution."""
+    if answer.error or answer.cancelled:
+        console.print(f"{answer.query_id}: {answer.error or 'cancelled'}", markup=False)
+        return
     grade = {True: " (correct)", False: " (wrong)", None: ""}[answer.correct]
     stopped = f" (stopped early, {answer.nodes} nodes)" if answer.early_stopped else ""
     console.print(f"{answer.query_id}: {answer.answer}{grade}{stopped}", markup=False)

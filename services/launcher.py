@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import signal
 import tempfile
 import threading
@@ -90,6 +91,18 @@ def _private(path: Path, what: str) -> None:
         raise ValueError(f"{what}: {path} must be owned by you and private (chmod go-rwx), not a link")
 
 
+def _log_dir(data_dir: Path) -> Path:
+    """`data_dir`/logs for this run's service logs; the last run's move to logs.previous (so a
+    crash's logs survive one restart, and logs never grow without bound)."""
+    logs, previous = data_dir / "logs", data_dir / "logs.previous"
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if logs.exists():
+        shutil.rmtree(previous, ignore_errors=True)
+        logs.rename(previous)
+    logs.mkdir(mode=0o700)
+    return logs
+
+
 def service_env(settings: Settings, name: str, **extra: str) -> dict[str, str]:
     """A child's environment: this one's, with every setting (so children see one config)."""
     env = dict(os.environ)
@@ -141,7 +154,7 @@ def up(
     else:
         settings = replace(settings, redis_url=redis_url)
         _reachable(settings)
-    logs = Path(scratch.name)
+    logs = _log_dir(data_dir) if data_dir is not None else Path(scratch.name)
     supervisor = Supervisor(logs, say=lambda msg: say(f"[yellow]spex up[/]: {msg}"))
     try:
         names = [("coordinator", f"coord-{i}") for i in range(coordinators)]
@@ -165,7 +178,9 @@ def up(
         if server is not None:
             where += f" (data in {server.data_dir}, password in {settings.redis_password_file})"
         say(f"[bold]spex up[/]: {where}; services: {', '.join(supervisor.children)}")
-        say(f"HTTP ingress: http://{settings.http_host}:{settings.http_port}/v1/questions")
+        base = f"http://{settings.http_host}:{settings.http_port}"
+        say(f"HTTP ingress: {base}/v1/questions (live view: {base}/, OpenAI API: {base}/v1)")
+        say(f"logs: {logs}" + ("" if data_dir is not None else " (removed when this stops)"))
         if ports:
             say("metrics: " + ", ".join(f"{n} :{p}" for n, p in ports.items()))
         yield settings

@@ -90,6 +90,9 @@ class Supervisor:
                     wait = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (child.failures - 1))
                     child.due = now + wait
                     note = f"{child.name} exited (status {status}); restarting in {wait:.1f} s"
+                    last = _last_line(self.log_path(child.name))
+                    if last:
+                        note += f"; its last log line: {last}"
                     child.history.append(note)
                     self.say(note)
                 elif now >= child.due:
@@ -178,3 +181,16 @@ def _reap(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _last_line(path: Path, limit: int = 300) -> str:
+    """The last non-empty line of a log (its last 4 KiB), cut to `limit` characters."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
