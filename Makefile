@@ -40,7 +40,20 @@ $(REDIS_TLS)/.installed:
 	  chmod +x $(REDIS_TLS)/bin/redis-server && touch $@; \
 	else echo "no Debian packages here ($(TLS_DEBS)): the TLS tests will skip"; fi
 
-test: lint $(REDIS_TLS)/.installed
+# The live view's test drives Debian's chromium through its chromedriver: installed from Debian's
+# packages where this runs as root (else the test says why it skips).
+
+.PHONY: browser
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "chromium could not be installed: the live view's browser test will skip"; \
+	else echo "not root, no chromium: the live view's browser test will skip"; fi
+
+test: lint $(REDIS_TLS)/.installed browser
 	SPEX_TEST_TLS_REDIS=$(abspath $(REDIS_TLS))/bin/redis-server $(BIN)/python -m pytest
 
 .PHONY: grid test-slow

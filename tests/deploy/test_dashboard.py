@@ -64,12 +64,15 @@ def test_no_created_series_and_histograms_are_exposed():
     assert "spex_query_latency_seconds_bucket" in text and "_created" not in text
 
 
-def test_compose_and_kubernetes_ship_the_same_dashboard():
+def test_compose_mounts_the_dashboard_and_scrapes_every_service():
     grafana = compose()["services"]["grafana"]
     mounted = [v.split(":")[0] for v in grafana["volumes"] if v.endswith("spex-dashboard.json:ro")]
     assert mounted and (ROOT / "compose" / mounted[0]).resolve() == DASHBOARD.resolve()
+    prometheus = yaml.safe_load((ROOT / "compose" / "prometheus.yml").read_text())
+    assert prometheus["scrape_configs"][0]["dns_sd_configs"][0]["port"] == 9100
+
+
+def test_kubernetes_ships_the_dashboard_as_a_configmap():
     maps = [d for d in render("sim") if d["metadata"]["name"] == "spex-grafana-dashboard"]
     assert len(maps) == 1 and maps[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(maps[0]["data"]["spex-dashboard.json"]) == json.loads(DASHBOARD.read_text())
-    prometheus = yaml.safe_load((ROOT / "compose" / "prometheus.yml").read_text())
-    assert prometheus["scrape_configs"][0]["dns_sd_configs"][0]["port"] == 9100
