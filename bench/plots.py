@@ -19,26 +19,41 @@ def _rows(report: dict[str, Any], profile: str, algo: str) -> list[dict[str, Any
 
 
 def plot_speedup(report: dict[str, Any], path: Path) -> None:
+    """One panel per search family (rows) and profile (columns): a colour per search, solid
+    with T3 off (lossless), dashed with T3 on, a legend in every panel."""
     profiles = sorted({r["profile"] for r in report["rows"]}, key=lambda p: ("34B" in p, p))
     algos = list(dict.fromkeys(r["algorithm"] for r in report["rows"] if r["algorithm"] != "mix"))
-    fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.2), sharey=True)
-    for ax, profile in zip(axes, profiles, strict=True):
-        for i, algo in enumerate(algos):
-            rows = _rows(report, profile, algo)
-            bs = [r["batch_size"] for r in rows]
-            color = f"C{i}"
-            ax.plot(bs, [r["t3_off"]["speedup"] for r in rows], "-o", color=color, label=f"{algo}")
-            ax.plot(bs, [r["t3_on"]["speedup"] for r in rows], "--", color=color, alpha=0.6)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
-        ax.set_xlabel("questions in flight (batch size)")
-        ax.set_title(profile)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("query throughput speedup (solid: T3 off, dashed: T3 on)")
-    axes[-1].legend(fontsize=8, ncol=2)
+    families = list(dict.fromkeys(a.split("-")[0] for a in algos))
+    fig, axes = plt.subplots(
+        len(families), len(profiles), figsize=(5 * len(profiles), 3.2 * len(families)),
+        sharex=True, sharey=True, squeeze=False,
+    )  # fmt: skip
+    for row, family in enumerate(families):
+        members = [a for a in algos if a.split("-")[0] == family]
+        for col, profile in enumerate(profiles):
+            ax = axes[row][col]
+            for i, algo in enumerate(members):
+                rows = _rows(report, profile, algo)
+                bs = [r["batch_size"] for r in rows]
+                color = f"C{i}"
+                off = [r["t3_off"]["speedup"] for r in rows]
+                on = [r["t3_on"]["speedup"] for r in rows]
+                ax.plot(bs, off, "-o", color=color, label=f"{algo}, T3 off")
+                ax.plot(bs, on, "--s", color=color, alpha=0.7, ms=4, label=f"{algo}, T3 on")
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper right")
+            if row == 0:
+                ax.set_title(profile)
+            if row == len(families) - 1:
+                ax.set_xlabel("questions in flight (batch size)")
+            if col == 0:
+                ax.set_ylabel(f"{family}: speedup")
+    fig.suptitle("Query throughput speedup of SPEX over the same search (T3 off: lossless)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 

@@ -36,6 +36,7 @@ import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
@@ -250,7 +251,7 @@ class IngressService:
         """The questions in flight and the backlog, for the metrics (Redis away: left as is)."""
         try:
             in_flight, held = await self.client.counts()
-        except (RedisConnectionError, RedisTimeoutError):
+        except RedisError:
             return
         IN_FLIGHT.set(in_flight)
         BACKLOG.set(max(0, in_flight - held))

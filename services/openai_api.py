@@ -16,6 +16,7 @@ changed), then the content, then `[DONE]`. Errors are OpenAI's shape:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -24,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from spex.proto import ALGORITHMS, AnswerResult, SubmissionError, submission
-from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, node_json
+from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery, node_json
 
 __all__ = ["OpenAIRoutes", "parse_model"]
 
@@ -35,6 +36,7 @@ EXTRA_FIELDS = (
     "reference_answer",
 )  # fmt: skip
 WAIT_S = 3600.0  # the longest a request waits for its answer
+POLL_S = 0.05  # how often a waiting request looks for its answer
 
 
 def parse_model(name: object) -> tuple[str, int | None]:
@@ -127,15 +129,34 @@ class OpenAIRoutes:
         try:
             if body.get("stream"):
                 return await self._stream(request, qid, str(model))
-            answer = await self.client.result(qid, timeout_s=WAIT_S)
+            answer = await self._wait(request, qid)
         except asyncio.CancelledError:  # the client went away: nobody wants the answer
-            await asyncio.shield(self.client.cancel(qid))
+            await asyncio.shield(self._cancel(qid))
             raise
+        except ConnectionError:
+            await self._cancel(qid)
+            return web.Response(status=499)  # nobody is there to read it
         if answer is None:
             return _error(504, f"no answer within {WAIT_S:.0f} s (query {qid})", "timeout")
         if answer.error:
             return _error(500, f"the search failed: {answer.error} (query {qid})", "server_error")
         return web.json_response(_completion(qid, str(model), answer))
+
+    async def _cancel(self, qid: str) -> None:
+        with contextlib.suppress(UnknownQuery):  # answered and expired meanwhile
+            await self.client.cancel(qid)
+
+    async def _wait(self, request: web.Request, qid: str) -> AnswerResult | None:
+        """The answer, or None after WAIT_S; ConnectionError once the client has gone."""
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            answer = await self.client.result(qid)
+            if answer is not None:
+                return answer
+            if request.transport is None or request.transport.is_closing():
+                raise ConnectionError("the client went away")
+            await asyncio.sleep(POLL_S)
+        return None
 
     async def _stream(self, request: web.Request, qid: str, model: str) -> web.StreamResponse:
         response = web.StreamResponse(

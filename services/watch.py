@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from spex.proto import AnswerResult
 from spex.shared.runtime.client import IngressClient, node_json
@@ -113,6 +114,16 @@ class WatchRoutes:
             }
         )
         await response.prepare(request)
+        try:
+            await self._stream(qid, response)
+            await response.write_eof()
+        except ConnectionError:  # the client went away
+            pass
+        except RedisError:  # the queue went away mid-stream: end it (the client may reconnect)
+            await response.write(_sse("error", {"error": "the queue is unreachable; retry later"}))
+        return response
+
+    async def _stream(self, qid: str, response: web.StreamResponse) -> None:
         after, quiet_since = "0", time.monotonic()
         while True:
             answer = await self.client.result(qid)  # looked at before the events it follows
@@ -123,12 +134,10 @@ class WatchRoutes:
                 quiet_since = time.monotonic()
             elif answer is not None:  # every event the answer follows is sent: the end
                 await response.write(_sse("answer", {"query_id": qid, **answer_json(answer)}))
-                break
+                return
             elif time.monotonic() - quiet_since >= KEEPALIVE_S:
                 await response.write(b": keepalive\n\n")
                 quiet_since = time.monotonic()
-        await response.write_eof()
-        return response
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:

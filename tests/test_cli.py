@@ -101,6 +101,9 @@ def test_same_arguments_same_results_file_apart_from_wall_clock(tmp_path):
     b = _bench(tmp_path, "b.json")
     for field in WALL_CLOCK_FIELDS:
         a.pop(field), b.pop(field)
+    run_a, run_b = a.pop("run"), b.pop("run")  # how each was made: the same but for --json
+    assert run_a["settings"].pop("json") != run_b["settings"].pop("json")
+    assert run_a["settings"] == run_b["settings"]
     assert a == b
     for field in (
         "throughput_qpm",

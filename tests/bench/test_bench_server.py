@@ -139,9 +139,10 @@ def test_a_server_profile_feeds_the_governor(server, tmp_path):
     assert proc.returncode == 0, proc.stderr
     r = json.loads(out.read_text())
     assert r["spec_issued"] > 0
-    # The governor read the primaries' time against the curve's counterfactual and moved the
-    # slack from where it starts (the fixed pool never does).
-    assert len(r["slack_end"]) == 1 and r["slack_end"] != [0.10]
+    # The governor read the primaries' time against the curve's counterfactual: it closed
+    # windows (whether one moved the slack depends on what speculation cost the server then:
+    # under the target with a pool that never bound, it stays where it starts).
+    assert len(r["slack_end"]) == 1 and r["governor_trace"] and r["governor_trace"][-1][-1] > 0
 
 
 @pytest.mark.parametrize(

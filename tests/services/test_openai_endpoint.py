@@ -80,3 +80,24 @@ def test_models_and_errors_speak_openai(ingress):
             model="spex:rebase-4", messages=[{"role": "user", "content": "x"}], extra_body={"mode": "fast"}
         )
     assert "mode" in str(err.value)
+
+
+def test_a_client_that_goes_away_cancels_its_query(ingress):
+    import http.client as httplib
+    import json
+    import time
+
+    conn = httplib.HTTPConnection(ingress.removeprefix("http://"), timeout=10)
+    body = {"model": "spex:rebase-128", "messages": [{"role": "user", "content": "What is 9 * 9?"}]}
+    headers = {"Content-Type": "application/json"}
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers=headers)
+    deadline = time.monotonic() + 20
+    while not (flying := http("GET", f"{ingress}/v1/overview")[1]["questions"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    qid = flying[0]["query_id"]
+    conn.close()  # gone before the answer
+    while (status := http("GET", f"{ingress}/v1/questions/{qid}"))[0] == 202:
+        assert time.monotonic() < deadline + 20
+        time.sleep(0.1)
+    assert status[1]["status"] == "cancelled"
