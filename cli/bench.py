@@ -27,6 +27,7 @@ from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import PredictorFactory, algorithm_predictor
 from spex.shared.roofline.hardware import list_profiles
+from spex.shared.runtime.settings import without_password
 from spex.shared.sim.workload import WorkloadKnobs, knob_table, load_knobs
 
 __all__ = ["add_bench_parser", "parse_mix", "bench_command"]
@@ -475,7 +476,11 @@ def run_record(args: argparse.Namespace) -> dict[str, Any]:
     """How a results file was made: the command line as typed, SPEX's version, and every
     setting the bench ran with (each flag's value, defaults included)."""
     settings = {k: v for k, v in sorted(vars(args).items()) if _plain(v)}
-    return {"command": ["spex", *sys.argv[1:]], "version": spex_version(), "settings": settings}
+    command = ["spex", *(without_password(a) if "://" in a else a for a in sys.argv[1:])]
+    for key, value in settings.items():
+        if isinstance(value, str) and "://" in value:
+            settings[key] = without_password(value)  # a URL's credentials are not the run's
+    return {"command": command, "version": spex_version(), "settings": settings}
 
 
 def _plain(value: object) -> bool:

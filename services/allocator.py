@@ -56,6 +56,7 @@ class Allocator:
         self._last = "$"
         self.governors: dict[str, TpotGovernor] = {}  # per worker
         self._slack_bound: dict[str, bool] = {}  # the slack set its last pool (not KV)
+        self._gauged: set[str] = set()  # workers whose gauges this allocator set
         self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
     def summary(self) -> dict[str, Any]:
@@ -87,6 +88,7 @@ class Allocator:
         mine = await self.r.set(ALLOCATOR_LEASE, self.settings.consumer, nx=True, px=lease_ms)
         holder: Any = await self.r.get(ALLOCATOR_LEASE)
         if not mine and (holder or b"").decode() != self.settings.consumer:
+            self._clear_gauges()  # the active one reports, not a standby
             await asyncio.sleep(self.settings.lease_s / 3)  # another allocator is active
             return
         await self.r.pexpire(ALLOCATOR_LEASE, lease_ms)
@@ -139,7 +141,10 @@ class Allocator:
     async def _publish(self) -> None:
         """Each worker's spare capacity goes to the queries routed to it (prefix affinity);
         queries not routed to a live worker share what the other workers leave."""
-        if not self.latest:
+        if not self.latest:  # nothing speculates: nothing granted, no pool used
+            SPEC_BUDGET.set(0)
+            for worker in self._gauged:
+                SPEC_POOL.labels(worker).set(0)
             return
         stats = [m for _, m in self.latest.values()]
         loads = {w.worker: w for w in await self._worker_loads()}
@@ -183,9 +188,20 @@ class Allocator:
         for worker, value in slack.items():
             GOVERNOR_SLACK.labels(worker).set(value)
             SPEC_POOL.labels(worker).set(pools.get(worker, 0))
+        for gone in self._gauged - set(slack):  # a worker that left: its series go with it
+            GOVERNOR_SLACK.remove(gone)
+            SPEC_POOL.remove(gone)
+        self._gauged = set(slack)
         SPEC_BUDGET.set(granted)
         status = {"slack": slack, "pool": pools, "granted": granted, "tpot_target": self.settings.tpot_target}
         await self.r.set(ALLOCATOR_STATUS, json.dumps(status), px=int(self.settings.lease_s * 3000))
+
+    def _clear_gauges(self) -> None:
+        if self._gauged:
+            GOVERNOR_SLACK.clear()
+            SPEC_POOL.clear()
+            SPEC_BUDGET.set(0)
+            self._gauged = set()
 
 
 MAX_CANDIDATES = 1024  # more speculative branches than any engine runs for one query

@@ -95,7 +95,7 @@ class IngressService:
         self.max_body = settings.max_message_bytes
         self.tokens = load_tokens(settings)
         self.submitted = 0
-        self.watch = WatchRoutes(self.client, self._known)
+        self.watch = WatchRoutes(self.client, self._known, CLIENT, scoped=bool(self.tokens))
         self.openai = OpenAIRoutes(self.client, lambda request: request[CLIENT])
         self._runner: web.AppRunner | None = None  # listening once `prepare` ran
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
@@ -121,11 +121,14 @@ class IngressService:
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Authentication, then the handler; Redis trouble is a 503, never a crash."""
-        response = await self._guarded(request, handler)
-        route = request.match_info.route.resource
-        name = route.canonical if route is not None else "unmatched"
-        HTTP_REQUESTS.labels(name, str(response.status)).inc()
-        return response
+        status = 500  # a handler that raised (aiohttp answers it)
+        try:
+            response = await self._guarded(request, handler)
+            status = response.status
+            return response
+        finally:
+            route = request.match_info.route.resource
+            HTTP_REQUESTS.labels(route.canonical if route is not None else "unmatched", str(status)).inc()
 
     async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         # The page itself and the probes hold nothing of anyone's: served without a token.

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from spex.proto import ALGORITHMS, AnswerResult, SubmissionError, submission
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery, node_json
@@ -37,6 +38,7 @@ EXTRA_FIELDS = (
 )  # fmt: skip
 WAIT_S = 3600.0  # the longest a request waits for its answer
 POLL_S = 0.05  # how often a waiting request looks for its answer
+BODY_TIMEOUT_S = 15.0  # a body not read in whole within this is a 408 (as the ingress's own)
 
 
 def parse_model(name: object) -> tuple[str, int | None]:
@@ -66,10 +68,11 @@ def _question(messages: object) -> str:
             if isinstance(content, str):
                 return content
             if isinstance(content, list):
-                parts = [
-                    p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
-                ]
-                return "\n".join(parts)
+                parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+                texts = [t for t in parts if isinstance(t, str)]
+                if len(texts) != len(parts):
+                    raise SubmissionError("messages", "a text part's text must be a string")
+                return "\n".join(texts)
             raise SubmissionError("messages", "a user message's content must be text")
     raise SubmissionError("messages", "no user message")
 
@@ -99,7 +102,11 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = json.loads(await request.read())
+            body = json.loads(await asyncio.wait_for(request.read(), BODY_TIMEOUT_S))
+        except TimeoutError:
+            return _error(408, f"body: not sent within {BODY_TIMEOUT_S:.0f} s", "invalid_request_error")
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, "body: too large", "invalid_request_error")
         except (ValueError, RecursionError):
             return _error(400, "body: not a JSON object", "invalid_request_error")
         if not isinstance(body, dict):
@@ -163,17 +170,30 @@ class OpenAIRoutes:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        created = int(time.time())
         head = {
             "id": f"chatcmpl-{qid}",
             "object": "chat.completion.chunk",
-            "created": created,
+            "created": int(time.time()),
             "model": model,
         }
 
-        async def send(chunk: dict[str, Any]) -> None:
-            await response.write(f"data: {json.dumps({**head, **chunk})}\n\n".encode())
+        async def send(chunk: dict[str, Any] | None) -> None:
+            data = "[DONE]" if chunk is None else json.dumps({**head, **chunk})
+            await response.write(f"data: {data}\n\n".encode())
 
+        try:
+            await self._events(qid, send)
+            await response.write_eof()
+        except ConnectionError:  # the client went away: nobody wants the answer
+            await self._cancel(qid)
+        except RedisError:  # the queue went away mid-stream: say so, and end the stream
+            with contextlib.suppress(ConnectionError):
+                await send({"choices": [], "spex": {"query_id": qid, "error": "the queue is unreachable"}})
+                await send(None)
+        return response
+
+    async def _events(self, qid: str, send: Any) -> None:
+        """The chunks of a streamed completion: the role, a chunk per tree event, the content."""
         await send(
             {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
         )
@@ -192,9 +212,7 @@ class OpenAIRoutes:
             await send({"choices": [delta]})
         done = {"index": 0, "delta": {}, "finish_reason": "stop"}
         await send({"choices": [done], "spex": _spex(qid, answer)})
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+        await send(None)
 
 
 def _spex(qid: str, answer: AnswerResult) -> dict[str, Any]:

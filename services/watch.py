@@ -13,6 +13,7 @@ the page sends its token (asked for once) with every request, so it never rides 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from importlib import resources
@@ -26,6 +27,9 @@ from spex.shared.runtime.client import IngressClient, node_json
 
 __all__ = ["KEEPALIVE_S", "WatchRoutes", "answer_json"]
 
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+STREAMS_PER_CLIENT = 32  # event streams one client may hold open at once
+OVERVIEW_EVERY_S = 1.0  # the overview is computed at most this often (per client)
 KEEPALIVE_S = 15.0  # an idle event stream sends a comment this often (proxies close silent ones)
 BLOCK_MS = 1000  # an event stream waits this long for its query's next event
 
@@ -60,9 +64,12 @@ class WatchRoutes:
     """The watching half of the ingress's routes; `known(request)` is the ingress's check that
     the query exists and is the caller's (a 404 response, or None)."""
 
-    def __init__(self, client: IngressClient, known: Any) -> None:
+    def __init__(self, client: IngressClient, known: Any, client_key: Any, scoped: bool) -> None:
         self.client = client
         self.known = known
+        self.client_key, self.scoped = client_key, scoped  # the request's client name; tokens on
+        self._overviews: dict[str | None, tuple[float, dict[str, Any]]] = {}
+        self._streams: dict[str, int] = {}  # event streams open, per client
         self.page = resources.files("spex.services").joinpath("web/index.html").read_bytes()
 
     def routes(self) -> list[web.RouteDef]:
@@ -89,7 +96,14 @@ class WatchRoutes:
         return web.json_response({"status": "ready"})
 
     async def overview(self, request: web.Request) -> web.Response:
-        return web.json_response(await self.client.overview())
+        # With tokens, a client sees its own questions listed (the totals are everyone's).
+        # Computed at most once a second per client, however many pages poll it.
+        client = request[self.client_key] if self.scoped else None
+        at, figures = self._overviews.get(client, (0.0, {}))
+        if time.monotonic() - at >= OVERVIEW_EVERY_S:
+            figures = await self.client.overview(client)
+            self._overviews[client] = (time.monotonic(), figures)
+        return web.json_response(figures)
 
     async def tree(self, request: web.Request) -> web.Response:
         qid = request.match_info["qid"]
@@ -106,26 +120,33 @@ class WatchRoutes:
         refused = await self.known(request, qid)
         if refused is not None:
             return refused
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        await response.prepare(request)
+        client = request[self.client_key]
+        if self._streams.get(client, 0) >= STREAMS_PER_CLIENT:  # each holds a Redis connection
+            limit = f"{STREAMS_PER_CLIENT} event streams open"
+            return web.json_response({"error": f"events: {limit}; close one"}, status=429)
+        self._streams[client] = self._streams.get(client, 0) + 1
         try:
-            await self._stream(qid, response)
-            await response.write_eof()
-        except ConnectionError:  # the client went away
-            pass
-        except RedisError:  # the queue went away mid-stream: end it (the client may reconnect)
-            await response.write(_sse("error", {"error": "the queue is unreachable; retry later"}))
-        return response
+            response = web.StreamResponse(headers=SSE_HEADERS)
+            await response.prepare(request)
+            try:
+                await self._stream(request, qid, response)
+                await response.write_eof()
+            except ConnectionError:  # the client went away
+                pass
+            except RedisError:  # the queue went away mid-stream: end it (the client may reconnect)
+                with contextlib.suppress(ConnectionError):
+                    await response.write(_sse("error", {"error": "the queue is unreachable; retry later"}))
+            return response
+        finally:
+            self._streams[client] -= 1
+            if not self._streams[client]:
+                del self._streams[client]
 
-    async def _stream(self, qid: str, response: web.StreamResponse) -> None:
+    async def _stream(self, request: web.Request, qid: str, response: web.StreamResponse) -> None:
         after, quiet_since = "0", time.monotonic()
         while True:
+            if request.transport is None or request.transport.is_closing():
+                raise ConnectionError("the client went away")
             answer = await self.client.result(qid)  # looked at before the events it follows
             events, after = await self.client.tree_events(qid, after, block_ms=None if answer else BLOCK_MS)
             for event in events:

@@ -40,6 +40,8 @@ class HeldQuery:
     renewed: float = 0.0  # monotonic time the lease was last confirmed
     replaying: bool = True  # its inbox is being replayed: the live reader leaves it alone
     watch: TreeWatch = field(default_factory=TreeWatch)  # what watchers were last sent of its tree
+    tree_sent: float = -1e9  # monotonic time its tree changes were last sent
+    tree_due: bool = False  # changes wait to be sent
     counted: tuple[int, ...] = (0,) * len(COUNTED)  # its stats last added to the metrics
     span: Span | None = None  # its OpenTelemetry span while we hold it
 

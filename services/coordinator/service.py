@@ -91,6 +91,7 @@ from spex.shared.runtime.tracing import query_span
 __all__ = ["Coordinator", "main"]
 
 STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
+TREE_EVERY_S = 0.1  # how often, at most, a query's tree changes go to its watchers
 GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
 INBOX_BATCH = 256  # inbox entries read per XREAD
 # Streams read as they come (no group), trimmed by age: gen:control's cancels and promotions
@@ -162,6 +163,9 @@ class Coordinator:
         if self._now() - self._stats_sent >= STATS_EVERY_S:
             self._stats_sent = self._now()
             await self._publish_stats()
+        due = self._now() - TREE_EVERY_S
+        for query in [q for q in self.queries.values() if q.tree_due and q.tree_sent <= due]:
+            await self._observe(query)  # changes that waited for their turn
 
     async def lease_round(self) -> None:
         """Renew our leases; recover from a Redis restart; adopt queries whose owner stopped
@@ -173,7 +177,7 @@ class Coordinator:
             if epoch and epoch == query.epoch:
                 query.renewed = self._now()
             elif not await self.store.known(qid):
-                self.queries.pop(qid, None)  # Redis lost the query's state
+                self._let_go(qid)  # Redis lost the query's state
                 self._spawn(self._search_again(query))
             else:
                 self._lost(query)
@@ -257,7 +261,7 @@ class Coordinator:
             "spex.query_id": req.query_id, "spex.algorithm": req.algorithm, "spex.target": req.target,
             "spex.mode": req.mode, "spex.epoch": epoch, "spex.coordinator": self.owner,
         }  # fmt: skip
-        query.span = query_span(req.trace_id, req.query_id, attributes)
+        query.span = query_span(req.trace_id, req.query_id, epoch, attributes)
         # Held (and renewed) from now on; the live reader joins once the replay is done and
         # goes on from the last entry applied here.
         self._hold(query)
@@ -364,7 +368,7 @@ class Coordinator:
         answer = msgspec.structs.replace(
             effect.message, latency_s=self._now() - query.started_wall, correct=correct
         )
-        await self._observe(query)  # the final tree, before the answer that ends it
+        await self._observe(query, final=True)  # the final tree, before the answer that ends it
         if not await self.store.answer(query.request, query.epoch, answer):
             self._lost(query)  # another coordinator holds the query now: it answers
             return
@@ -396,9 +400,11 @@ class Coordinator:
         )  # fmt: skip
         await self._answer(query, Answer(message))
 
-    async def _observe(self, query: HeldQuery) -> None:
-        """What watchers and the metrics see of a query: the nodes of its tree that changed
-        (its tree stream) and the growth of its speculation counts."""
+    async def _observe(self, query: HeldQuery, final: bool = False) -> None:
+        """What watchers and the metrics see of a query: the growth of its speculation counts,
+        and the nodes of its tree that changed (its tree stream) — at most every TREE_EVERY_S
+        (looking costs a pass over the tree; `inbox_round` sends what waited), and always the
+        final tree."""
         m, req = query.machine, query.request
         counts = tuple(getattr(m.stats, name) for name in COUNTED)
         grown = {name: now - before for name, now, before in zip(COUNTED, counts, query.counted, strict=True)}
@@ -409,22 +415,29 @@ class Coordinator:
                               ("spec_cancelled", "cancelled"), ("spec_evicted", "evicted")):  # fmt: skip
             if grown[name] > 0:
                 SPECULATION.labels(outcome).inc(grown[name])
-        wasted = grown["spec_tokens"] - grown["spec_tokens_consumed"]
+        # Wasted is speculative − consumed, derived where it is read: a speculative node counts
+        # as generated when it finishes and as consumed only when the search takes it, later.
         for kind, n in (("generated", grown["tokens_generated"]), ("speculative", grown["spec_tokens"]),
-                        ("consumed", grown["spec_tokens_consumed"]), ("wasted", wasted)):  # fmt: skip
+                        ("consumed", grown["spec_tokens_consumed"])):  # fmt: skip
             if n > 0:
                 TOKENS.labels(kind).inc(n)
         if not self.settings.tree_events:
             return
-        t_s = round(self._now() - query.started_wall, 4)
+        if not final and self._now() - query.tree_sent < TREE_EVERY_S:
+            query.tree_due = True
+            return
+        query.tree_sent, query.tree_due = self._now(), False
+        # Seconds since the question was submitted: the same origin for whoever owns it.
+        t_s = round(time.time() - req.created_ms / 1000, 4) if req.created_ms else 0.0
         events = [
             NodeEvent(
                 msg_id=f"{req.query_id}/node/{v.id}/{m.events}", query_id=req.query_id, trace_id=req.trace_id,
                 node_id=v.id, parent_id=v.parent, index=v.index, action=v.action, depth=v.depth,
-                state=v.state, generated=v.generated, running=v.running, text=v.text, tokens=v.tokens,
+                state=v.state, generated=v.generated, running=v.running, text=v.text if new_text else "",
+                tokens=v.tokens,
                 answer=v.answer, reward=v.reward, finish_reason=v.finish_reason, t_s=t_s,
             )  # fmt: skip
-            for v in query.watch.changes(m)
+            for v, new_text in query.watch.changes(m)
         ]
         await self.store.publish_tree(req.query_id, events)
 

@@ -41,12 +41,14 @@ class NodeView:
 
 
 class TreeWatch:
-    """The last view of each node handed out; `changes` gives the nodes whose view moved."""
+    """The last view of each node handed out; `changes` gives the nodes whose view moved, each
+    with whether its text is new to the watcher (a step's text is sent once)."""
 
     def __init__(self) -> None:
         self._last: dict[str, NodeView] = {}
+        self._nodes: dict[str, Node] = {}  # the speculative nodes last seen, for how they ended
 
-    def changes(self, machine: QueryMachine) -> list[NodeView]:
+    def changes(self, machine: QueryMachine) -> list[tuple[NodeView, bool]]:
         now: dict[str, NodeView] = {}
         for node in machine.tree:
             if node.parent is None:
@@ -54,18 +56,25 @@ class TreeWatch:
             else:
                 state = "adopted" if node.id in machine.adopted else "primary"
             now[node.id] = _view(node, state, machine.busy(node))
+        speculative: dict[str, Node] = {}
         for node in machine.speculative():
             running = machine.busy(node)
             if node.id not in now and (running or node.generated):
                 now[node.id] = _view(node, "speculative", running)
+                speculative[node.id] = node
         for nid, last in self._last.items():
             if nid not in now and last.state == "speculative":  # gone without the search asking
-                final: NodeState = "unused" if last.generated else "cancelled"
-                now[nid] = replace(last, state=final, running=False)
+                gone = self._nodes.get(nid)  # it may have finished since it was last seen
+                seen = _view(gone, "speculative", False) if gone is not None else last
+                now[nid] = replace(seen, state="unused" if seen.generated else "cancelled", running=False)
             elif nid not in now:
                 now[nid] = last  # final already
-        changed = [v for nid, v in now.items() if self._last.get(nid) != v]
-        self._last = now
+        changed = []
+        for nid, view in now.items():
+            before = self._last.get(nid)
+            if before != view:
+                changed.append((view, before is None or before.text != view.text))
+        self._last, self._nodes = now, speculative
         return changed
 
 

@@ -43,6 +43,7 @@ from spex.proto import (
 
 __all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "fold_tree", "node_json"]
 
+ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
 
 # KEYS: submitted, ingress, in-flight, client in-flight, request.
@@ -248,10 +249,11 @@ class IngressClient:
         events: list[NodeEvent] = []
         after = "0"
         while True:
-            more, after = await self.tree_events(query_id, after)
+            more, read_to = await self.tree_events(query_id, after)
             events += more
-            if len(more) < 1000:
+            if read_to == after:  # nothing more was read
                 return fold_tree(events)
+            after = read_to
 
     async def counts(self) -> tuple[int, int]:
         """(questions in flight, of those held by a coordinator)."""
@@ -261,20 +263,28 @@ class IngressClient:
             in_flight, held = await pipe.execute()
         return int(in_flight), int(held)
 
-    async def overview(self, window_s: float = 60.0, listed: int = 50) -> dict[str, Any]:
-        """The cluster at a glance: the questions in flight (the oldest `listed`, each with
-        its tree's events so far), the backlog nobody has taken, answers and speculation over
-        the last `window_s`, each generator's load and its governor's slack."""
+    async def overview(
+        self, client: str | None = None, window_s: float = 60.0, listed: int = 50
+    ) -> dict[str, Any]:
+        """The cluster at a glance: the questions in flight (the oldest `listed` of `client`'s,
+        or of everyone's when None, each with its tree's events so far), the backlog nobody
+        has taken, answers and speculation over the last `window_s` (its last
+        `ANSWERS_SAMPLED` answers at most), each generator's load and its governor's slack."""
         now_ms = int(time.time() * 1000)
-        in_flight: Any = await self.r.zrange(names.INGRESS_IN_FLIGHT, 0, listed - 1, withscores=True)
+        mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client)
+        in_flight: Any = await self.r.zrange(mine, 0, listed - 1, withscores=True)
+        workers_known: Any = await self.r.zrange(names.GEN_WORKERS, 0, -1)
         async with self.r.pipeline(transaction=False) as pipe:
             pipe.zcard(names.INGRESS_IN_FLIGHT)
             pipe.zcard(names.COORDINATORS_ACTIVE)
-            pipe.xrevrange(names.ANSWERS, "+", f"{now_ms - int(window_s * 1000)}", count=10_000)
+            pipe.xrevrange(names.ANSWERS, "+", f"{now_ms - int(window_s * 1000)}", count=ANSWERS_SAMPLED)
             pipe.get(names.ALLOCATOR_STATUS)
+            for w in workers_known:
+                pipe.get(names.worker_load(w.decode()))
             for qid, _ in in_flight:
                 pipe.xlen(names.query_tree(qid.decode()))
-            total, held, recent, status, *sizes = await pipe.execute()
+            total, held, recent, status, *rest = await pipe.execute()
+        loads, sizes = rest[: len(workers_known)], rest[len(workers_known) :]
         answered = issued = adopted = nodes = 0
         for _, fields in recent:
             try:
@@ -287,10 +297,9 @@ class IngressClient:
                 nodes += answer.nodes
         allocator = json.loads(status) if status else {}
         workers = []
-        async for key in self.r.scan_iter(match=names.worker_load.glob, count=1000):
-            raw: Any = await self.r.get(key)
-            try:
-                load = decode(key.decode(), raw) if raw is not None else None
+        for name, raw in zip(workers_known, loads, strict=True):
+            try:  # a worker's load key expires with it: no key, no worker
+                load = decode(names.worker_load(name.decode()), raw) if raw is not None else None
             except ProtocolError:
                 continue
             if isinstance(load, WorkerLoadEvent):
@@ -359,6 +368,8 @@ def fold_tree(events: list[NodeEvent]) -> list[dict[str, Any]]:
         seen = nodes.get(event.node_id)
         first = {"issued_s": t, **dict.fromkeys(("generated_s", "scored_s", "ended_s"))}
         times = seen["times"] if seen else first
+        if seen and not node["text"]:
+            node["text"] = seen["text"]  # a node's text is sent once
         if event.generated and times["generated_s"] is None:
             times["generated_s"] = t
         if event.reward is not None and times["scored_s"] is None:

@@ -66,8 +66,8 @@ SPECULATION = Counter(
 )
 TOKENS = Counter(
     "spex_tokens_total",
-    "generated tokens: the search's own (generated), speculative, speculative the search used "
-    "(consumed), speculative never used (wasted)",
+    "generated tokens: the search's own (generated), speculative, and speculative the search used "
+    "(consumed); wasted is speculative - consumed",
     ["kind"],
 )
 QUERIES_OWNED = Gauge("spex_queries_owned", "queries this coordinator holds the lease on", ["consumer"])

@@ -3,8 +3,9 @@ job (the generator's and the scorer's, from taken to done), all in the trace who
 message of the query carries (`trace_id`, set at submission).
 
 No process shares a span with another over the bus, so the ids are derived, not sent: a
-query's span has the span id `query_span_id(query_id)`, and each job's span names that as its
-parent. Exported over OTLP/HTTP when `SPEX_OTLP_ENDPOINT` is set (`http://collector:4318`);
+query's span has the span id `query_span_id(query_id, epoch)` (the epoch of the lease its
+owner holds: a query taken over gets a span of its own), and each job's span names the span of
+the epoch that issued it as its parent. Exported over OTLP/HTTP when `SPEX_OTLP_ENDPOINT` is set (`http://collector:4318`);
 unset, no tracer provider is installed and every span is OpenTelemetry's no-op. Tests install
 a provider of their own (`install`), e.g. with the SDK's in-memory exporter.
 """
@@ -46,8 +47,8 @@ def _hash(text: str, bits: int) -> int:
     return value or 1  # 0 is OpenTelemetry's invalid id
 
 
-def query_span_id(query_id: str) -> int:
-    return _hash(f"span/{query_id}", 64)
+def query_span_id(query_id: str, epoch: int) -> int:
+    return _hash(f"span/{query_id}/{epoch}", 64)
 
 
 def trace_id_of(trace_id: str, query_id: str) -> int:
@@ -88,9 +89,9 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("spex")
 
 
-def query_span(trace_id: str, query_id: str, attributes: dict[str, str | int]) -> Span:
+def query_span(trace_id: str, query_id: str, epoch: int, attributes: dict[str, str | int]) -> Span:
     """Start a query's span (the caller ends it), with the ids its jobs will derive."""
-    token = _NEXT_IDS.set((trace_id_of(trace_id, query_id), query_span_id(query_id)))
+    token = _NEXT_IDS.set((trace_id_of(trace_id, query_id), query_span_id(query_id, epoch)))
     try:
         return tracer().start_span("spex.query", context=trace.set_span_in_context(trace.INVALID_SPAN),
                                    attributes=attributes)  # fmt: skip
@@ -98,10 +99,11 @@ def query_span(trace_id: str, query_id: str, attributes: dict[str, str | int]) -
         _NEXT_IDS.reset(token)
 
 
-def job_span(name: str, trace_id: str, query_id: str, attributes: dict[str, str | int]) -> Span:
-    """Start a job's span (the caller ends it), a child of its query's span."""
+def job_span(name: str, trace_id: str, query_id: str, epoch: int, attributes: dict[str, str | int]) -> Span:
+    """Start a job's span (the caller ends it), a child of the span of the query's owner that
+    issued it (`epoch`)."""
     parent = SpanContext(
-        trace_id_of(trace_id, query_id), query_span_id(query_id), is_remote=True,
+        trace_id_of(trace_id, query_id), query_span_id(query_id, epoch), is_remote=True,
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )  # fmt: skip
     context = trace.set_span_in_context(NonRecordingSpan(parent))

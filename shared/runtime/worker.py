@@ -118,7 +118,7 @@ class JobWorker(ABC, Generic[J]):
             "spex.query_id": req.query_id, "spex.job_id": req.job_id, "spex.node_id": req.node_id,
             "spex.priority": req.priority, "spex.worker": self.settings.consumer,
         }  # fmt: skip
-        job.span = job_span(f"spex.{self.job_kind}", req.trace_id, req.query_id, attributes)
+        job.span = job_span(f"spex.{self.job_kind}", req.trace_id, req.query_id, req.epoch, attributes)
 
     async def on_complete(self, c: Completion) -> None:
         job = self.jobs.pop(c.rid, None)

@@ -12,7 +12,7 @@ from spex.shared.core.speculation import MAX_SPEC_PRIORITY, SpecPolicy, spec_pri
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 
-def drive(algorithm, target, seed, speculate, share=6, order_seed=0):
+def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event=None):
     workload = SyntheticWorkload(WorkloadKnobs(), seed, ALGORITHMS[algorithm].family)
     spec = workload.query(1)
     machine = QueryMachine(
@@ -42,6 +42,8 @@ def drive(algorithm, target, seed, speculate, share=6, order_seed=0):
             pending += machine.on_scored(cmd.node.id, workload.prm_reward(spec, path), t)
         elif isinstance(cmd, CancelCommand):
             pending = [c for c in pending if not (isinstance(c, GenerateCommand) and c.job_id == cmd.job_id)]
+        if after_event is not None:
+            after_event(machine)
     return machine, log
 
 
