@@ -51,4 +51,4 @@ def test_a_query_and_its_jobs_are_one_trace(redis_url, spans):
     assert len(finished) >= answer.nodes - answer.spec_adopted and scores
     assert all(s.end_time >= s.start_time for s in mine)
     primary = [s for s in generates if s.attributes["spex.priority"] == 0]
-    assert primary and len(generates) - len(primary) == issued  # speculative jobs are spans too
+    assert primary and len(generates) - len(primary) <= issued  # a job cancelled before it ran has none
