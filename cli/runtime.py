@@ -289,7 +289,7 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _result(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
-    from spex.shared.runtime.client import UnknownQuery
+    from spex.shared.runtime.client import UnknownQuery, answer_status
 
     try:  # as the HTTP ingress: an id that names no question is an error, not "no answer yet"
         await client.request(args.query_id)
@@ -298,7 +298,7 @@ async def _result(client: IngressClient, args: argparse.Namespace, console: Cons
     answer = await client.result(args.query_id, args.wait)
     if args.tree:
         nodes = await client.tree(args.query_id)
-        status = "searching" if answer is None else _status(answer)
+        status = "searching" if answer is None else answer_status(answer)
         tree = {"query_id": args.query_id, "status": status, "nodes": nodes}
         try:
             Path(args.tree).write_text(json.dumps(tree, indent=1) + "\n")
@@ -311,9 +311,6 @@ async def _result(client: IngressClient, args: argparse.Namespace, console: Cons
     _print_answer(console, answer)
     return 0
 
-
-def _status(answer: AnswerResult) -> str:
-    return "failed" if answer.error else "cancelled" if answer.cancelled else "answered"
 
 
 async def _submit(client: IngressClient, args: argparse.Namespace, console: Console) -> int:

@@ -23,7 +23,7 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from spex.proto import AnswerResult
-from spex.shared.runtime.client import IngressClient, node_json
+from spex.shared.runtime.client import IngressClient, answer_status, node_json
 
 __all__ = ["KEEPALIVE_S", "WatchRoutes", "answer_json"]
 
@@ -36,14 +36,8 @@ BLOCK_MS = 1000  # an event stream waits this long for its query's next event
 
 def answer_json(answer: AnswerResult) -> dict[str, Any]:
     """An answer as the ingress returns it: what was found, how, and at what cost."""
-    if answer.error:
-        status = "failed"
-    elif answer.cancelled:
-        status = "cancelled"
-    else:
-        status = "answered"
     out: dict[str, Any] = {
-        "status": status,
+        "status": answer_status(answer),
         "answer": answer.answer,
         "correct": answer.correct,
         "solution": answer.solution,

@@ -41,7 +41,7 @@ from spex.proto import (
     submission,
 )
 
-__all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "fold_tree", "node_json"]
+__all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "answer_status", "fold_tree", "node_json"]
 
 ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
@@ -344,6 +344,11 @@ class IngressClient:
 def _body(req: SubmitQuestionRequest) -> SubmitQuestionRequest:
     """What makes two submissions the same question: the request without its envelope."""
     return msgspec.structs.replace(req, msg_id="", query_id="", trace_id="", created_ms=0)
+
+
+def answer_status(answer: AnswerResult) -> str:
+    """What became of a question: "failed", "cancelled" or "answered" (HTTP and CLI alike)."""
+    return "failed" if answer.error else "cancelled" if answer.cancelled else "answered"
 
 
 def node_json(event: NodeEvent) -> dict[str, Any]:
