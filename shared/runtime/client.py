@@ -41,7 +41,9 @@ from spex.proto import (
     submission,
 )
 
-__all__ = ["Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "answer_status", "fold_tree", "node_json"]
+__all__ = [
+    "Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "answer_status", "fold_tree", "node_json",
+]  # fmt: skip
 
 ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
