@@ -131,26 +131,49 @@ def choose_time_scale(cfg: BenchConfig, console: Console | None = None) -> dict[
     return {"time_scale": scale, "pilot_wall_s": wall, "pilot_overhead_s": overhead, "predicted_s": predicted}
 
 
-def live_coordinator(cfg: BenchConfig, time_scale: float = 0.0005) -> dict[str, float]:
+def live_coordinator(cfg: BenchConfig, time_scale: float = 0.0005, generators: int = 2) -> dict[str, Any]:
     """Events one coordinator process handles while answering (not replaying): the services
     at a time scale where the simulated GPU is nearly instant, `cfg`'s questions with SPEX,
-    the coordinator's own count of inbox events (its /metrics) over its CPU seconds."""
+    the coordinator's own count of inbox events (its /metrics) over its CPU seconds; and the
+    CPU seconds every other process (and Redis, by its INFO) spent on the same run."""
     port = _free_port()
-    with up(Settings(time_scale=time_scale, metrics_port=port), generators=2) as live:
-        pid = _pid_of("coord-0", port)
-        cpu0, events0 = _cpu_s(pid), _events(port)
+    with up(Settings(time_scale=time_scale, metrics_port=port), generators=generators) as live:
+        pids = {name: _pid_of(name, port + i) for i, name in enumerate(_services(generators))}
+        cpu0 = {name: _cpu_s(pid) for name, pid in pids.items()}
+        redis0, events0 = _redis_cpu_s(live), _events(port)
         t0 = time.monotonic()
         run = asyncio.run(drive(live, cfg, "spex"))
         wall = time.monotonic() - t0
-        cpu, events = _cpu_s(pid) - cpu0, _events(port) - events0
+        cpu = {name: _cpu_s(pid) - cpu0[name] for name, pid in pids.items()}
+        redis_cpu, events = _redis_cpu_s(live) - redis0, _events(port) - events0
+    coord = cpu["coord-0"]
     return {
         "events": events,
-        "coordinator_cpu_s": cpu,
+        "coordinator_cpu_s": coord,
         "wall_s": wall,
-        "events_per_cpu_s": events / cpu if cpu else 0.0,
+        "events_per_cpu_s": events / coord if coord else 0.0,
         "events_per_wall_s": events / wall if wall else 0.0,
         "questions": float(len(run["answers"])),
+        "cpu_s": cpu,
+        "redis_cpu_s": redis_cpu,
+        "events_per_redis_cpu_s": events / redis_cpu if redis_cpu else 0.0,
     }
+
+
+def _services(generators: int) -> list[str]:
+    """The consumer names `up` gives its services, in the order it numbers their metrics ports."""
+    from spex.services.launcher import service_names
+
+    return service_names(generators, 1)
+
+
+def _redis_cpu_s(live: Settings) -> float:
+    """The CPU seconds Redis has spent (user + system), by its own INFO."""
+    import redis
+
+    with redis.Redis.from_url(live.redis_url, password=live.password() or None) as client:
+        info: Any = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _free_port() -> int:

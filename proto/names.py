@@ -3,11 +3,21 @@
 A name that depends on an id is a `Name`: call it to build the name, `.parse` to get the id
 back, so no service slices strings. A query's keys share the hash tag `{q:<id>}`, which keeps
 them in one Redis Cluster slot (so one Lua script may touch them all).
+
+Partitions (a Redis Cluster): with `use_partitions(n)`, n > 1, every global stream and set is
+split into n parts, `<name>:{pK}`, and a query's keys take its partition's tag in front,
+`{pK}{q:<id>}:in` (Redis hashes the first braces only). A query's keys, the parts of the
+global streams its messages go to (`placed`), its client key and its in-flight entries then
+share one slot, so every script stays one atomic call on one shard, and a read of many
+queries' inboxes is one command per partition. Readers read every part (`spread`). The worker
+registry lives in part 0 (`home`). With one partition (a single Redis) every name is as
+written here.
 """
 
 from __future__ import annotations
 
 import re
+import zlib
 
 from spex.proto.messages import (
     AnswerResult,
@@ -44,10 +54,16 @@ __all__ = [
     "SCORE_JOBS",
     "STREAMS",
     "Name",
+    "QueryName",
     "client_in_flight",
     "dead_letter",
     "gen_jobs",
+    "home",
+    "logical",
     "message_types",
+    "partition",
+    "partitions",
+    "placed",
     "query_cancelled",
     "query_checkpoint",
     "query_epoch",
@@ -57,7 +73,9 @@ __all__ = [
     "query_sent",
     "query_tree",
     "reply_key",
+    "spread",
     "submitted_key",
+    "use_partitions",
     "worker_jobs",
     "worker_load",
 ]
@@ -91,6 +109,88 @@ class Name:
         return f"Name({self.pattern!r})"
 
 
+_TAG = re.compile(r"\{p\d+\}")  # a partition's hash tag, in front of a name
+
+
+class QueryName(Name):
+    """A key of one query: with partitions, its partition's tag goes in front."""
+
+    def __call__(self, ident: str) -> str:
+        name = super().__call__(ident)
+        return name if _partitions == 1 else f"{{p{partition(ident)}}}{name}"
+
+    def parse(self, name: str | bytes) -> str | None:
+        text = name.decode() if isinstance(name, bytes) else name
+        m = _TAG.match(text)
+        return super().parse(text[m.end() :] if m else text)
+
+    @property
+    def glob(self) -> str:
+        return ("" if _partitions == 1 else "{p*}") + super().__call__("*")
+
+
+# ---------------------------------------------------------------------------- partitions
+_partitions = 1
+_SUFFIX = re.compile(r":\{p(\d+)\}$")
+
+
+def use_partitions(count: int) -> None:
+    """Split the global streams and sets into `count` partitions (a property of the
+    deployment, like the names themselves: every process of it sets the same, at start)."""
+    global _partitions
+    if not 1 <= count <= 16384:
+        raise ValueError(f"partitions: {count}; 1 to 16384")
+    _partitions = count
+
+
+def partitions() -> int:
+    return _partitions
+
+
+def partition(ident: str) -> int:
+    """The partition of a query (or of a client key): a stable hash of it."""
+    return 0 if _partitions == 1 else zlib.crc32(ident.encode()) % _partitions
+
+
+def _part(name: str, k: int) -> str:
+    if _partitions == 1:
+        return name
+    # Redis hashes the first `{...}`: a name that holds a brace of its own (a client key may)
+    # takes the tag in front.
+    return f"{{p{k}}}{name}" if "{" in name else f"{name}:{{p{k}}}"
+
+
+def _placed_already(name: str) -> bool:
+    return _partitions == 1 or _TAG.match(name) is not None or _SUFFIX.search(name) is not None
+
+
+def placed(name: str, query_id: str) -> str:
+    """Where a message (or entry) of query `query_id` goes on the global stream or set
+    `name`: its partition's part. A query's own key (already tagged) stays as it is."""
+    return name if _placed_already(name) else _part(name, partition(query_id))
+
+
+def spread(name: str) -> list[str]:
+    """Every part of the global stream or set `name` (for its readers)."""
+    if _placed_already(name):
+        return [name]
+    return [_part(name, k) for k in range(_partitions)]
+
+
+def home(name: str) -> str:
+    """A key of the worker registry (the workers' set and their load reports, written by one
+    script): in partition 0."""
+    return name if _placed_already(name) else _part(name, 0)
+
+
+def logical(name: str | bytes) -> str:
+    """The global name a part belongs to (`gen:jobs:default:{p3}` -> `gen:jobs:default`); a
+    query's own key without its partition's tag."""
+    text = name.decode() if isinstance(name, bytes) else name
+    m = _TAG.match(text)
+    return _SUFFIX.sub("", text[m.end() :] if m else text)
+
+
 # ---------------------------------------------------------------------------- streams
 INGRESS = "ingress:new"  # questions, read by the coordinators' group
 gen_jobs = Name("gen:jobs:<id>")  # generation jobs of one worker pool (shared by its workers)
@@ -105,8 +205,8 @@ def worker_jobs(pool: str, worker: str) -> str:
 
 GEN_CONTROL = "gen:control"  # cancels and promotions, fanned out to every generator (no group)
 SCORE_JOBS = "score:jobs"
-query_inbox = Name("{q:<id>}:in")  # every result a query received, in order; never trimmed
-query_tree = Name("{q:<id>}:tree")  # the query's NodeEvents, for watchers; expires with its answer
+query_inbox = QueryName("{q:<id>}:in")  # every result a query received, in order; never trimmed
+query_tree = QueryName("{q:<id>}:tree")  # the query's NodeEvents, for watchers; expires with its answer
 QUERY_STATS = "stats:queries"  # coordinators → allocator telemetry (trimmed)
 ANSWERS = "answers"  # every answer, for consumers that follow all queries
 dead_letter = Name("dlq:<id>")  # dlq:<stream>: entries given up on, with the reason
@@ -117,17 +217,17 @@ GENERATOR_GROUP = "gen"  # on gen_jobs(pool); KEDA scales generators on its lag
 SCORER_GROUP = "score"  # on SCORE_JOBS
 
 # ---------------------------------------------------------------------------- keys
-reply_key = Name("{q:<id>}:answer")  # the query's AnswerResult, written once
-query_request = Name("{q:<id>}:req")  # the SubmitQuestionRequest, for a takeover
-query_lease = Name("{q:<id>}:lease")  # the owning coordinator, with a TTL
-query_epoch = Name("{q:<id>}:epoch")  # fencing token, incremented per lease taken
-query_checkpoint = Name("{q:<id>}:ckpt")  # hash: epoch, last applied inbox entry, digest
+reply_key = QueryName("{q:<id>}:answer")  # the query's AnswerResult, written once
+query_request = QueryName("{q:<id>}:req")  # the SubmitQuestionRequest, for a takeover
+query_lease = QueryName("{q:<id>}:lease")  # the owning coordinator, with a TTL
+query_epoch = QueryName("{q:<id>}:epoch")  # fencing token, incremented per lease taken
+query_checkpoint = QueryName("{q:<id>}:ckpt")  # hash: epoch, last applied inbox entry, digest
 COORDINATORS_ACTIVE = "coord:active"  # zset: query id -> lease expiry (ms), for the reaper
 INGRESS_IN_FLIGHT = "ingress:inflight"  # zset: query id -> submitted (ms), not yet answered
 client_in_flight = Name("ingress:inflight:<id>")  # the same, per client (token name)
 submitted_key = Name("submitted:<id>")  # <client>/<client key> -> query id and body hash
-query_sent = Name("{q:<id>}:sent")  # hash: ids of the messages published for it (idempotent publish)
-query_cancelled = Name("{q:<id>}:cancelled")  # hash: its jobs cancelled (a queued one never starts)
+query_sent = QueryName("{q:<id>}:sent")  # hash: ids of the messages published for it (idempotent publish)
+query_cancelled = QueryName("{q:<id>}:cancelled")  # hash: its jobs cancelled (a queued one never starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness
 ALLOCATOR_LEASE = "allocator:lease"  # the one active budget allocator
 ALLOCATOR_STATUS = "allocator:status"  # JSON: its governors' slack and pools, for watchers (TTL)
@@ -156,6 +256,7 @@ KEYS: dict[str | Name, tuple[type[Message], ...]] = {
 
 def message_types(name: str) -> tuple[type[Message], ...]:
     """The message types a concrete stream or key carries; ValueError if none are registered."""
+    name = logical(name)
     for table in (STREAMS, KEYS):
         for family, types in table.items():
             if family == name or (isinstance(family, Name) and family.parse(name) is not None):

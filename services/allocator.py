@@ -16,19 +16,22 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 
-from spex.proto import BudgetUpdateEvent, ProtocolError, QueryStatsEvent, WorkerLoadEvent, decode
+from spex.proto import BudgetUpdateEvent, Message, ProtocolError, QueryStatsEvent, WorkerLoadEvent, decode
 from spex.proto.names import (
     ALLOCATOR_LEASE,
     ALLOCATOR_STATUS,
+    GEN_WORKERS,
     QUERY_STATS,
+    home,
     query_inbox,
     query_request,
+    spread,
     worker_load,
 )
 from spex.shared.core.spec.budget import Demand, allocate
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
-from spex.shared.runtime.bus import Bus
+from spex.shared.runtime.bus import Bus, read_streams
 from spex.shared.runtime.metrics import GOVERNOR_SLACK, SPEC_BUDGET, SPEC_POOL
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
@@ -37,6 +40,7 @@ __all__ = ["Allocator", "main"]
 
 MAX_STEP_TOKENS = 256  # the longest step a speculative job may generate
 STALE_S = 2.0  # stats older than this belong to a finished query
+PUBLISH_BATCH = 1000  # budget updates sent in one pipeline
 
 
 class Allocator:
@@ -53,7 +57,7 @@ class Allocator:
         self.latest: dict[str, tuple[float, QueryStatsEvent]] = {}
         self.published: dict[str, int] = {}  # last share sent per query
         self.rounds = 0
-        self._last = "$"
+        self._last = dict.fromkeys(spread(QUERY_STATS), "$")  # each part: where we are
         self.governors: dict[str, TpotGovernor] = {}  # per worker
         self._slack_bound: dict[str, bool] = {}  # the slack set its last pool (not KV)
         self._gauged: set[str] = set()  # workers whose gauges this allocator set
@@ -92,11 +96,11 @@ class Allocator:
             await asyncio.sleep(self.settings.lease_s / 3)  # another allocator is active
             return
         await self.r.pexpire(ALLOCATOR_LEASE, lease_ms)
-        replies: Any = await self.r.xread({QUERY_STATS: self._last}, count=1000, block=self.settings.block_ms)
+        replies = await read_streams(self.r, self._last, 1000, self.settings.block_ms)
         now = time.monotonic()
-        for _, entries in replies or []:
+        for part, entries in replies:
             for entry_id, fields in entries:
-                self._last = entry_id
+                self._last[part] = entry_id
                 try:
                     msg = decode(QUERY_STATS, (fields or {}).get(b"e", b""))
                 except ProtocolError as exc:  # telemetry: a bad sample is dropped, not parked
@@ -109,16 +113,19 @@ class Allocator:
         await self._publish()
 
     async def _worker_loads(self) -> list[WorkerLoadEvent]:
-        """The load of every live generator (a worker's key expires when it dies)."""
+        """The load of every live generator (a worker's key expires when it dies): those the
+        registry knows, one MGET (their keys share partition 0's slot)."""
         out = []
-        async for key in self.r.scan_iter(match=worker_load.glob):
-            raw: Any = await self.r.get(key)
+        members: Any = await self.r.zrange(home(GEN_WORKERS), 0, -1)
+        keys = [home(worker_load(m.decode() if isinstance(m, bytes) else str(m))) for m in members]
+        raws: Any = await self.r.mget(keys) if keys else []
+        for key, raw in zip(keys, raws, strict=True):
             if raw is None:
                 continue
             try:
-                load = decode(key.decode(), raw)
+                load = decode(key, raw)
             except ProtocolError as exc:
-                self.log.warning("worker_load_malformed", key=key.decode(), error=str(exc))
+                self.log.warning("worker_load_malformed", key=key, error=str(exc))
                 continue
             if isinstance(load, WorkerLoadEvent):
                 out.append(load)
@@ -169,6 +176,7 @@ class Allocator:
                     self.governors[w.worker].note_pool(demand, pool, self._slack_bound.get(w.worker, False))
         self.rounds += 1
         await self._report(loads, pools, sum(shares.values()))
+        updates: list[tuple[str, Message]] = []
         for m in stats:
             if self.published.get(m.query_id) == shares[m.query_id]:
                 continue  # unchanged: nothing to send
@@ -179,7 +187,10 @@ class Allocator:
                 share=shares[m.query_id],
                 k_total=self.k_total,
             )
-            await self.bus.publish(query_inbox(m.query_id), event, require=query_request(m.query_id))
+            updates.append((query_inbox(m.query_id), event))
+        for start in range(0, len(updates), PUBLISH_BATCH):  # every update of the round at once
+            batch = updates[start : start + PUBLISH_BATCH]
+            await self.bus.publish_many(batch, require=lambda message: query_request(message.query_id))
 
     async def _report(self, loads: dict[str, WorkerLoadEvent], pools: dict[str, int], granted: int) -> None:
         """The governors' slack and the pools, as gauges and for the ingress's overview (a

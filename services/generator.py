@@ -39,8 +39,10 @@ from spex.proto.names import (
     GEN_WORKERS,
     GENERATOR_GROUP,
     gen_jobs,
+    home,
     query_inbox,
     query_request,
+    spread,
     worker_jobs,
     worker_load,
 )
@@ -48,7 +50,7 @@ from spex.shared.content.prompts import prompt_pieces, stop_strings
 from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
-from spex.shared.runtime.bus import Delivery
+from spex.shared.runtime.bus import Delivery, read_streams
 from spex.shared.runtime.jobs import job_wanted
 from spex.shared.runtime.metrics import JOBS_IN_FLIGHT
 from spex.shared.runtime.service import guarded, loop_forever, run_service
@@ -71,9 +73,9 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local t = redis.call('TIME')
 redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[3])
 """
-# Forget a dead worker: still dead (no load key), last seen FORGET_S ago by Redis's clock, its
-# stream empty (all it had was done and trimmed). Checked and done at once, so a worker that
-# comes back meanwhile keeps its entry.
+# Forget a dead worker: still dead (no load key), last seen FORGET_S ago by Redis's clock (its
+# stream, found empty just before, is deleted after: nothing routes to a worker with no load
+# key). Checked and done at once, so a worker that comes back meanwhile keeps its entry.
 FORGET = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local seen = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -81,9 +83,7 @@ if not seen then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now - tonumber(seen) < tonumber(ARGV[2]) then return 0 end
-if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('XLEN', KEYS[3]) > 0 then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('DEL', KEYS[3])
 return 1
 """
 
@@ -107,7 +107,7 @@ class Generator(JobWorker[_GenJob]):
         self.adopted: list[str] = []  # streams of dead peers, read before ours
         self._grouped: set[str] = set()  # dead peers' streams whose group we made sure of
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
-        self._control_last = "$"
+        self._control_last = dict.fromkeys(spread(GEN_CONTROL), "$")  # each part: where we are
         # Promotions of jobs not (yet) here: applied if the job arrives (bounded, oldest out).
         self._promoted: OrderedDict[str, int] = OrderedDict()
         self._report = client.register_script(REPORT)
@@ -229,19 +229,15 @@ class Generator(JobWorker[_GenJob]):
     async def _control_round(self) -> None:
         """Cancellations and promotions, fanned out to every generator (no group: each reads
         all of them from where it joined)."""
-        replies = cast(
-            list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]],
-            await self.bus.r.xread(
-                {GEN_CONTROL: self._control_last}, count=100, block=self.settings.block_ms
-            ),
-        )
-        for _, entries in replies or []:
+        replies = await read_streams(self.bus.r, self._control_last, 100, self.settings.block_ms)
+        for part, entries in replies:
             for entry_id, fields in entries:
-                self._control_last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                self._control_last[part] = last
                 try:
                     msg = decode(GEN_CONTROL, (fields or {}).get(b"e", b""))
                 except ProtocolError as exc:  # a fan-out stream has no group to park it in
-                    self.log.warning("control_message_malformed", entry_id=self._control_last, error=str(exc))
+                    self.log.warning("control_message_malformed", entry_id=last, error=str(exc))
                     continue
                 if isinstance(msg, CancelRequest):
                     await self.on_control_cancel(msg)
@@ -269,10 +265,10 @@ class Generator(JobWorker[_GenJob]):
         read, which the intake reads before anything else (`adopted`). The coordinators route
         its queries elsewhere as soon as its key expired. A worker dead for FORGET_S whose
         stream is empty is forgotten, and its stream deleted."""
-        members = cast(list[bytes], await self.bus.r.zrange(GEN_WORKERS, 0, -1))
+        members = cast(list[bytes], await self.bus.r.zrange(home(GEN_WORKERS), 0, -1))
         peers = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
         peers = [p for p in peers if p != self.settings.consumer]
-        loads = await self.bus.r.mget([worker_load(p) for p in peers]) if peers else []
+        loads = await self.bus.r.mget([home(worker_load(p)) for p in peers]) if peers else []
         alive = cast(list[bytes | None], loads)
         adopted = []
         for peer, load in zip(peers, alive, strict=True):
@@ -288,8 +284,12 @@ class Generator(JobWorker[_GenJob]):
                 self.log.info("job_adopted", worker=peer, entry_id=d.entry_id)
                 await self.dispatch(d)
             await self.bus.trim_now_and_then(stream)
-            keys = [GEN_WORKERS, worker_load(peer), stream]
-            if await self._forget(keys=keys, args=[peer, int(FORGET_S * 1000)]):
+            parts = spread(stream)
+            lengths = [await self.bus.r.xlen(part) for part in parts]
+            keys = [home(GEN_WORKERS), home(worker_load(peer))]
+            if not any(lengths) and await self._forget(keys=keys, args=[peer, int(FORGET_S * 1000)]):
+                for part in parts:
+                    await self.bus.r.delete(part)
                 self.bus.forget(stream)
                 self._grouped.discard(stream)
                 self.log.info("worker_forgotten", worker=peer)
@@ -333,7 +333,8 @@ class Generator(JobWorker[_GenJob]):
             primary_alone_s=load.primary_alone_s,
         )
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
-        await self._report(keys=[worker_load(consumer), GEN_WORKERS], args=[encode(event), ttl_ms, consumer])
+        keys = [home(worker_load(consumer)), home(GEN_WORKERS)]
+        await self._report(keys=keys, args=[encode(event), ttl_ms, consumer])
 
 
 def _engine(settings: Settings) -> LiveEngine:

@@ -31,7 +31,7 @@ from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import ENV, Settings, without_password
 from spex.shared.runtime.supervisor import Supervisor
 
-__all__ = ["default_data_dir", "lock_data_dir", "service_env", "up"]
+__all__ = ["default_data_dir", "lock_data_dir", "service_env", "service_names", "services", "up"]
 
 PASSWORD_FILE = "redis.password"
 LOCK_FILE = "spex.lock"
@@ -125,6 +125,17 @@ def engine_urls(raw: str, generators: int) -> list[str]:
     return urls
 
 
+def services(generators: int, coordinators: int) -> list[tuple[str, str]]:
+    """(kind, consumer name) of each service `up` starts, in the order it numbers them."""
+    names = [("coordinator", f"coord-{i}") for i in range(coordinators)]
+    names += [("generator", f"gen-{i}") for i in range(generators)]
+    return names + [("scorer", "scorer-0"), ("allocator", "allocator-0"), ("ingress", "ingress-0")]
+
+
+def service_names(generators: int, coordinators: int) -> list[str]:
+    return [name for _, name in services(generators, coordinators)]
+
+
 @contextlib.contextmanager
 def up(
     settings: Settings,
@@ -157,9 +168,7 @@ def up(
     logs = _log_dir(data_dir) if data_dir is not None else Path(scratch.name)
     supervisor = Supervisor(logs, say=lambda msg: say(f"[yellow]spex up[/]: {msg}"))
     try:
-        names = [("coordinator", f"coord-{i}") for i in range(coordinators)]
-        names += [("generator", f"gen-{i}") for i in range(generators)]
-        names += [("scorer", "scorer-0"), ("allocator", "allocator-0"), ("ingress", "ingress-0")]
+        names = services(generators, coordinators)
         ports: dict[str, int] = {}
         urls = engine_urls(settings.engine_url, generators) if settings.engine in ("vllm", "sglang") else []
         for i, (kind, name) in enumerate(names):

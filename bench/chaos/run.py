@@ -14,7 +14,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -22,7 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from spex.bench.chaos.rig import Rig
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import AnswerResult, decode
-from spex.proto.names import ANSWERS
+from spex.proto.names import ANSWERS, spread
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
@@ -214,7 +214,9 @@ async def _answers(rig: Rig, qids: list[str]) -> dict[str, AnswerResult | None]:
 async def _answer_counts(rig: Rig) -> Counter[str]:
     assert rig.client is not None
     counts: Counter[str] = Counter()
-    entries: Any = await rig.client.r.xrange(ANSWERS)
+    entries: Any = []
+    for part in spread(ANSWERS):
+        entries += cast(Any, await rig.client.r.xrange(part))
     for _, fields in entries:
         answer = decode(ANSWERS, fields[b"e"])
         counts[answer.query_id] += 1

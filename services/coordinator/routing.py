@@ -10,7 +10,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from spex.proto import ProtocolError, WorkerLoadEvent, decode
-from spex.proto.names import GEN_WORKERS, gen_jobs, worker_jobs, worker_load
+from spex.proto.names import GEN_WORKERS, gen_jobs, home, worker_jobs, worker_load
 from spex.shared.core.routing import SHARED, Load, Ring, route
 
 __all__ = ["REFRESH_S", "Router"]
@@ -35,9 +35,9 @@ class Router:
         if not self.affinity:
             return
         self.placed = {q: w for q, w in self.placed.items() if q in queries}
-        members: Any = await self.r.zrange(GEN_WORKERS, 0, -1)  # live: those whose load key exists
+        members: Any = await self.r.zrange(home(GEN_WORKERS), 0, -1)  # live: those whose load key exists
         names = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
-        raws: Any = await self.r.mget([worker_load(n) for n in names]) if names else []
+        raws: Any = await self.r.mget([home(worker_load(n)) for n in names]) if names else []
         loads: dict[str, Load] = {}
         for name, raw in zip(names, raws, strict=True):
             if raw is None:  # its key expired: dead (or not yet reporting)

@@ -74,7 +74,7 @@ from spex.services.coordinator.recovery import Recovery
 from spex.services.coordinator.routing import REFRESH_S, Router
 from spex.services.coordinator.store import Entries, QueryStore
 from spex.shared.core.commands import Command
-from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery, entry_after
+from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery, ScriptCall, entry_after
 from spex.shared.runtime.metrics import (
     BUS_HOP,
     EVENTS,
@@ -146,20 +146,25 @@ class Coordinator:
         if not after:  # every lease is unconfirmed (we stalled): wait for the renewals
             await asyncio.sleep(self.settings.block_ms / 1000)
             return
-        for qid, entries in await self.store.read_inboxes(after, INBOX_BATCH, self.settings.block_ms):
-            query = self.queries.get(qid)
-            if query is None:
-                continue
-            try:
-                await self._apply(query, entries)
-            except Unpublishable as exc:
-                await self._fail(query, str(exc))
-            except Exception:
-                # Commands the machine issued may not have been published: its memory is
-                # ahead of Redis. Let the query go: whoever adopts it next replays the
-                # inbox and re-issues them (publishing is idempotent).
-                self._release(query)
-                raise
+        # Every query's events of the read, then one round trip for all their publishes and
+        # checkpoints (each query's publishes before its checkpoint).
+        batches: dict[str, list[Effect]] = {}
+        try:
+            for qid, entries in await self.store.read_inboxes(after, INBOX_BATCH, self.settings.block_ms):
+                query = self.queries.get(qid)
+                if query is None:
+                    continue
+                try:
+                    await self._apply_events(query, entries, batches.setdefault(qid, []))
+                except Exception:
+                    # Commands the machine issued may not have been published: its memory is
+                    # ahead of Redis. Let the query go: whoever adopts it next replays the
+                    # inbox and re-issues them (publishing is idempotent).
+                    batches.pop(qid, None)
+                    self._release(query)
+                    raise
+        finally:
+            await self._settle(batches)
         if self._now() - self._stats_sent >= STATS_EVERY_S:
             self._stats_sent = self._now()
             await self._publish_stats()
@@ -280,8 +285,66 @@ class Coordinator:
 
     # ------------------------------------------------------------------ inbox events
     async def _apply(self, query: HeldQuery, entries: Entries) -> None:
-        stream = query_inbox(query.query_id)
+        """Apply `entries` and settle them (publish what they issued, checkpoint)."""
         batch: list[Effect] = []
+        try:
+            await self._apply_events(query, entries, batch)
+        finally:
+            await self._settle({query.query_id: batch})
+
+    async def _settle(self, batches: dict[str, list[Effect]]) -> None:
+        """Publish each query's effects of `batches` and record its entries as applied (the
+        checkpoint, after its publishes: a crash in between replays them, and publishing is
+        idempotent) in one round trip; then the queries' watchers. A query whose messages
+        cannot be published (too large) fails alone; if Redis fails, every query of the batch
+        is let go (whoever adopts it replays its inbox)."""
+        held = [self.queries[q] for q in batches if q in self.queries and not self.queries[q].machine.done]
+        checkpoints = [
+            self.store.checkpoint_call(q.query_id, q.epoch, q.last_id, len(q.machine.tree)) for q in held
+        ]
+        effects_all = [effect for batch in batches.values() for effect in batch]
+        if not effects_all and not checkpoints:
+            return
+        try:
+            confirmed = list(zip(held, await self._flush(effects_all, checkpoints), strict=True))
+        except Unpublishable:
+            confirmed = await self._settle_one_by_one(batches, held)
+        except BaseException:
+            for query in held:
+                self._release(query)
+            raise
+        for query, ok in confirmed:
+            if not ok:
+                self._lost(query)
+            elif query.query_id in self.queries:
+                await self._observe(query)
+
+    async def _settle_one_by_one(
+        self, batches: dict[str, list[Effect]], held: list[HeldQuery]
+    ) -> list[tuple[HeldQuery, bool]]:
+        """A batch with a message too large to publish: each query's effects alone, and the
+        one whose are too large fails."""
+        failed: set[str] = set()
+        for qid, batch in batches.items():
+            try:
+                await self._flush(batch)
+            except Unpublishable as exc:
+                query = self.queries.get(qid)
+                if query is not None and not query.machine.done:
+                    failed.add(qid)
+                    await self._fail(query, str(exc))
+        confirmed = []
+        for query in held:
+            if query.query_id not in failed:
+                nodes = len(query.machine.tree)
+                ok = await self.store.checkpoint(query.query_id, query.epoch, query.last_id, nodes)
+                confirmed.append((query, ok))
+        return confirmed
+
+    async def _apply_events(self, query: HeldQuery, entries: Entries, batch: list[Effect]) -> None:
+        """Apply `entries` (those not applied yet) to the query's machine; what they issue
+        joins `batch` (an answer is sent at once, with what is pending before it)."""
+        stream = query_inbox(query.query_id)
         for entry_id, fields in entries:
             entry = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             if not entry_after(entry, query.last_id):
@@ -310,14 +373,6 @@ class Coordinator:
             await self._execute(query, commands, batch)
             if query.machine.done:
                 break
-        # One round trip for every publish of the batch, before the checkpoint that records
-        # the entries as applied (a crash in between replays them; publishing is idempotent).
-        await self._flush(batch)
-        if not query.machine.done:
-            await self._observe(query)
-            nodes = len(query.machine.tree)
-            if not await self.store.checkpoint(query.query_id, query.epoch, query.last_id, nodes):
-                self._lost(query)
 
     # ------------------------------------------------------------------ effects
     async def _execute(
@@ -342,7 +397,9 @@ class Coordinator:
         if own:
             await self._flush(pending)
 
-    async def _flush(self, pending: list[Effect]) -> None:
+    async def _flush(self, pending: list[Effect], then: list[ScriptCall] | None = None) -> list[Any]:
+        """Send `pending`'s publishes and cancel marks, then the script calls `then`, in one
+        round trip: what each call returned."""
         items: list[tuple[str, Message]] = []
         marks: list[tuple[str, str]] = []
         for effect in pending:
@@ -355,10 +412,12 @@ class Coordinator:
                 marks.append((query_cancelled(effect.query_id), effect.job_id))
         pending.clear()
         try:
-            await self.bus.publish_many(items, marks, {GEN_CONTROL: CONTROL_KEEP_S})
+            keep = {GEN_CONTROL: CONTROL_KEEP_S}
+            _, done = await self.bus.publish_many(items, marks, keep, then=then or ())
         except ProtocolError as exc:  # e.g. the path's text past the message limit
             names = ", ".join(sorted({type(m).__name__ for _, m in items}))
             raise Unpublishable(f"{names}: {exc}") from None
+        return done
 
     async def _answer(self, query: HeldQuery, effect: Answer) -> None:
         qid, m = query.query_id, query.machine

@@ -3,8 +3,9 @@ Lua scripts (`scripts`), registered once and run by SHA (redis-py loads a script
 a restarted Redis has forgotten it).
 
 A query's keys share its hash tag (`{q:<id>}`), so each script touches one cluster slot; the
-global sets (in-flight, active leases) and the answers stream are the exceptions the names
-module lists.
+global sets (in-flight, active leases), the answers stream and the client key join them on a
+cluster, where each is split into partitions and a query's keys take its partition's tag
+(`names.placed`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from spex.proto.names import (
     QUERY_STATS,
     client_in_flight,
     dead_letter,
+    placed,
     query_cancelled,
     query_checkpoint,
     query_epoch,
@@ -39,15 +41,21 @@ from spex.proto.names import (
     query_sent,
     query_tree,
     reply_key,
+    spread,
     submitted_key,
 )
 from spex.services.coordinator import scripts
+from spex.shared.runtime.bus import ScriptCall, is_cluster, read_streams
 
 __all__ = ["Entries", "QueryStore"]
 
 TREE_EVENTS_KEPT = 100_000  # node events kept per query (a tree of 20k nodes, several each)
 # What XRANGE and XREAD give for one stream: (entry id, fields) in order.
 Entries = list[tuple[bytes | str, dict[bytes, bytes]]]
+
+
+def _placed(qid: str, *names: str) -> list[str]:
+    return [placed(name, qid) for name in names]
 
 
 def _now_ms() -> int:
@@ -73,31 +81,34 @@ class QueryStore:
     # ------------------------------------------------------------------ leases
     async def acquire(self, qid: str) -> int:
         """Take the lease on `qid`: its new fencing epoch, or 0 if another holds it."""
-        keys = [query_lease(qid), query_epoch(qid), COORDINATORS_ACTIVE]
+        keys = [query_lease(qid), query_epoch(qid), placed(COORDINATORS_ACTIVE, qid)]
         args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
         return int(await self._acquire(keys=keys, args=args) or 0)
 
     async def renew(self, qid: str) -> int:
         """Extend our lease: the epoch it holds, or 0 if it is no longer ours."""
-        keys = [query_lease(qid), query_epoch(qid), COORDINATORS_ACTIVE]
+        keys = [query_lease(qid), query_epoch(qid), placed(COORDINATORS_ACTIVE, qid)]
         args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
         return int(await self._renew(keys=keys, args=args) or 0)
 
     async def release(self, qid: str) -> None:
         """Give our lease up and make the query due for the reaper at once."""
-        await self._release(keys=[query_lease(qid), COORDINATORS_ACTIVE], args=[self.owner, qid])
+        await self._release(keys=[query_lease(qid), placed(COORDINATORS_ACTIVE, qid)], args=[self.owner, qid])
 
     async def leased(self, qid: str) -> bool:
         return bool(await self.r.exists(query_lease(qid)))
 
     async def expired(self) -> list[str]:
         """Queries whose holder stopped renewing (their lease's expiry has passed)."""
-        raw = cast(list[bytes], await self.r.zrangebyscore(COORDINATORS_ACTIVE, 0, _now_ms()))
+        now_ms = _now_ms()
+        raw: list[bytes] = []
+        for part in spread(COORDINATORS_ACTIVE):
+            raw += cast(list[bytes], await self.r.zrangebyscore(part, 0, now_ms))
         return [q.decode() for q in raw]
 
     async def not_active(self, qid: str) -> None:
         """Nothing to reap for `qid` (answered, expired or unreadable)."""
-        await self.r.zrem(COORDINATORS_ACTIVE, qid)
+        await self.r.zrem(placed(COORDINATORS_ACTIVE, qid), qid)
 
     # ------------------------------------------------------------------ a query's record
     async def keep_request(self, req: SubmitQuestionRequest) -> None:
@@ -128,8 +139,9 @@ class QueryStore:
         """A query Redis lost, about to be searched again: stored and counted in flight again."""
         now_ms = _now_ms()
         await self.keep_request(req)
-        await self.r.zadd(INGRESS_IN_FLIGHT, {req.query_id: now_ms})
-        await self.r.zadd(client_in_flight(req.client), {req.query_id: now_ms})
+        qid = req.query_id
+        await self.r.zadd(placed(INGRESS_IN_FLIGHT, qid), {qid: now_ms})
+        await self.r.zadd(placed(client_in_flight(req.client), qid), {qid: now_ms})
 
     # ------------------------------------------------------------------ the inbox
     async def inbox(self, qid: str) -> Entries:
@@ -139,12 +151,12 @@ class QueryStore:
     async def read_inboxes(
         self, after: dict[str, str], count: int, block_ms: int
     ) -> list[tuple[str, Entries]]:
-        """New entries of the inboxes in `after` (query id -> last entry applied)."""
-        streams: dict[Any, Any] = {query_inbox(q): last for q, last in after.items()}
-        replies = cast(list[tuple[bytes, Entries]], await self.r.xread(streams, count=count, block=block_ms))
+        """New entries of the inboxes in `after` (query id -> last entry applied): one XREAD
+        (one per partition on a cluster)."""
+        streams = {query_inbox(q): last for q, last in after.items()}
         out = []
-        for stream, entries in replies or []:
-            qid = query_inbox.parse(stream.decode() if isinstance(stream, bytes) else stream)
+        for stream, entries in await read_streams(self.r, streams, count, block_ms):
+            qid = query_inbox.parse(stream)
             if qid is not None:
                 out.append((qid, entries))
         return out
@@ -157,17 +169,23 @@ class QueryStore:
     # ------------------------------------------------------------------ fenced writes
     async def checkpoint(self, qid: str, epoch: int, last_id: str, nodes: int) -> bool:
         """Record the last inbox entry applied; False if the lease is no longer ours."""
+        script, keys, args = self.checkpoint_call(qid, epoch, last_id, nodes)
+        return bool(await script(keys=keys, args=args))
+
+    def checkpoint_call(self, qid: str, epoch: int, last_id: str, nodes: int) -> ScriptCall:
+        """`checkpoint` as a script call, for the bus to send after a batch's publishes (it
+        returns 1, or 0 if the lease is no longer ours)."""
         keys = [query_lease(qid), query_epoch(qid), query_checkpoint(qid)]
-        return bool(await self._checkpoint(keys=keys, args=[self.owner, epoch, last_id, nodes]))
+        return self._checkpoint, keys, [self.owner, epoch, last_id, nodes]
 
     async def answer(self, req: SubmitQuestionRequest, epoch: int, answer: AnswerResult) -> bool:
         """Write the answer once and let the query go; False if the lease is no longer ours."""
         qid = req.query_id
+        client_key = placed(submitted_key(f"{req.client}/{req.client_key}"), qid)
         keys = [
-            query_lease(qid), query_epoch(qid), reply_key(qid), ANSWERS, INGRESS_IN_FLIGHT,
-            COORDINATORS_ACTIVE, client_in_flight(req.client), query_inbox(qid), query_request(qid),
-            query_checkpoint(qid), submitted_key(f"{req.client}/{req.client_key}"), query_sent(qid),
-            query_cancelled(qid),
+            query_lease(qid), query_epoch(qid), reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT,
+            COORDINATORS_ACTIVE, client_in_flight(req.client)), query_inbox(qid), query_request(qid),
+            query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid),
         ]  # fmt: skip
         args: list[str | bytes | int] = [self.owner, epoch, encode(answer), qid, self.result_ttl_s]
         return bool(await self._answer(keys=keys, args=args))
@@ -176,10 +194,11 @@ class QueryStore:
         """Answer a question that cannot be searched as failed, whoever holds what for it."""
         qid = req.query_id
         answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer=None, error=f"rejected: {reason}")
+        client_key = placed(submitted_key(f"{req.client}/{req.client_key}"), qid)
         keys = [
-            reply_key(qid), ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client), query_request(qid),
-            COORDINATORS_ACTIVE, query_lease(qid), query_epoch(qid), query_inbox(qid), query_checkpoint(qid),
-            submitted_key(f"{req.client}/{req.client_key}"), query_sent(qid), query_cancelled(qid),
+            reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client)),
+            query_request(qid), placed(COORDINATORS_ACTIVE, qid), query_lease(qid), query_epoch(qid),
+            query_inbox(qid), query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid),
         ]  # fmt: skip
         await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s])
 
@@ -205,7 +224,8 @@ class QueryStore:
             return
         async with self.r.pipeline(transaction=False) as pipe:
             for event in events:
-                pipe.xadd(QUERY_STATS, {"e": encode(event)}, maxlen=10_000, approximate=True)
+                stream = placed(QUERY_STATS, event.query_id)
+                pipe.xadd(stream, {"e": encode(event)}, maxlen=10_000, approximate=True)
             await pipe.execute()
 
     async def trim_fan_out(self, keep_s: dict[str, float]) -> None:
@@ -215,10 +235,17 @@ class QueryStore:
         now_ms = now_s * 1000 + now_us // 1000
         async with self.r.pipeline(transaction=False) as pipe:
             for stream, seconds in keep_s.items():
-                pipe.xtrim(stream, minid=str(max(0, now_ms - int(seconds * 1000))), approximate=False)
+                for part in spread(stream):
+                    pipe.xtrim(part, minid=str(max(0, now_ms - int(seconds * 1000))), approximate=False)
             await pipe.execute()
 
     async def redis_run(self) -> str:
-        """Redis's run id: a new one means it restarted."""
+        """Redis's run id: a new one means it restarted. On a cluster, its primaries' run ids:
+        a failover changes them (the promoted replica may lack the old primary's last writes,
+        which asynchronous replication had not yet sent)."""
+        if is_cluster(self.r):
+            nodes = cast(aioredis.RedisCluster, self.r).PRIMARIES
+            infos = cast(dict[str, Any], await self.r.info("server", target_nodes=nodes))  # type: ignore[call-arg]
+            return ",".join(sorted(str(info.get("run_id", "")) for info in infos.values()))
         info = cast(dict[str, Any], await self.r.info("server"))
         return str(info.get("run_id", ""))

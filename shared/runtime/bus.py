@@ -15,6 +15,10 @@ Semantics (measured on Redis 6.2 and 7.0, `../shared/reference/redis_streams.md`
 - A consumer first re-reads its own pending entries (`0`), on start and after a reconnect, then
   new ones (`>`). Re-reading counts as a delivery: an entry re-read more than
   `max_deliveries` times (a handler that crashes the process on it) is dead-lettered.
+- Partitions (`spex.proto.names`): a message goes to its query's part of a global stream, and
+  a reader names the global stream and reads every part. On a Redis Cluster, where one command
+  reaches one slot, a read of several slots is one non-blocking command per slot, repeated
+  with a growing pause (`POLL_MS`) until the wait is over; on one Redis it is one command.
 - A group that vanished (a Redis restarted without persistence) is re-created on the next
   call that finds it missing (`NOGROUP`), and own pending entries are re-read.
 - `XACK` does not check the owner, so `ack` does, in one script: a stalled consumer whose entry
@@ -28,6 +32,7 @@ Semantics (measured on Redis 6.2 and 7.0, `../shared/reference/redis_streams.md`
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -35,19 +40,21 @@ from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.codec import Envelope, envelope
-from spex.proto.names import dead_letter, query_sent, reply_key
+from spex.proto.names import dead_letter, logical, placed, query_sent, reply_key, spread
 from spex.shared.runtime.metrics import DEAD_LETTERS
 
-__all__ = ["Bus", "Delivery", "entry_after", "parse_entry_id"]
+__all__ = ["Bus", "Delivery", "ScriptCall", "entry_after", "is_cluster", "parse_entry_id", "read_streams"]
 
 SENT_TTL_S = 86_400  # a query's published message ids, while it has no answer (then its answer's TTL)
 TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
+POLL_MS = (1, 25)  # a read across cluster slots: first pause, longest pause between passes
 
 # KEYS: stream, the query's sent ids, its answer[, a key that must exist].
 # ARGV: payload, message id, sent TTL s, keep ms (0: no trim).
@@ -98,6 +105,10 @@ return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 """
 
 
+# A script run with its keys and arguments: (the registered script, keys, args).
+ScriptCall = tuple[Any, list[str], list[Any]]
+
+
 @dataclass(frozen=True)
 class Delivery:
     stream: str
@@ -133,7 +144,7 @@ class Bus:
         """Append `message`; None if a message with its id was already published, or if the
         key `require` (the query's request, for a result) does not exist."""
         qid = message.query_id
-        keys = [stream, query_sent(qid), reply_key(qid), *([require] if require else [])]
+        keys = [placed(stream, qid), query_sent(qid), reply_key(qid), *([require] if require else [])]
         payload = encode(_stamped(message, int(time.time() * 1000)))
         entry = await self._publish(keys=keys, args=[payload, message.msg_id, SENT_TTL_S, 0])
         return _s(entry) if entry else None
@@ -143,44 +154,88 @@ class Bus:
         items: Sequence[tuple[str, Message]],
         marks: Sequence[tuple[str, str]] = (),
         keep_s: dict[str, float] | None = None,
-    ) -> list[str | None]:
+        require: Callable[[Message], str] | None = None,
+        then: Sequence[ScriptCall] = (),
+    ) -> tuple[list[str | None], list[Any]]:
         """`publish` each (stream, message) in order, and set each (hash, field) of `marks`
         (the hash expiring as the query's sent ids do), in one round trip (a pipeline, not a
-        transaction: each publish stays deduplicated on its own). A stream in `keep_s` is
-        trimmed to entries younger than that. Every message is encoded first, so a
-        ProtocolError sends nothing."""
+        transaction: each publish stays deduplicated on its own), then run each script call
+        of `then` (its first key names its slot) in the same round trip, after them. A stream
+        in `keep_s` is trimmed to entries younger than that; a message is published only while
+        the key `require(message)` exists, when given. Every message is encoded first, so a
+        ProtocolError sends nothing. Returns the entry ids (None: not published) and what each
+        script call returned."""
         now_ms = int(time.time() * 1000)
-        encoded = [(stream, m.query_id, m.msg_id, encode(_stamped(m, now_ms))) for stream, m in items]
-        if not encoded and not marks:
-            return []
+        encoded = [
+            (placed(stream, m.query_id), m.query_id, m.msg_id, encode(_stamped(m, now_ms)))
+            for stream, m in items
+        ]
+        needs = [[require(m)] if require else [] for _, m in items]
+        if not encoded and not marks and not then:
+            return [], []
         keep_s = keep_s or {}
-        pipe = self.r.pipeline(transaction=False)
+        calls: list[ScriptCall] = [
+            (self._publish, [stream, query_sent(qid), reply_key(qid), *need],
+             [payload, msg_id, SENT_TTL_S, int(keep_s.get(logical(stream), 0) * 1000)])
+            for (stream, qid, msg_id, payload), need in zip(encoded, needs, strict=True)
+        ]  # fmt: skip
+        calls += then
+        if is_cluster(self.r):
+            results = await self._by_slot(marks, calls)
+        else:
+            pipe = self.r.pipeline(transaction=False)
+            for key, name in marks:
+                pipe.hset(key, name, 1)
+                pipe.expire(key, SENT_TTL_S)
+            for script, keys, args in calls:
+                await script(keys=keys, args=args, client=pipe)
+            results = (await pipe.execute())[2 * len(marks) :]
+        entries = [_s(entry) if entry else None for entry in results[: len(encoded)]]
+        return entries, results[len(encoded) :]
+
+    async def _by_slot(self, marks: Sequence[tuple[str, str]], calls: list[ScriptCall]) -> list[Any]:
+        """A pipeline's marks and script calls on a cluster, whose pipelines cannot run
+        scripts: each slot's in order, the slots side by side."""
+        by_slot: dict[int, list[int]] = {}
+        for i, (_, keys, _) in enumerate(calls):
+            by_slot.setdefault(key_slot(keys[0].encode()), []).append(i)
+        marks_by_slot: dict[int, list[tuple[str, str]]] = {}
         for key, name in marks:
-            pipe.hset(key, name, 1)
-            pipe.expire(key, SENT_TTL_S)
-        for stream, qid, msg_id, payload in encoded:
-            keep_ms = int(keep_s.get(stream, 0) * 1000)
-            keys = [stream, query_sent(qid), reply_key(qid)]
-            await self._publish(keys=keys, args=[payload, msg_id, SENT_TTL_S, keep_ms], client=pipe)
-        replies = await pipe.execute()
-        return [_s(entry) if entry else None for entry in replies[2 * len(marks) :]]
+            marks_by_slot.setdefault(key_slot(key.encode()), []).append((key, name))
+        out: list[Any] = [None] * len(calls)
+
+        async def one_slot(slot: int) -> None:
+            for key, name in marks_by_slot.get(slot, []):
+                await self.r.hset(key, name, 1)
+                await self.r.expire(key, SENT_TTL_S)
+            for i in by_slot.get(slot, []):
+                script, keys, args = calls[i]
+                out[i] = await script(keys=keys, args=args)
+
+        await asyncio.gather(*(one_slot(slot) for slot in set(by_slot) | set(marks_by_slot)))
+        return out
 
     # ------------------------------------------------------------------ consuming
     async def ensure_group(self, stream: str, group: str) -> None:
         """Create the group (and the stream) unless it exists: safe to call on every start. With
-        Redis unreachable it is remembered, and created by the first call that finds it missing."""
-        self._groups.add((stream, group))
-        try:
-            await self.r.xgroup_create(stream, group, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        except (RedisConnectionError, RedisTimeoutError):
-            pass
+        Redis unreachable it is remembered, and created by the first call that finds it missing.
+        A global stream's group is made on each of its parts."""
+        for part in spread(stream):
+            self._groups.add((part, group))
+            try:
+                await self.r.xgroup_create(part, group, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            except (RedisConnectionError, RedisTimeoutError):
+                pass
 
     def forget(self, stream: str) -> None:
         """Stop tracking `stream` (it was deleted): its groups are not re-created after a
         restart of Redis."""
+        for part in spread(stream)[1:]:
+            self.forget(part)
+        stream = spread(stream)[0]
         self._groups = {(s, g) for s, g in self._groups if s != stream}
         self._own_pending_read = {(s, g) for s, g in self._own_pending_read if s != stream}
         self._first_pass = {(s, g) for s, g in self._first_pass if s != stream}
@@ -218,7 +273,8 @@ class Bus:
         """Up to `count` deliveries: own pending entries first, then new ones. Undecodable
         entries are dead-lettered here and never returned. `held`: entry ids the caller is
         still working on — re-read after a reconnect, they are neither returned nor counted.
-        `block_ms=None`: do not wait for new entries."""
+        `block_ms=None`: do not wait for new entries. A global stream is read on every part."""
+        streams = [part for stream in streams for part in spread(stream)]
         out: list[Delivery] = []
         for stream in streams:
             if (stream, group) in self._own_pending_read:
@@ -242,11 +298,9 @@ class Bus:
         if count <= 0:
             return out
         replies_new: Any = await self._regrouping(
-            lambda: self.r.xreadgroup(
-                group, self.consumer, dict.fromkeys(streams, ">"), count=count, block=block_ms
-            )
+            lambda: read_streams(self.r, dict.fromkeys(streams, ">"), count, block_ms, (group, self.consumer))
         )
-        for stream, entries in replies_new or []:
+        for stream, entries in replies_new:
             out += await self._decode_all(_s(stream), group, entries)
         return out
 
@@ -300,13 +354,21 @@ class Bus:
 
     async def reclaim(self, stream: str, group: str, min_idle_ms: int, count: int = 100) -> list[Delivery]:
         """Take over entries idle for `min_idle_ms` (their consumer stopped heartbeating);
-        entries already delivered `max_deliveries` times go to the dead-letter stream."""
+        entries already delivered `max_deliveries` times go to the dead-letter stream. A
+        global stream: on each part, up to `count` in all."""
         if time.monotonic() - self._reconnected_at < min_idle_ms / 1000:
             return []  # just reconnected: owners may not have heartbeated since Redis came back
+        parts = spread(stream)
+        if len(parts) > 1:
+            out: list[Delivery] = []
+            for part in parts:
+                if len(out) < count:
+                    out += await self.reclaim(part, group, min_idle_ms, count - len(out))
+            return out
         pending: Any = await self._regrouping(
             lambda: self.r.xpending_range(stream, group, min="-", max="+", count=count, idle=min_idle_ms)
         )
-        out: list[Delivery] = []
+        out = []
         for p in pending:
             entry_id, deliveries = _s(p["message_id"]), int(p["times_delivered"])
             claimed: Any = await self.r.xclaim(stream, group, self.consumer, min_idle_ms, [entry_id])
@@ -323,12 +385,12 @@ class Bus:
         return out
 
     async def trim_now_and_then(self, stream: str) -> int:
-        """`trim`, at most every TRIM_EVERY_S."""
+        """`trim` (each part of a global stream), at most every TRIM_EVERY_S."""
         now = time.monotonic()
         if now - self._trimmed.get(stream, -1e9) < TRIM_EVERY_S:
             return 0
         self._trimmed[stream] = now
-        return await self.trim(stream)
+        return sum([await self.trim(part) for part in spread(stream)])
 
     async def trim(self, stream: str) -> int:
         """Drop the entries every group of `stream` has delivered and had acknowledged
@@ -393,6 +455,46 @@ class Bus:
         await self._dead_letter(
             keys=[stream, dead_letter(stream)], args=[group, entry_id, reason, deliveries, payload]
         )
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, aioredis.RedisCluster)
+
+
+async def read_streams(
+    r: aioredis.Redis,
+    streams: dict[str, str],
+    count: int,
+    block_ms: int | None,
+    group: tuple[str, str] | None = None,
+) -> list[tuple[str, Any]]:
+    """XREAD (or XREADGROUP as `group` = (group, consumer)) of `streams` (name -> after id),
+    waiting up to `block_ms` for something: [(stream, entries)]. On one Redis, one command;
+    on a cluster, one per slot, all sent at once, repeated with a growing pause."""
+    if not streams:
+        return []
+
+    async def once(names: dict[Any, Any], block: int | None) -> Any:
+        if group is None:
+            return await r.xread(names, count=count, block=block)
+        return await r.xreadgroup(group[0], group[1], names, count=count, block=block)
+
+    slots: dict[int, dict[Any, Any]] = {}
+    if is_cluster(r):
+        for name, after in streams.items():
+            slots.setdefault(key_slot(name.encode()), {})[name] = after
+    if len(slots) <= 1:
+        return [(_s(stream), entries) for stream, entries in (await once(dict(streams), block_ms)) or []]
+    deadline = time.monotonic() + (block_ms or 0) / 1000
+    pause = POLL_MS[0]
+    while True:
+        replies = await asyncio.gather(*(once(names, None) for names in slots.values()))
+        out = [(_s(stream), entries) for reply in replies for stream, entries in reply or [] if entries]
+        left = deadline - time.monotonic()
+        if out or block_ms is None or left <= 0:
+            return out
+        await asyncio.sleep(min(pause / 1000, left))
+        pause = min(2 * pause, POLL_MS[1])
 
 
 def parse_entry_id(entry_id: str) -> tuple[int, int]:

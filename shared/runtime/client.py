@@ -82,6 +82,21 @@ return 1
 """
 
 
+def _share(limit: int) -> int:
+    """One partition's share of a limit (all of it on one Redis)."""
+    return -(-limit // names.partitions())
+
+
+def _new_query_id(scope: str | None) -> str:
+    """A fresh query id; with partitions and a client key, one in the key's partition, so a
+    retry under the key (with a fresh id of its own) runs its submit on the same slot and
+    finds the first one."""
+    while True:
+        qid = uuid.uuid4().hex[:16]
+        if scope is None or names.partition(qid) == names.partition(scope):
+            return qid
+
+
 class Backpressure(RuntimeError):
     """The ingress backlog (or this client's share of it) is full. Recoverable: retry later."""
 
@@ -128,7 +143,7 @@ class IngressClient:
         """Submit a question; returns its query id (the first one's, for a repeated client
         key). A field left None takes `SubmitQuestionRequest`'s default; a bad one raises
         `SubmissionError` naming it."""
-        qid = query_id or uuid.uuid4().hex[:16]
+        qid = query_id or _new_query_id(f"{client}/{client_key}" if client_key else None)
         given = {
             "algorithm": algorithm,
             "target": target,
@@ -161,18 +176,20 @@ class IngressClient:
         except ProtocolError as exc:
             raise SubmissionTooLarge("question", f"too long: {exc}") from None
         body = hashlib.sha256(encode(_body(req))).hexdigest()[:32]
+        # With partitions, all of them in the query's (one slot), each holding its share of the
+        # backlog and of the client's limit.
         keys = [
-            names.submitted_key(f"{client}/{key}"),
-            names.INGRESS,
-            names.INGRESS_IN_FLIGHT,
-            names.client_in_flight(client),
+            names.placed(names.submitted_key(f"{client}/{key}"), qid),
+            names.placed(names.INGRESS, qid),
+            names.placed(names.INGRESS_IN_FLIGHT, qid),
+            names.placed(names.client_in_flight(client), qid),
             names.query_request(qid),
         ]
         args = [
             qid,
             payload,
-            self.backlog_limit,
-            self.limits.client_in_flight,
+            _share(self.backlog_limit),
+            _share(self.limits.client_in_flight),
             body,
             req.created_ms,
             KEY_BACKSTOP_S,
@@ -259,11 +276,14 @@ class IngressClient:
 
     async def counts(self) -> tuple[int, int]:
         """(questions in flight, of those held by a coordinator)."""
+        return await self._cards(names.INGRESS_IN_FLIGHT), await self._cards(names.COORDINATORS_ACTIVE)
+
+    async def _cards(self, name: str) -> int:
+        """The members of the set `name`, over its partitions."""
         async with self.r.pipeline(transaction=False) as pipe:
-            pipe.zcard(names.INGRESS_IN_FLIGHT)
-            pipe.zcard(names.COORDINATORS_ACTIVE)
-            in_flight, held = await pipe.execute()
-        return int(in_flight), int(held)
+            for part in names.spread(name):
+                pipe.zcard(part)
+            return sum(int(n) for n in await pipe.execute())
 
     async def overview(
         self, client: str | None = None, window_s: float = 60.0, listed: int = 50
@@ -274,18 +294,23 @@ class IngressClient:
         `ANSWERS_SAMPLED` answers at most), each generator's load and its governor's slack."""
         now_ms = int(time.time() * 1000)
         mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client)
-        in_flight: Any = await self.r.zrange(mine, 0, listed - 1, withscores=True)
-        workers_known: Any = await self.r.zrange(names.GEN_WORKERS, 0, -1)
+        in_flight: Any = []
+        for part in names.spread(mine):  # the oldest of each part, then the oldest of those
+            in_flight += await self.r.zrange(part, 0, listed - 1, withscores=True)
+        in_flight = sorted(in_flight, key=lambda member: member[1])[:listed]
+        recent: Any = []
+        since = f"{now_ms - int(window_s * 1000)}"
+        for part in names.spread(names.ANSWERS):
+            recent += await self.r.xrevrange(part, "+", since, count=ANSWERS_SAMPLED)
+        total, held = await self.counts()
+        workers_known: Any = await self.r.zrange(names.home(names.GEN_WORKERS), 0, -1)
         async with self.r.pipeline(transaction=False) as pipe:
-            pipe.zcard(names.INGRESS_IN_FLIGHT)
-            pipe.zcard(names.COORDINATORS_ACTIVE)
-            pipe.xrevrange(names.ANSWERS, "+", f"{now_ms - int(window_s * 1000)}", count=ANSWERS_SAMPLED)
             pipe.get(names.ALLOCATOR_STATUS)
             for w in workers_known:
-                pipe.get(names.worker_load(w.decode()))
+                pipe.get(names.home(names.worker_load(w.decode())))
             for qid, _ in in_flight:
                 pipe.xlen(names.query_tree(qid.decode()))
-            total, held, recent, status, *rest = await pipe.execute()
+            status, *rest = await pipe.execute()
         loads, sizes = rest[: len(workers_known)], rest[len(workers_known) :]
         answered = issued = adopted = nodes = 0
         for _, fields in recent:

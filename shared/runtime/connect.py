@@ -4,11 +4,16 @@ Every service and tool connects through here, so a password (SPEX_REDIS_PASSWORD
 line of SPEX_REDIS_PASSWORD_FILE) and a `rediss://` URL's CA and client certificate apply
 everywhere alike. The password is passed to redis-py as an option, never put into a URL, and
 never logged. A URL that carries its own password still works: redis-py reads it from the URL.
+
+With SPEX_REDIS_CLUSTER the URL is a seed node of a Redis (or Valkey) Cluster and the client is
+redis-py's cluster client (it follows MOVED and failovers); SPEX_PARTITIONS splits the global
+streams across the cluster's slots (`spex.proto.names`). Every client is built here, so every
+process that talks to Redis uses the deployment's partition count.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -16,12 +21,14 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from spex.proto import names
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["redis_client", "redis_options", "sync_client"]
 
 # Blocking reads stay far below the socket timeout (redis_streams.md §3.8).
 TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "health_check_interval": 30}
+CLUSTER_TIMEOUTS: dict[str, Any] = {"socket_timeout": 10}
 # With `retry_once`, a command that fails on a broken connection is sent once more on a fresh
 # one: after a Redis restart every pooled connection is broken, and without it each one's next
 # command fails (redis-py's clients made `from_url` retry nothing). For request-serving clients
@@ -43,13 +50,36 @@ def redis_options(settings: Settings) -> dict[str, Any]:
 
 
 def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis:
+    names.use_partitions(settings.partitions)
+    if settings.redis_cluster:
+        # The cluster client is not a subclass of Redis, but answers every command SPEX sends
+        # alike (its pipelines group commands by node); it retries on its own after MOVED.
+        cluster = aioredis.RedisCluster.from_url(
+            _cluster_url(settings.redis_url), **CLUSTER_TIMEOUTS, **redis_options(settings)
+        )
+        return cast(aioredis.Redis, cluster)
     retry = _retry_once(AsyncRetry) if retry_once else {}
     return aioredis.Redis.from_url(settings.redis_url, **retry, **TIMEOUTS, **redis_options(settings))
 
 
 def sync_client(settings: Settings, retry_once: bool = False) -> redis.Redis:
+    names.use_partitions(settings.partitions)
+    if settings.redis_cluster:
+        cluster = redis.RedisCluster.from_url(
+            _cluster_url(settings.redis_url), **CLUSTER_TIMEOUTS, **redis_options(settings)
+        )
+        return cast(redis.Redis, cluster)
     retry = _retry_once(Retry) if retry_once else {}
     return redis.Redis.from_url(settings.redis_url, **retry, **TIMEOUTS, **redis_options(settings))
+
+
+def _cluster_url(url: str) -> str:
+    """A cluster has one database: a `/0` (or none) is all a cluster URL may name."""
+    scheme, _, rest = url.partition("://")
+    host, _, db = rest.partition("/")
+    if db not in ("", "0"):
+        raise ValueError(f"SPEX_REDIS_URL (redis_url): a cluster has database 0 only, not /{db}")
+    return f"{scheme}://{host}"
 
 
 def _retry_once(kind: type[Retry] | type[AsyncRetry]) -> dict[str, Any]:

@@ -112,6 +112,7 @@ class RedisServer:
         fsync: str = "everysec",
         die_with_parent: bool = False,
         hold_fds: tuple[int, ...] = (),
+        cluster_node_timeout_ms: int = 0,
     ) -> None:
         if fsync not in ("everysec", "always"):
             raise ValueError(f"fsync: everysec or always, not {fsync!r}")
@@ -127,6 +128,9 @@ class RedisServer:
         # The server stops when the thread that started it dies (`spex up` SIGKILLed), and holds
         # `hold_fds` (the data dir's lock) for as long as it runs.
         self.die_with_parent, self.hold_fds = die_with_parent, hold_fds
+        # Above 0: a Redis Cluster node (`cluster-enabled`), failed over after this long away.
+        self.cluster_node_timeout_ms = cluster_node_timeout_ms
+        self.cluster_port = free_port() if cluster_node_timeout_ms else 0
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -206,6 +210,15 @@ class RedisServer:
         options += _listen_options(self.port, self.tls)
         if self.password:
             options.append(("requirepass", self.password))
+        if self.cluster_node_timeout_ms:
+            options += [
+                ("cluster-enabled", "yes"),
+                ("cluster-config-file", "nodes.conf"),
+                ("cluster-node-timeout", str(self.cluster_node_timeout_ms)),
+                ("cluster-port", str(self.cluster_port)),  # not port + 10,000: that may be taken
+                ("cluster-replica-validity-factor", "0"),  # a replica always stands for election
+                ("repl-diskless-sync-delay", "0"),  # a new replica syncs at once
+            ]
         return "".join(f"{name} {_quote(value)}\n" for name, value in options)
 
     def _client_options(self) -> dict[str, Any]:

@@ -21,6 +21,8 @@ DTYPES = ("", "float32", "bfloat16")  # hf: "" keeps the saved one
 # name -> (Settings field, meaning)
 ENV: dict[str, tuple[str, str]] = {
     "SPEX_REDIS_URL": ("redis_url", "Redis URL (redis://host:port/db)"),
+    "SPEX_REDIS_CLUSTER": ("redis_cluster", "1: SPEX_REDIS_URL is a seed node of a Redis/Valkey Cluster"),
+    "SPEX_PARTITIONS": ("partitions", "parts each global stream is split into (on a cluster: ≥ 4 per shard)"),
     "SPEX_CONSUMER": ("consumer", "stable consumer name of this process (default: host-pid)"),
     "SPEX_TIME_SCALE": ("time_scale", "wall seconds per simulated GPU second (sim engine)"),
     "SPEX_PROFILE": ("profile", "generator profile MODEL@GPU (sim engine)"),
@@ -93,12 +95,15 @@ RANGES = {
     "max_question_chars": "1 to 1,000,000",
     "client_in_flight": "1 to 10,000,000",
     "result_ttl_s": "1 to a year in seconds",
+    "partitions": "1 to 16,384; at least 2 with SPEX_REDIS_CLUSTER",
 }
 
 
 @dataclass(frozen=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_cluster: bool = False
+    partitions: int = 1
     consumer: str = ""
     time_scale: float = 0.02
     profile: str = "Llemma-7B@A6000"
@@ -166,6 +171,8 @@ class Settings:
             "http_port": 0 < self.http_port < 65536,
             "log_level": self.log_level in ("debug", "info", "warning", "error"),
             "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
+            # On a cluster the global streams need parts (one part is one slot, one shard).
+            "partitions": (2 if self.redis_cluster else 1) <= self.partitions <= 16_384,
             "engine": self.engine in ENGINES,
             "engine_url": self.engine not in ("vllm", "sglang") or _http(self.engine_url),
             "engine_timeout_s": 1 <= self.engine_timeout_s <= 86_400,

@@ -24,6 +24,7 @@ import structlog
 from opentelemetry.trace import Span
 
 from spex.proto import PRIMARY, GenerateRequest, Message, ScoreRequest
+from spex.proto.names import spread
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.runtime.bus import Bus, Delivery
@@ -161,20 +162,22 @@ class JobWorker(ABC, Generic[J]):
 
     # ------------------------------------------------------------------ stalls and peers
     async def heartbeat(self, stream: str) -> None:
-        """Keep our jobs on `stream` ours; those a peer took over while we stalled are
-        stopped here (the peer's result counts)."""
-        entries = {job.delivery.entry_id for job in self.jobs.values() if job.delivery.stream == stream}
-        if not entries:
-            return
-        lost = await self.bus.heartbeat(stream, self.group, list(entries))
-        for rid, job in list(self.jobs.items()):
-            if job.delivery.stream == stream and job.delivery.entry_id in lost:
-                del self.jobs[rid]
-                self.engine.abort(rid)
-                if job.span is not None:
-                    job.span.set_attribute("spex.outcome", "taken over")
-                    job.span.end()
-                self.log.warning("job_taken_over", job_id=job.request.job_id, query_id=job.request.query_id)
+        """Keep our jobs on `stream` (each of its parts) ours; those a peer took over while we
+        stalled are stopped here (the peer's result counts)."""
+        for part in spread(stream):
+            entries = {job.delivery.entry_id for job in self.jobs.values() if job.delivery.stream == part}
+            if not entries:
+                continue
+            lost = await self.bus.heartbeat(part, self.group, list(entries))
+            for rid, job in list(self.jobs.items()):
+                if job.delivery.stream == part and job.delivery.entry_id in lost:
+                    del self.jobs[rid]
+                    self.engine.abort(rid)
+                    if job.span is not None:
+                        job.span.set_attribute("spex.outcome", "taken over")
+                        job.span.end()
+                    request = job.request
+                    self.log.warning("job_taken_over", job_id=request.job_id, query_id=request.query_id)
 
     async def reclaim(self, stream: str, count: int = 100) -> None:
         """Jobs of a peer that stopped heartbeating (three periods) are ours now."""

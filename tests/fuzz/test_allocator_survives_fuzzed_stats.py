@@ -63,7 +63,7 @@ async def read_to(fuzz: Fuzz, alloc, warm_up_qid: str, last: str | None, rounds:
     `warm_up_qid` until it has), then finished `rounds` more allocation rounds."""
     deadline = asyncio.get_running_loop().time() + DRAIN_S
     while asyncio.get_running_loop().time() < deadline:
-        seen = alloc._last
+        (seen,) = alloc._last.values()  # one partition: one part to read
         if seen != "$" and (last is None or entry_order(as_text(seen)) >= entry_order(last)):
             break
         if last is None:  # it reads from "$": keep writing until it has seen one entry

@@ -84,7 +84,8 @@ def control_read_to(fuzz: Fuzz, gen, last: str) -> None:
     async def go() -> bool:
         deadline = asyncio.get_running_loop().time() + DRAIN_S
         while asyncio.get_running_loop().time() < deadline:
-            if gen._control_last != "$" and entry_order(as_text(gen._control_last)) >= entry_order(last):
+            (seen,) = gen._control_last.values()  # one partition: one part to read
+            if seen != "$" and entry_order(as_text(seen)) >= entry_order(last):
                 return True
             await asyncio.sleep(0.02)
         return False
