@@ -33,6 +33,11 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="add the supervisor's own SIGKILL and restart (every service stops with it) as a fault kind",
     )
+    c.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a Valkey Cluster (3 primaries, 3 replicas): its primaries killed and stalled",
+    )
     c.add_argument("--json", default=None, help="write the report here")
 
 
@@ -57,6 +62,7 @@ def chaos_command(args: argparse.Namespace, console: Console) -> int:
             args.early_stop,
             args.supervisor_faults,
             say,
+            args.cluster,
         )  # fmt: skip
     )
     _print_report(report, console)

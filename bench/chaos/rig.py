@@ -7,6 +7,11 @@ Faults, each one call: `kill` (SIGKILL; the supervisor restarts it), `stall`/`re
 in effect. The Redis fsyncs every write (`appendfsync always`), so a SIGKILL of Redis loses
 nothing acknowledged: the invariants the chaos run checks are the pipeline's, not a
 consequence of the everysec loss window (documented in the README).
+
+With `cluster`, a Valkey Cluster (three primaries, three replicas, no password) replaces the
+one Redis and its proxies (a cluster client follows MOVED to the nodes themselves, past any
+proxy): `redis` faults SIGKILL a primary (its replica is promoted; the node comes back as a
+replica), and `stall_redis` SIGSTOPs one, sometimes past the failover timeout.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from spex.bench.chaos.proxy import FaultProxy
 from spex.services.launcher import service_env
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
+from spex.shared.runtime.redis_cluster import RedisCluster
 from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.supervisor import Supervisor
@@ -39,6 +45,7 @@ class Rig:
         counts: dict[str, int] | None = None,
         workdir: Path | None = None,
         say=lambda _msg: None,  # noqa: ANN001 - a print-like callable
+        cluster: bool = False,
     ) -> None:
         self.counts = {"coordinator": 2, "generator": 2, "scorer": 1, "allocator": 1, **(counts or {})}
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="spex-chaos-")
@@ -49,6 +56,9 @@ class Rig:
         secret.chmod(0o600)
         self.redis = RedisServer(data_dir=self.workdir / "redis", password=password, fsync="always")
         self.settings = replace(settings, redis_password="", redis_password_file=str(secret))
+        self.cluster = RedisCluster(primaries=3, replicas=1, node_timeout_ms=1000) if cluster else None
+        if cluster:
+            self.settings = replace(self.settings, redis_password_file="", redis_cluster=True, partitions=8)
         self.supervisor = Supervisor(self.workdir, say=say)
         self.proxies: dict[str, FaultProxy] = {}
         self.stalled: set[str] = set()
@@ -62,13 +72,18 @@ class Rig:
         return self.supervisor.children[name].kind
 
     def start(self) -> Rig:
-        self.redis.start()
-        self.settings = replace(self.settings, redis_url=self.redis.url)
+        if self.cluster is not None:
+            self.settings = replace(self.settings, redis_url=self.cluster.start().url)
+        else:
+            self.redis.start()
+            self.settings = replace(self.settings, redis_url=self.redis.url)
         for kind in KINDS:
             for i in range(self.counts[kind]):
                 name = f"{SHORT[kind]}-{i}"
-                proxy = self.proxies[name] = FaultProxy("127.0.0.1", self.redis.port).start()
-                own = replace(self.settings, redis_url=proxy.url())
+                own = self.settings
+                if self.cluster is None:
+                    proxy = self.proxies[name] = FaultProxy("127.0.0.1", self.redis.port).start()
+                    own = replace(self.settings, redis_url=proxy.url())
                 self.supervisor.add(kind, name, service_env(own, name))
         self.supervisor.watch(every_s=0.1)
         self.client = IngressClient(
@@ -110,9 +125,31 @@ class Rig:
         self.supervisor.relaunch(down_s)
 
     def restart_redis(self, down_s: float = 0.3) -> None:
+        if self.cluster is not None:  # a primary dies: its replica takes over; it returns as one
+            port = self._primary()
+            self.cluster.kill(port)
+            self.cluster.await_healthy()
+            time.sleep(down_s)
+            self.cluster.revive(port)
+            return
         self.redis.kill()
         time.sleep(down_s)
         self.redis.start()
+
+    def stall_redis(self, down_s: float) -> None:
+        """A cluster primary cut off (SIGSTOP) for `down_s`: past the node timeout its replica
+        is promoted and it comes back as a replica; shorter, it keeps its slots."""
+        assert self.cluster is not None
+        port = self._primary()
+        self.cluster.stall(port)
+        time.sleep(down_s)
+        self.cluster.resume(port)
+        self.cluster.await_healthy()
+
+    def _primary(self) -> int:
+        assert self.cluster is not None
+        ports = self.cluster.primary_ports()
+        return ports[int(time.monotonic() * 1000) % len(ports)]
 
     def heal_all(self) -> None:
         for name in list(self.stalled):
@@ -120,7 +157,9 @@ class Rig:
         for proxy in self.proxies.values():
             if proxy.mode != "pass":
                 proxy.heal()
-        if not self.redis.running():
+        if self.cluster is not None:
+            self.cluster.await_healthy()
+        elif not self.redis.running():
             self.redis.start()
 
     # ---------------------------------------------------------------- the end
@@ -133,5 +172,7 @@ class Rig:
         for proxy in self.proxies.values():
             proxy.stop()
         self.redis.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
         if self._tmp is not None:
             self._tmp.cleanup()

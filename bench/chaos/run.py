@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.bench.chaos.rig import Rig
@@ -30,6 +31,8 @@ from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 __all__ = ["ChaosReport", "Fault", "run_chaos", "schedule"]
 
 FAULT_KINDS = {"kill": 0.3, "stall": 0.3, "partition": 0.3, "redis": 0.1}
+# On a cluster: no per-service partition (no proxy); a primary killed or stalled instead.
+CLUSTER_FAULT_KINDS = {"kill": 0.3, "stall": 0.3, "redis": 0.2, "stall_redis": 0.2}
 # The supervisor's own SIGKILL and restart (every service stops with it): `--supervisor-faults`.
 SUPERVISOR_WEIGHT = 0.05
 SETTLE_S = 120.0  # after the last fault: how long every question may take to be answered
@@ -68,14 +71,20 @@ class ChaosReport:
 
 
 def schedule(
-    seed: int, duration_s: float, names: list[str], faults_per_min: float, supervisor: bool = False
+    seed: int,
+    duration_s: float,
+    names: list[str],
+    faults_per_min: float,
+    supervisor: bool = False,
+    cluster: bool = False,
 ) -> list[Fault]:
-    """Faults at exponential gaps over `duration_s`, kinds by FAULT_KINDS' weights (and the
-    supervisor's restart, with `supervisor`)."""
+    """Faults at exponential gaps over `duration_s`, kinds by FAULT_KINDS' weights (on a
+    cluster CLUSTER_FAULT_KINDS'; and the supervisor's restart, with `supervisor`)."""
     rng = random.Random(seed)
     out: list[Fault] = []
     t = 0.0
-    kinds_weights = {**FAULT_KINDS, **({"supervisor": SUPERVISOR_WEIGHT} if supervisor else {})}
+    base = CLUSTER_FAULT_KINDS if cluster else FAULT_KINDS
+    kinds_weights = {**base, **({"supervisor": SUPERVISOR_WEIGHT} if supervisor else {})}
     kinds, weights = zip(*kinds_weights.items(), strict=True)
     while True:
         t += rng.expovariate(faults_per_min / 60.0)
@@ -84,6 +93,8 @@ def schedule(
         kind = rng.choices(kinds, weights)[0]
         if kind == "redis":
             out.append(Fault(t, kind, "redis", rng.uniform(0.2, 1.5)))
+        elif kind == "stall_redis":  # under the 1 s node timeout or well past it
+            out.append(Fault(t, kind, "redis", rng.uniform(0.3, 3.0)))
         elif kind == "supervisor":
             out.append(Fault(t, kind, "supervisor", rng.uniform(0.2, 2.0)))
         elif kind == "kill":
@@ -104,14 +115,15 @@ async def run_chaos(
     early_stop: bool = False,
     supervisor_faults: bool = False,
     say=print,  # noqa: ANN001 - a print-like callable
+    cluster: bool = False,
 ) -> ChaosReport:
     settings = Settings(time_scale=time_scale, heartbeat_s=0.5, lease_s=2.0, block_ms=100)
-    rig = Rig(settings, say=lambda msg: say(f"  supervisor: {msg}"))
+    rig = Rig(settings, say=lambda msg: say(f"  supervisor: {msg}"), cluster=cluster)
     started = time.monotonic()
     rig.start()
     try:
         await asyncio.to_thread(rig.wait_started)
-        faults = schedule(seed, duration_s, rig.names, faults_per_min, supervisor_faults)
+        faults = schedule(seed, duration_s, rig.names, faults_per_min, supervisor_faults, cluster)
         report = ChaosReport(seed, questions, faults)
         workload = SyntheticWorkload(WorkloadKnobs(), seed)
         asked = [workload.query(i) for i in range(questions)]
@@ -172,7 +184,7 @@ async def _submit(
                     )  # fmt: skip
                 )
                 break
-            except (RedisConnectionError, RedisTimeoutError):
+            except (RedisConnectionError, RedisTimeoutError, RedisClusterException):  # a failover's too
                 await asyncio.sleep(0.2)
     return qids
 
@@ -184,6 +196,8 @@ async def _inject(rig: Rig, faults: list[Fault], t0: float, say) -> None:  # noq
         say(f"  fault {fault}")
         if fault.kind == "redis":
             await asyncio.to_thread(rig.restart_redis, fault.duration_s)
+        elif fault.kind == "stall_redis":
+            await asyncio.to_thread(rig.stall_redis, fault.duration_s)
         elif fault.kind == "supervisor":
             await asyncio.to_thread(rig.restart_supervisor, fault.duration_s)
         elif fault.kind == "kill":

@@ -15,6 +15,8 @@ Semantics (measured on Redis 6.2 and 7.0, `../shared/reference/redis_streams.md`
 - A consumer first re-reads its own pending entries (`0`), on start and after a reconnect, then
   new ones (`>`). Re-reading counts as a delivery: an entry re-read more than
   `max_deliveries` times (a handler that crashes the process on it) is dead-lettered.
+- On a cluster, `publish` (a job's result, which its worker acknowledges the job after) is
+  durable: on a replica before it returns (`durable.Durable`).
 - Partitions (`spex.proto.names`): a message goes to its query's part of a global stream, and
   a reader names the global stream and reads every part. On a Redis Cluster, where one command
   reaches one slot, a read of several slots is one non-blocking command per slot, repeated
@@ -36,7 +38,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -48,6 +50,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.codec import Envelope, envelope
 from spex.proto.names import dead_letter, logical, placed, query_sent, reply_key, spread
+from spex.shared.runtime.durable import Durable
 from spex.shared.runtime.metrics import DEAD_LETTERS
 
 __all__ = ["Bus", "Delivery", "ScriptCall", "entry_after", "is_cluster", "parse_entry_id", "read_streams"]
@@ -129,6 +132,7 @@ class Bus:
         self._ack = client.register_script(_ACK_IF_OWNER)
         self._dead_letter = client.register_script(_DEAD_LETTER)
         self._heartbeat = client.register_script(_HEARTBEAT)
+        self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
         self._own_pending_read: set[tuple[str, str]] = set()
         self._own_cursor: dict[tuple[str, str], str] = {}  # paging through own pending entries
         self._first_pass: set[tuple[str, str]] = set()  # own pending read once since we started
@@ -146,7 +150,11 @@ class Bus:
         qid = message.query_id
         keys = [placed(stream, qid), query_sent(qid), reply_key(qid), *([require] if require else [])]
         payload = encode(_stamped(message, int(time.time() * 1000)))
-        entry = await self._publish(keys=keys, args=[payload, message.msg_id, SENT_TTL_S, 0])
+        args: list[Any] = [payload, message.msg_id, SENT_TTL_S, 0]
+        if self._durable is not None:  # a result its job's ack follows: on a replica first
+            entry = await self._durable.run(self._publish, keys, args)
+        else:
+            entry = await self._publish(keys=keys, args=args)
         return _s(entry) if entry else None
 
     async def publish_many(

@@ -19,7 +19,7 @@ import hashlib
 import json
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -40,6 +40,8 @@ from spex.proto import (
     names,
     submission,
 )
+from spex.shared.runtime.bus import is_cluster
+from spex.shared.runtime.durable import Durable
 
 __all__ = [
     "Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "answer_status", "fold_tree", "node_json",
@@ -121,6 +123,7 @@ class IngressClient:
         self.limits = limits or Limits()
         self._submit = client.register_script(_SUBMIT)
         self._cancel = client.register_script(_CANCEL)
+        self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
 
     async def submit(
         self,
@@ -194,7 +197,10 @@ class IngressClient:
             req.created_ms,
             KEY_BACKSTOP_S,
         ]
-        status, value = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
+        if self._durable is not None:  # acknowledged to the client: on a replica first
+            status, value = await self._durable.run(self._submit, keys, args)
+        else:
+            status, value = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
         value = value.decode() if isinstance(value, bytes) else str(value)
         if int(status) == -1:
             raise Backpressure("the backlog is full; retry later")  # not how full: that is not the client's

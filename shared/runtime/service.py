@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 import structlog
+from redis.exceptions import ClusterError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -37,6 +38,10 @@ __all__ = [
     "redis_client",
     "run_service",
 ]
+
+# Redis unreachable, or a cluster between primaries (a slot unserved, the cluster down during a
+# failover): waited out, never counted as the loop's own failure.
+UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ClusterError, RedisClusterException)
 
 
 class Service(Protocol):
@@ -83,7 +88,7 @@ async def loop_forever(
         try:
             await body()
             backoff, failures = 0.05, 0
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except UNAVAILABLE as exc:
             log.warning("redis_unavailable", error=str(exc), retry_in_s=backoff)
             await asyncio.sleep(backoff)
             backoff = min(2.0, backoff * 2)

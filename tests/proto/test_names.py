@@ -73,3 +73,49 @@ def test_no_two_families_claim_one_name():
             if f == sample or (isinstance(f, Name) and f.parse(sample))
         ]
         assert len(claims) == 1, (sample, claims)
+
+
+# ---------------------------------------------------------------------------- partitions
+@pytest.fixture
+def eight_partitions():
+    names.use_partitions(8)
+    yield
+    names.use_partitions(1)
+
+
+def test_one_partition_keeps_every_name_as_written():
+    assert names.placed(names.INGRESS, "q1") == "ingress:new"
+    assert names.spread(names.SCORE_JOBS) == ["score:jobs"]
+    assert names.home(names.GEN_WORKERS) == "gen:workers"
+    assert names.query_inbox("q1") == "{q:q1}:in"
+
+
+def test_a_querys_keys_and_its_parts_of_the_global_streams_share_one_slot(eight_partitions):
+    from redis.crc import key_slot
+
+    qid, client_key = "q00042", names.submitted_key("alice/{weird key")
+    keys = [
+        names.query_inbox(qid), names.reply_key(qid), names.query_lease(qid), names.query_sent(qid),
+        names.dead_letter(names.query_inbox(qid)), names.placed(names.INGRESS, qid),
+        names.placed(names.gen_jobs(names.DEFAULT_POOL), qid),
+        names.placed(names.worker_jobs("default", "g-1"), qid),
+        names.placed(names.ANSWERS, qid), names.placed(names.COORDINATORS_ACTIVE, qid),
+        names.placed(client_key, qid), names.dead_letter(names.placed(names.SCORE_JOBS, qid)),
+    ]  # fmt: skip
+    assert len({key_slot(k.encode()) for k in keys}) == 1, keys
+    assert names.query_inbox.parse(names.query_inbox(qid)) == qid  # the tag does not get in the way
+    assert names.placed(names.query_inbox(qid), "other") == names.query_inbox(qid)  # placed already
+
+
+def test_readers_see_every_part_and_each_part_carries_its_streams_messages(eight_partitions):
+    parts = names.spread(names.gen_jobs(names.DEFAULT_POOL))
+    assert parts == [f"gen:jobs:default:{{p{k}}}" for k in range(8)]
+    assert {names.logical(p) for p in parts} == {"gen:jobs:default"}
+    assert names.message_types(parts[3]) == names.message_types("gen:jobs:default")
+    assert names.logical(names.query_inbox("q1")) == "{q:q1}:in"
+    assert len({names.partition(f"q{i:05d}") for i in range(200)}) == 8  # a stable hash spreads them
+
+
+def test_a_partition_count_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="partitions"):
+        names.use_partitions(0)
