@@ -28,8 +28,17 @@ import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterError,
+    MasterDownError,
+    ReadOnlyError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = ["Durable", "NotReplicated"]
@@ -42,7 +51,7 @@ TRIES = 50  # about 10 s of tries before giving up (the caller retries as after 
 ALONE_AFTER = 5
 ALONE_RECHECK_S = 1.0  # a primary found alone: writes go on without waiting, rechecked this often
 # Replies that mean the slot is served elsewhere now, or not yet: ask the cluster again.
-MOVED = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "LOADING", "MASTERDOWN")
+MOVED = (AskError, BusyLoadingError, ClusterError, MasterDownError, ReadOnlyError, TryAgainError)
 # What a node connection takes from the cluster client's own (credentials, TLS, timeouts).
 KEPT = ("username", "password", "socket_timeout", "ssl", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile",
         "ssl_cert_reqs")  # fmt: skip
@@ -62,13 +71,14 @@ class Durable:
 
     async def run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """`script(keys, args)` on the primary of `keys[0]`'s slot, once a replica has it."""
+        await self.cluster.initialize()  # the slot map (once: a no-op after the first command)
         for attempt in range(TRIES):
             try:
                 node = self.cluster.get_node_from_key(keys[0])
             except RedisClusterException:  # the slot has no primary just now (a failover)
                 node = None
             if node is None:
-                await self._refresh(attempt)
+                await self._refresh(attempt, keys[0])
                 continue
             name = f"{node.host}:{node.port}"
             client = self._client(node.host, int(node.port))
@@ -80,11 +90,11 @@ class Durable:
                     pipe.execute_command("WAIT", wanted, WAIT_MS)
                     result, acked = await pipe.execute(raise_on_error=False)
             except (RedisConnectionError, RedisTimeoutError):
-                await self._refresh(attempt)
+                await self._refresh(attempt, keys[0])
                 continue
             if isinstance(result, ResponseError):
-                if str(result).startswith(MOVED):
-                    await self._refresh(attempt)
+                if isinstance(result, MOVED):
+                    await self._refresh(attempt, keys[0])
                     continue
                 raise result
             if isinstance(acked, int) and acked >= wanted:
@@ -97,7 +107,7 @@ class Durable:
             if may_be_alone and await self._found_alone(client):
                 self._alone[name] = time.monotonic()
                 return result
-            await self._refresh(attempt)
+            await self._refresh(attempt, keys[0])
         raise NotReplicated(f"no replica took a write to {keys[0]!r} in {TRIES} tries")
 
     def _client(self, host: str, port: int) -> aioredis.Redis:
@@ -116,10 +126,13 @@ class Durable:
             return False  # not known: keep trying
         return info.get("role") == "master" and int(info.get("connected_slaves", 0)) == 0
 
-    async def _refresh(self, attempt: int) -> None:
+    async def _refresh(self, attempt: int, key: str) -> None:
+        """Wait a little, then let the cluster client learn who serves `key` now: a command on
+        it follows MOVED and reconnects as the client does for everything else."""
         await asyncio.sleep(min(0.05 * (attempt + 1), 0.5))
-        with contextlib.suppress(RedisConnectionError, RedisTimeoutError, RedisClusterException):
-            await self.cluster.nodes_manager.initialize()
+        failed = (RedisConnectionError, RedisTimeoutError, RedisClusterException, ResponseError)
+        with contextlib.suppress(*failed):
+            await self.cluster.exists(key)
 
     async def aclose(self) -> None:
         for client in self._nodes.values():
