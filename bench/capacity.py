@@ -11,6 +11,7 @@ number of GPUs needs, from figures measured here.
   run the events the same questions made (the same seeds: the same trees).
 - **allocator**: the budget allocator's round (its telemetry read, the allocation, every changed
   share sent) with 100, 1,000 and 10,000 live queries on a real Redis.
+- **durable writes**: a job's result published on a test cluster with and without `WAIT`.
 
 and writes them with the table the docs quote: for 100, 1,000 and 10,000 GPUs, the processes
 of each kind at `HEADROOM` of their measured capacity.
@@ -110,6 +111,43 @@ def allocator_rounds(sizes: tuple[int, ...] = QUERIES, workers: int = 64) -> dic
         return {str(n): asyncio.run(_allocator_round_s(server.url, n, workers)) for n in sizes}
 
 
+async def _publish_ms(url: str, n: int) -> dict[str, list[float]]:
+    from spex.proto import GenerateResult
+    from spex.shared.runtime.bus import Bus
+
+    r = redis_client(Settings(redis_url=url, redis_cluster=True, partitions=8))
+    bus = Bus(r, "capacity")
+    durable = bus._durable
+    out: dict[str, list[float]] = {}
+    for label in ("durable", "plain", "durable", "plain"):
+        bus._durable = durable if label == "durable" else None
+        times = []
+        for i in range(n):
+            qid = f"{label}-{len(out.get(label, []))}-{i}"
+            result = GenerateResult(
+                msg_id=f"{qid}/r", query_id=qid, job_id="j", node_id="n", text="x" * 200, tokens=50
+            )
+            start = time.perf_counter()
+            await bus.publish(names.query_inbox(qid), result)
+            times.append(time.perf_counter() - start)
+        times.sort()
+        out.setdefault(label, []).extend([1e3 * times[n // 2], 1e3 * times[int(0.99 * n)]])
+    await r.aclose()
+    return out
+
+
+def durable_publish_ms(n: int = 400) -> dict[str, list[float]]:
+    """What a durable write costs on a cluster (three primaries, three replicas, loopback): a
+    job's result published `n` times one at a time, with WAIT (durable) and without (plain),
+    each twice: [median ms, p99 ms] per pass."""
+    from spex.shared.runtime.redis_cluster import RedisCluster
+
+    with RedisCluster() as cluster:
+        out = asyncio.run(_publish_ms(cluster.url, n))
+    names.use_partitions(1)
+    return out
+
+
 def capacity_table(searches: list[dict[str, Any]], allocator: dict[str, Any]) -> list[dict[str, Any]]:
     """For each search and GPU count: events per second, and the processes and shards that
     carry them at HEADROOM. A scorer's CPU per event is the live run's (a reward model's own
@@ -154,9 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=32, help="questions of each live run")
     args = parser.parse_args(argv)
     allocator = allocator_rounds()
+    durable = durable_publish_ms()
     searches = [per_gpu(a, t, args.questions) for a, t in SEARCHES]
     table = capacity_table(searches, allocator)
-    out = {"searches": searches, "allocator": allocator, "headroom": HEADROOM, "table": table}
+    out = {
+        "searches": searches, "allocator": allocator, "durable_publish_ms": durable, "headroom": HEADROOM,
+        "table": table,
+    }  # fmt: skip
     write_json(out, args.json)
     for row in table:
         print(row)
