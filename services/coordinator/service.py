@@ -156,6 +156,9 @@ class Coordinator:
                     continue
                 try:
                     await self._apply_events(query, entries, batches.setdefault(qid, []))
+                except Unpublishable as exc:  # a message of its own too large: it fails alone
+                    batches.pop(qid, None)
+                    await self._fail(query, str(exc))
                 except Exception:
                     # Commands the machine issued may not have been published: its memory is
                     # ahead of Redis. Let the query go: whoever adopts it next replays the
@@ -306,9 +309,10 @@ class Coordinator:
         if not effects_all and not checkpoints:
             return
         try:
-            confirmed = list(zip(held, await self._flush(effects_all, checkpoints), strict=True))
-        except Unpublishable:
-            confirmed = await self._settle_one_by_one(batches, held)
+            try:
+                confirmed = list(zip(held, await self._flush(effects_all, checkpoints), strict=True))
+            except Unpublishable:
+                confirmed = await self._settle_one_by_one(batches, held)
         except BaseException:
             for query in held:
                 self._release(query)

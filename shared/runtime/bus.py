@@ -478,7 +478,9 @@ async def read_streams(
 ) -> list[tuple[str, Any]]:
     """XREAD (or XREADGROUP as `group` = (group, consumer)) of `streams` (name -> after id),
     waiting up to `block_ms` for something: [(stream, entries)]. On one Redis, one command;
-    on a cluster, one per slot, all sent at once, repeated with a growing pause."""
+    on a cluster, one per slot, all sent at once, repeated with a growing pause. A non-blocking
+    read from `$` never returns anything, so on that path each `$` in `streams` is replaced (in
+    the caller's dict) by the stream's last entry id: the caller's next read goes on from it."""
     if not streams:
         return []
 
@@ -493,6 +495,12 @@ async def read_streams(
             slots.setdefault(key_slot(name.encode()), {})[name] = after
     if len(slots) <= 1:
         return [(_s(stream), entries) for stream, entries in (await once(dict(streams), block_ms)) or []]
+    for name in [n for n, after in streams.items() if after == "$"]:
+        try:
+            info: Any = await r.xinfo_stream(name)
+            streams[name] = slots[key_slot(name.encode())][name] = _s(info["last-generated-id"])
+        except ResponseError:  # no such stream yet: everything it will hold is new
+            streams[name] = slots[key_slot(name.encode())][name] = "0-0"
     deadline = time.monotonic() + (block_ms or 0) / 1000
     pause = POLL_MS[0]
     while True:

@@ -49,12 +49,21 @@ TRIES = 50  # about 10 s of tries before giving up (the caller retries as after 
 # cut off and back (its replica promoted meanwhile) has no replica either, until its peers'
 # gossip tells it, within milliseconds of its return, that it is a replica now.
 ALONE_AFTER = 5
-ALONE_RECHECK_S = 1.0  # a primary found alone: writes go on without waiting, rechecked this often
+ALONE_RECHECK_S = 1.0  # a primary found alone: writes go on after a short wait, rechecked this often
+ALONE_WAIT_MS = 5  # the wait for a replica while a primary is known to have none (one may return)
 # Replies that mean the slot is served elsewhere now, or not yet: ask the cluster again.
 MOVED = (AskError, BusyLoadingError, ClusterError, MasterDownError, ReadOnlyError, TryAgainError)
 # What a node connection takes from the cluster client's own (credentials, TLS, timeouts).
-KEPT = ("username", "password", "socket_timeout", "ssl", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile",
-        "ssl_cert_reqs")  # fmt: skip
+KEPT = ("username", "password", "socket_timeout", "connection_class", "ssl_ca_certs", "ssl_certfile",
+        "ssl_keyfile", "ssl_cert_reqs")  # fmt: skip
+
+
+def _fence(key: str) -> str:
+    """A key in `key`'s slot (its hash tag, or the key itself) for the fence write."""
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    tag = key[start + 1 : end] if start >= 0 and end > start + 1 else key
+    return f"{{{tag}}}:durable-fence"
 
 
 class NotReplicated(RedisConnectionError):
@@ -83,12 +92,15 @@ class Durable:
             name = f"{node.host}:{node.port}"
             client = self._client(node.host, int(node.port))
             alone = time.monotonic() - self._alone.get(name, -1e9) < ALONE_RECHECK_S
-            wanted = 0 if alone else self.replicas
             try:
                 async with client.pipeline(transaction=False) as pipe:
                     await script(keys=keys, args=args, client=pipe)  # loaded on the node first
-                    pipe.execute_command("WAIT", wanted, WAIT_MS)
-                    result, acked = await pipe.execute(raise_on_error=False)
+                    # A write of this connection's own after the script: a repeat that found
+                    # its write already made writes nothing, and WAIT would count nothing.
+                    # Replication is in order: a replica with the fence has what came before.
+                    pipe.set(_fence(keys[0]), 1, px=60_000)
+                    pipe.execute_command("WAIT", self.replicas, ALONE_WAIT_MS if alone else WAIT_MS)
+                    result, _, acked = await pipe.execute(raise_on_error=False)
             except (RedisConnectionError, RedisTimeoutError):
                 await self._refresh(attempt, keys[0])
                 continue
@@ -97,10 +109,11 @@ class Durable:
                     await self._refresh(attempt, keys[0])
                     continue
                 raise result
-            if isinstance(acked, int) and acked >= wanted:
-                if wanted:
-                    self._alone.pop(name, None)  # a replica again
+            if isinstance(acked, int) and acked >= self.replicas:
+                self._alone.pop(name, None)  # a replica (again)
                 return result
+            if alone and isinstance(acked, int):
+                return result  # still alone: its replica was promoted and is not back
             # Nothing to wait for when its replica was promoted (and it is not back yet).
             settled = not isinstance(acked, Exception)
             may_be_alone = settled and (attempt >= ALONE_AFTER or name in self._alone)

@@ -12,9 +12,10 @@ from spex.proto import AnswerResult, decode, names
 from spex.shared.runtime.settings import Settings
 from tests.cluster.conftest import PARTITIONS
 from tests.services.cluster import Cluster
-from tests.services.test_pipeline import submit_all, virtual_time
+from tests.services.test_pipeline import budgets_received, submit_all, virtual_time
 
 ALGORITHM, TARGET, MODE, QUESTIONS = "rebase", 8, "spex", 6
+RUNS: list[int] = []  # budget updates each run's queries received
 
 
 def test_a_cluster_needs_partitions():
@@ -45,6 +46,7 @@ def run(url, fault=None, **settings):
                 await asyncio.to_thread(fault)
             answers = await task
             await asyncio.sleep(0.3)
+            RUNS.append(await budgets_received(cluster, answers))
             return answers, await answers_counted(cluster.client.r), cluster.logs()
         finally:
             await cluster.stop()
@@ -63,6 +65,7 @@ def assert_once_with_fault_free_trees(answers, counts):
 def test_the_pipeline_answers_on_a_cluster_with_every_shard_used(cluster_url, redis_cluster):
     answers, counts, _ = run(cluster_url)
     assert_once_with_fault_free_trees(answers, counts)
+    assert RUNS[-1] > 0  # the allocator read every part of the stats stream and sent shares
     sizes = [redis.Redis(port=port).dbsize() for port in redis_cluster.primary_ports()]
     assert len(sizes) == 3 and all(sizes), sizes  # the partitions spread the keys over every shard
 
