@@ -240,15 +240,13 @@ class Bus:
 
     def forget(self, stream: str) -> None:
         """Stop tracking `stream` (it was deleted): its groups are not re-created after a
-        restart of Redis."""
-        for part in spread(stream)[1:]:
-            self.forget(part)
-        stream = spread(stream)[0]
-        self._groups = {(s, g) for s, g in self._groups if s != stream}
-        self._own_pending_read = {(s, g) for s, g in self._own_pending_read if s != stream}
-        self._first_pass = {(s, g) for s, g in self._first_pass if s != stream}
-        self._own_cursor = {k: v for k, v in self._own_cursor.items() if k[0] != stream}
-        self._trimmed.pop(stream, None)
+        restart of Redis. A global stream: every part of it."""
+        parts = set(spread(stream))
+        self._groups = {(s, g) for s, g in self._groups if s not in parts}
+        self._own_pending_read = {(s, g) for s, g in self._own_pending_read if s not in parts}
+        self._first_pass = {(s, g) for s, g in self._first_pass if s not in parts}
+        self._own_cursor = {k: v for k, v in self._own_cursor.items() if k[0] not in parts}
+        self._trimmed.pop(stream, None)  # trims are timed by the name the caller gives
 
     def reconnected(self) -> None:
         """After a reconnect, re-read own pending entries first (a lost reply leaves them);
