@@ -129,6 +129,23 @@ class QueryName(Name):
         return ("" if _partitions == 1 else "{p*}") + super().__call__("*")
 
 
+class ClientName(Name):
+    """A key named after a client or its client key (text a client chose): with partitions,
+    its braces (and `%`) are escaped, so a client's own `{...}` can neither pick the key's
+    slot nor pass for a partition's tag (`key:{p3}`)."""
+
+    def __call__(self, ident: str) -> str:
+        if _partitions > 1:
+            ident = ident.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+        return super().__call__(ident)
+
+    def parse(self, name: str | bytes) -> str | None:
+        ident = super().parse(logical(name))
+        if ident is None or _partitions == 1:
+            return ident
+        return ident.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
+
+
 # ---------------------------------------------------------------------------- partitions
 _partitions = 1
 _SUFFIX = re.compile(r":\{p(\d+)\}$")
@@ -224,8 +241,8 @@ query_epoch = QueryName("{q:<id>}:epoch")  # fencing token, incremented per leas
 query_checkpoint = QueryName("{q:<id>}:ckpt")  # hash: epoch, last applied inbox entry, digest
 COORDINATORS_ACTIVE = "coord:active"  # zset: query id -> lease expiry (ms), for the reaper
 INGRESS_IN_FLIGHT = "ingress:inflight"  # zset: query id -> submitted (ms), not yet answered
-client_in_flight = Name("ingress:inflight:<id>")  # the same, per client (token name)
-submitted_key = Name("submitted:<id>")  # <client>/<client key> -> query id and body hash
+client_in_flight = ClientName("ingress:inflight:<id>")  # the same, per client (token name)
+submitted_key = ClientName("submitted:<id>")  # <client>/<client key> -> query id and body hash
 query_sent = QueryName("{q:<id>}:sent")  # hash: ids of the messages published for it (idempotent publish)
 query_cancelled = QueryName("{q:<id>}:cancelled")  # hash: its jobs cancelled (a queued one never starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness

@@ -107,6 +107,19 @@ def test_a_querys_keys_and_its_parts_of_the_global_streams_share_one_slot(eight_
     assert names.placed(names.query_inbox(qid), "other") == names.query_inbox(qid)  # placed already
 
 
+def test_a_client_key_that_looks_placed_still_lands_in_its_querys_slot(eight_partitions):
+    from redis.crc import key_slot
+
+    qid = "q00042"  # not in partition 3 or 5
+    assert names.partition(qid) not in (3, 5)
+    home_slot = key_slot(names.query_request(qid).encode())
+    for client_key in ("alice/k:{p3}", "alice/{p5}k", "alice/{x}", "alice/100%{"):
+        key = names.placed(names.submitted_key(client_key), qid)
+        assert key_slot(key.encode()) == home_slot, key
+        assert names.submitted_key.parse(key) == client_key  # escaped, not lost
+    assert key_slot(names.placed(names.client_in_flight("team:{p3}"), qid).encode()) == home_slot
+
+
 def test_readers_see_every_part_and_each_part_carries_its_streams_messages(eight_partitions):
     parts = names.spread(names.gen_jobs(names.DEFAULT_POOL))
     assert parts == [f"gen:jobs:default:{{p{k}}}" for k in range(8)]
