@@ -42,6 +42,18 @@ class RedisCluster:
         self.servers: list[RedisServer] = []
         self._stalled: set[int] = set()
 
+    def _new_node(self, tries: int = 3) -> RedisServer:
+        """A started node on two free ports; fresh ports if it could not bind them (a free
+        port can be taken by someone else between being found and being bound)."""
+        for attempt in range(tries):
+            server = RedisServer(self.binary, cluster_node_timeout_ms=self.node_timeout_ms)
+            try:
+                return server.start()
+            except RuntimeError as exc:
+                if "in use" not in str(exc) or attempt == tries - 1:
+                    raise
+        raise AssertionError("unreachable")
+
     @property
     def url(self) -> str:
         """A seed node's URL (`redis://`): a cluster client learns the rest from it."""
@@ -50,8 +62,7 @@ class RedisCluster:
     def start(self, timeout_s: float = 30.0) -> RedisCluster:
         count = self.primaries * (1 + self.replicas)
         for _ in range(count):
-            server = RedisServer(self.binary, cluster_node_timeout_ms=self.node_timeout_ms)
-            self.servers.append(server.start())
+            self.servers.append(self._new_node())
         first = self._client(self.servers[0])
         for server in self.servers[1:]:
             first.execute_command("CLUSTER", "MEET", "127.0.0.1", server.port, server.cluster_port)

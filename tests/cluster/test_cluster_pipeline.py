@@ -100,3 +100,23 @@ def test_a_primary_cut_off_past_the_failover_timeout(cluster_url, redis_cluster)
     answers, counts, _ = run(cluster_url, fault)
     assert_once_with_fault_free_trees(answers, counts)
     redis_cluster.await_healthy()
+
+
+def test_a_node_whose_port_was_taken_meanwhile_starts_on_fresh_ports(monkeypatch):
+    import socket
+
+    from spex.shared.runtime import redis_server
+    from spex.shared.runtime.redis_cluster import RedisCluster
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = [taken.getsockname()[1]]  # the first port handed out is someone else's by now
+    real = redis_server.free_port
+    monkeypatch.setattr(redis_server, "free_port", lambda: ports.pop() if ports else real())
+    node = RedisCluster(primaries=1, replicas=0)._new_node()
+    try:
+        assert node.running() and node.port != taken.getsockname()[1]
+    finally:
+        node.stop()
+        taken.close()
