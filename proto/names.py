@@ -140,8 +140,10 @@ class ClientName(Name):
         return super().__call__(ident)
 
     def parse(self, name: str | bytes) -> str | None:
+        if _partitions == 1:
+            return super().parse(name)
         ident = super().parse(logical(name))
-        if ident is None or _partitions == 1:
+        if ident is None:
             return ident
         return ident.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
 
