@@ -45,14 +45,13 @@ class RedisCluster:
     def _new_node(self, tries: int = 3) -> RedisServer:
         """A started node on two free ports; fresh ports if it could not bind them (a free
         port can be taken by someone else between being found and being bound)."""
-        for attempt in range(tries):
-            server = RedisServer(self.binary, cluster_node_timeout_ms=self.node_timeout_ms)
+        for _ in range(tries - 1):
             try:
-                return server.start()
+                return RedisServer(self.binary, cluster_node_timeout_ms=self.node_timeout_ms).start()
             except RuntimeError as exc:
-                if "in use" not in str(exc) or attempt == tries - 1:
+                if "in use" not in str(exc):
                     raise
-        raise AssertionError("unreachable")
+        return RedisServer(self.binary, cluster_node_timeout_ms=self.node_timeout_ms).start()
 
     @property
     def url(self) -> str:
