@@ -44,3 +44,4 @@ def test_the_wheel_has_one_top_level_package_with_every_module(tmp_path):
     assert expected - modules == set(), "modules missing from the wheel (pyproject.toml's packages list)"
     assert modules - expected == set()
     assert "spex/data/math500.jsonl" in names  # the shipped dataset
+    assert {"spex/shared/hf/attention.c", "spex/shared/hf/linear.c"} <= set(names)  # built on first use

@@ -1,0 +1,176 @@
+/* The linear layers of the in-process engine's forward pass: y[M][N] = x[M][K] · W[N][K]^T (+ b),
+ * for any number of rows M, batch-invariant by construction.
+ *
+ * W is packed once, at start, into blocks of 16 output features: [N/16][K][16] in float32, or
+ * [N/16][K/2][16][2] in bfloat16 (pairs of inputs side by side, as AVX-512 BF16's dot product
+ * takes them). A block is read front to back; its 16 outputs are 16 vector lanes, each summing
+ * its own products over k in order. So every output y[m][n] is computed by the same sequence
+ * of operations whatever M is, which rows it shares a pass with, how the rows are grouped into
+ * register tiles and which thread computes it: no GEMM library's shape-dependent choices, and
+ * no padding of small batches. At a few rows the weights' one read from memory is the cost
+ * (a decode step); from about 8 (bfloat16) rows up, the multiply-adds.
+ *
+ * Float32 accumulation; the output rounded once to the model's dtype. Built by `kernels.py`.
+ */
+#include <stdint.h>
+#include <string.h>
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+#endif
+
+enum { F32 = 0, BF16 = 1 };
+#define LANES 16
+#define TILE_ROWS 8   /* rows a register tile holds */
+#define TILE_BLOCKS 2 /* 16-output blocks a register tile holds */
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+
+static inline float from_bf16(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch does */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; /* NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The packed layout's size in elements (K rounded up to even in bfloat16). */
+int64_t spex_packed_size(int64_t n_out, int64_t k_in, int dtype) {
+    const int64_t k = dtype == BF16 ? (k_in + 1) / 2 * 2 : k_in;
+    return (n_out + LANES - 1) / LANES * LANES * k;
+}
+
+/* W [N][K] (row-major, the model's dtype) into its packed layout; missing outputs and the odd
+ * K's partner are zero. */
+void spex_pack(const void *w, int64_t n_out, int64_t k_in, int dtype, void *packed) {
+    const int64_t blocks = (n_out + LANES - 1) / LANES;
+    if (dtype == F32) {
+        const float *src = (const float *)w;
+        float *dst = (float *)packed;
+        for (int64_t b = 0; b < blocks; b++)
+            for (int64_t k = 0; k < k_in; k++)
+                for (int64_t j = 0; j < LANES; j++) {
+                    const int64_t n = b * LANES + j;
+                    dst[(b * k_in + k) * LANES + j] = n < n_out ? src[n * k_in + k] : 0.0f;
+                }
+    } else {
+        const uint16_t *src = (const uint16_t *)w;
+        uint16_t *dst = (uint16_t *)packed;
+        const int64_t pairs = (k_in + 1) / 2;
+        for (int64_t b = 0; b < blocks; b++)
+            for (int64_t p = 0; p < pairs; p++)
+                for (int64_t j = 0; j < LANES; j++)
+                    for (int64_t h = 0; h < 2; h++) {
+                        const int64_t n = b * LANES + j, k = 2 * p + h;
+                        dst[((b * pairs + p) * LANES + j) * 2 + h] =
+                            n < n_out && k < k_in ? src[n * k_in + k] : 0;
+                    }
+    }
+}
+
+/* One register tile: rows [m0, m0 + rows) × blocks [b0, b0 + nblocks), accumulated over all of
+ * K into acc (lane j of acc[r][c] is output (m0 + r, (b0 + c)·16 + j)). */
+static inline __attribute__((always_inline)) void tile(const void *x, const void *packed, int64_t k_in,
+                                                       int dtype, int64_t m0, int64_t rows, int64_t b0,
+                                                       int64_t nblocks, v16 acc[TILE_ROWS][TILE_BLOCKS]) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < nblocks; c++) acc[r][c] = (v16){0};
+    if (dtype == F32) {
+        const float *xs = (const float *)x;
+        const float *w = (const float *)packed;
+        for (int64_t k = 0; k < k_in; k++) {
+            v16 wk[TILE_BLOCKS];
+            for (int64_t c = 0; c < nblocks; c++) memcpy(&wk[c], w + ((b0 + c) * k_in + k) * LANES, sizeof(v16));
+            for (int64_t r = 0; r < rows; r++) {
+                const float xr = xs[(m0 + r) * k_in + k];
+                for (int64_t c = 0; c < nblocks; c++) acc[r][c] += xr * wk[c];
+            }
+        }
+        return;
+    }
+    const uint16_t *xs = (const uint16_t *)x;
+    const uint16_t *w = (const uint16_t *)packed;
+    const int64_t pairs = (k_in + 1) / 2;
+#ifdef __AVX512BF16__
+    if (k_in % 2 == 0) { /* a dot product of bfloat16 pairs, accumulated in float32 */
+        __m512 a[TILE_ROWS][TILE_BLOCKS];
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < nblocks; c++) a[r][c] = _mm512_setzero_ps();
+        for (int64_t p = 0; p < pairs; p++) {
+            __m512i wk[TILE_BLOCKS];
+            for (int64_t c = 0; c < nblocks; c++)
+                wk[c] = _mm512_loadu_si512((const void *)(w + ((b0 + c) * pairs + p) * LANES * 2));
+            for (int64_t r = 0; r < rows; r++) {
+                int32_t pair;
+                memcpy(&pair, xs + (m0 + r) * k_in + 2 * p, sizeof pair);
+                const __m512i xr = _mm512_set1_epi32(pair);
+                for (int64_t c = 0; c < nblocks; c++)
+                    a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh)xr, (__m512bh)wk[c]);
+            }
+        }
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < nblocks; c++) memcpy(&acc[r][c], &a[r][c], sizeof(v16));
+        return;
+    }
+#endif
+    /* Elsewhere: each pair's two products in order, widened to float32. */
+    for (int64_t p = 0; p < pairs; p++) {
+        v16 lo[TILE_BLOCKS], hi[TILE_BLOCKS];
+        for (int64_t c = 0; c < nblocks; c++) {
+            const uint16_t *src = w + ((b0 + c) * pairs + p) * LANES * 2;
+            u32x16 bits;
+            memcpy(&bits, src, sizeof bits);
+            const u32x16 low = bits << 16, high = bits & 0xffff0000u;
+            memcpy(&lo[c], &low, sizeof(v16));
+            memcpy(&hi[c], &high, sizeof(v16));
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t at = (m0 + r) * k_in + 2 * p;
+            const float x0 = from_bf16(xs[at]), x1 = 2 * p + 1 < k_in ? from_bf16(xs[at + 1]) : 0.0f;
+            for (int64_t c = 0; c < nblocks; c++) acc[r][c] += x0 * lo[c] + x1 * hi[c];
+        }
+    }
+}
+
+/* y[M][N] = x[M][K] · W^T (+ bias, float32 or the model's dtype as `bias_dtype`, NULL for none),
+ * x and y in the model's dtype. Outputs are split between threads by blocks of 16. */
+void spex_linear(int64_t rows, int64_t n_out, int64_t k_in, int dtype, const void *x, const void *packed,
+                 const void *bias, void *y, int threads) {
+    const int64_t blocks = (n_out + LANES - 1) / LANES;
+    const int64_t tiles = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : 1) if (threads > 1 && tiles > 1)
+    for (int64_t t = 0; t < tiles; t++) {
+        const int64_t b0 = t * TILE_BLOCKS;
+        const int64_t nblocks = blocks - b0 < TILE_BLOCKS ? blocks - b0 : TILE_BLOCKS;
+        for (int64_t m0 = 0; m0 < rows; m0 += TILE_ROWS) {
+            const int64_t mr = rows - m0 < TILE_ROWS ? rows - m0 : TILE_ROWS;
+            v16 acc[TILE_ROWS][TILE_BLOCKS];
+            if (mr == TILE_ROWS && nblocks == TILE_BLOCKS) /* the full tile, its loops unrolled */
+                tile(x, packed, k_in, dtype, m0, TILE_ROWS, b0, TILE_BLOCKS, acc);
+            else
+                tile(x, packed, k_in, dtype, m0, mr, b0, nblocks, acc);
+            for (int64_t r = 0; r < mr; r++)
+                for (int64_t c = 0; c < nblocks; c++) {
+                    float out[LANES];
+                    memcpy(out, &acc[r][c], sizeof out);
+                    for (int64_t j = 0; j < LANES; j++) {
+                        const int64_t n = (b0 + c) * LANES + j;
+                        if (n >= n_out) break;
+                        float v = out[j];
+                        if (bias) v += dtype == F32 ? ((const float *)bias)[n] : from_bf16(((const uint16_t *)bias)[n]);
+                        if (dtype == F32)
+                            ((float *)y)[(m0 + r) * n_out + n] = v;
+                        else
+                            ((uint16_t *)y)[(m0 + r) * n_out + n] = to_bf16(v);
+                    }
+                }
+        }
+    }
+}
