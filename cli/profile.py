@@ -101,7 +101,15 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
 
     # Room for the largest cell at once: each request's prompt (and its cache entry) and output.
     kv = max(batches) * (2 * (max(contexts) + 64) + args.new_tokens)
-    config = HFConfig(max(batches), max(kv, 65_536), deterministic=args.deterministic, dtype=args.dtype)
+    # A cell's prompts in one pass, so its decode steps carry no other cell's prompt rows.
+    prompts = max(batches) * (max(contexts) + 64)
+    config = HFConfig(
+        max(batches),
+        max(kv, 65_536),
+        deterministic=args.deterministic,
+        dtype=args.dtype,
+        prefill_tokens=prompts,
+    )
     engine = HFEngine.from_dir(args.model, config)
     cells = measure_hf(engine, batches, contexts, args.new_tokens, args.repeats)
     name = f"{Path(args.model).name}@hf ({args.dtype or 'as saved'}, {torch.get_num_threads()} threads)"

@@ -2,21 +2,22 @@
 
 Each `step` (1) drops aborted sequences, (2) admits waiting requests — primary before
 speculative, then arrival order; when the batch is full a waiting primary pauses the newest
-running speculative sequence, which keeps its KV and resumes later — (3) prefills what was
-admitted, piece by piece through the prefix cache (`kvcache`), and (4) decodes one token for
-every running sequence: it samples from the sequence's last logits with the request's own
-`torch.Generator` (so a request's tokens do not depend on its batch mates), checks EOS, the
-stop strings and the token limit, and runs the model once over the continuing sequences
-(`llama`: the linear layers over the batch, attention row by row over each sequence's own
-KV buffer, written in place).
+running speculative sequence, which keeps its KV and resumes later — placing each prompt in
+the prefix cache (`kvcache`): the pieces found there are referenced, the rest become new
+entries to compute; (3) samples a token for every sequence with logits (all in one batch,
+each from its request's own `torch.Generator`, so a request's tokens do not depend on its
+batch mates) and checks EOS, the stop strings and the token limit; and (4) runs the model
+once (`llama`): one row for each continuing sequence's newest token, plus prompt rows — the
+pieces admitted sequences still need, primaries' first, up to `prefill_tokens` a pass (a
+longer piece goes on in the next pass). A piece is computed once whoever needs it, and every
+sequence attends to it where it lies: prompt KV is never copied.
 
-Deterministic mode makes every number a sequence sees a function of its own tokens: prompt
-pieces are always computed alone (see `kvcache`), attention is per sequence anyway, and the
-linear layers get at least the row count from which this CPU's GEMM is batch-invariant
-(`LlamaRunner.rows`, measured at start). Outputs are then batch-invariant and speculation is
-lossless on a real model, at batched speed: the cost is padding a smaller batch to that count
-(SmolLM2 in float32: 1 to 3 sequences to 4 rows). The end-to-end tests check the rest of
-the layer (norms, activations) for the models here.
+Deterministic mode makes every number a sequence sees a function of its own tokens: the
+attention is per row by construction, and the linear layers get at least the row count from
+which this CPU's GEMM is batch-invariant (`LlamaRunner.rows`, measured at start over every
+row count a pass can have). Outputs are then batch-invariant and speculation is lossless on a
+real model, at batched speed: the cost is padding a smaller pass to that count (SmolLM2: 1
+row to 2 in bfloat16, 1 to 3 rows to 4 in float32).
 
 The engine's clock advances by the measured wall time of each step (`stepped`), so the
 virtual-time driver can run it beside other engines as if each had its own device.
@@ -40,8 +41,9 @@ from spex.shared.engine.api import (
     EngineStats,
     StopReason,
 )
+from spex.shared.hf.attention import Pass, Segment
 from spex.shared.hf.kvcache import Entry, PrefixCache
-from spex.shared.hf.llama import LlamaRunner, SeqKV
+from spex.shared.hf.llama import LlamaRunner
 from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
 from spex.shared.hf.stepped import SteppedEngine
 from spex.shared.roofline.measured import MeasuredProfile
@@ -56,6 +58,7 @@ class HFConfig:
     deterministic: bool = False  # batch-invariant outputs (lossless speculation)
     device: str = "cpu"
     dtype: str | None = None  # the weights' and KV's: float32, bfloat16 (None: as saved)
+    prefill_tokens: int = 128  # prompt rows a pass takes beside its decode rows
 
 
 @dataclass(eq=False)
@@ -64,22 +67,30 @@ class _Seq:
     seq: int
     arrival_s: float
     generator: torch.Generator
-    entries: list[Entry] = field(default_factory=list)  # locked prompt pieces
-    kv: SeqKV | None = None  # the prompt's and the generated tokens' KV
+    pieces: list[tuple[int, ...]]  # the prompt's token ids, piece by piece
+    entries: list[Entry] = field(default_factory=list)  # its pieces in the cache, locked
+    own: Segment | None = None  # the generated tokens' KV, after the prompt's
     next_logits: torch.Tensor | None = None
     ids: list[int] = field(default_factory=list)  # generated tokens
     logprobs: list[float] = field(default_factory=list)
     text: str = ""
     stop_reason: StopReason = ""
-    prompt_tokens: int = 0
     cached_tokens: int = 0
     first_token_s: float | None = None
     short_text: int = 0  # characters of `text` written before the step's minimum length
     abort_s: float | None = None  # when an abort arrived (it takes effect at the next step)
 
     @property
+    def placed(self) -> bool:
+        return bool(self.entries)
+
+    @property
     def prefilled(self) -> bool:
         return self.next_logits is not None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(p) for p in self.pieces)
 
     @property
     def context(self) -> int:
@@ -87,7 +98,10 @@ class _Seq:
 
     @property
     def past_tokens(self) -> int:
-        return 0 if self.kv is None else self.kv.length
+        return 0 if self.own is None else self.own.length
+
+    def segments(self) -> list[Segment]:
+        return [e.kv for e in self.entries]
 
 
 class HFEngine(SteppedEngine):
@@ -105,8 +119,16 @@ class HFEngine(SteppedEngine):
         self._by_rid: dict[str, _Seq] = {}
         self._seq = 0
         self._piece_ids: dict[str, tuple[int, ...]] = {}
+        self._pending: dict[Entry, int] = {}  # prompt pieces being computed: rows done
         self._eos = eos_ids(model, tokenizer)
-        self.runner = LlamaRunner(model, self.config.deterministic, self.config.max_running)
+        if self.config.prefill_tokens < 1:
+            raise ValueError(f"prefill_tokens: at least 1, not {self.config.prefill_tokens}")
+        self.runner = LlamaRunner(
+            model,
+            self.config.deterministic,
+            max_rows=self.config.max_running + self.config.prefill_tokens,
+            max_logits=2 * self.config.max_running,
+        )
         # A measured step-time curve (`roofline.measured`): with it each primary decode step is
         # also counted as it would have taken without speculation, for the TPOT governor.
         self.step_model: MeasuredProfile | None = None
@@ -125,11 +147,14 @@ class HFEngine(SteppedEngine):
             raise ValueError(f"duplicate request id {req.rid!r}")
         if not req.text or req.output_tokens == 0:
             raise ValueError(f"request {req.rid!r}: a generation needs its prompt text and tokens to make")
+        pieces = [ids for ids in map(self._ids, req.text) if ids]
+        if not pieces:
+            raise ValueError(f"request {req.rid!r}: an empty prompt")
         if not self._running and not self._waiting:
             self.clock_s = max(self.clock_s, now_s)  # an idle engine starts at the arrival
         self._seq += 1
         generator = torch.Generator(device=self.config.device).manual_seed(req.seed)
-        s = _Seq(req, self._seq, now_s, generator)
+        s = _Seq(req, self._seq, now_s, generator, pieces)
         self._by_rid[req.rid] = s
         self._waiting.append(s)
 
@@ -159,6 +184,9 @@ class HFEngine(SteppedEngine):
         for s in list(self._by_rid.values()):
             if s.entries:
                 self.cache.unlock(s.entries)
+        for entry in self._pending:  # half computed, perhaps: never found again
+            self.cache.drop(entry)
+        self._pending.clear()
         self._by_rid.clear()
         self._running.clear()
         self._waiting.clear()
@@ -191,8 +219,8 @@ class HFEngine(SteppedEngine):
 
     @property
     def used_tokens(self) -> int:
-        """KV in memory: the prefix cache, and each admitted sequence's own copy of its
-        prompt's and generated tokens' KV (what it attends over)."""
+        """KV in memory: the prefix cache (every prompt piece, shared) and each sequence's
+        generated tokens."""
         return self.cache.total_tokens + sum(s.past_tokens for s in self._by_rid.values())
 
     @property
@@ -211,45 +239,33 @@ class HFEngine(SteppedEngine):
         for s, _ in done:
             self._running.remove(s)
         self._admit()
-        prefill_s = primary_prefill_s = decode_s = 0.0  # parts of the step, for the TPOT governor
+        pass_s = 0.0
         with torch.inference_mode():
-            prefill = [s for s in self._running if not s.prefilled]
-            for s in prefill:
-                t = time.perf_counter()
-                self._prefill(s)
-                took = time.perf_counter() - t
-                prefill_s += took
-                if s.req.priority == PRIMARY:
-                    primary_prefill_s += took
             decoding = [s for s in self._running if s.prefilled]
-            continuing = []
+            continuing = self._sample(decoding)
             for s in decoding:
-                if self._sample(s):
-                    continuing.append(s)
-                else:
+                if s not in continuing:
                     done.append((s, "finished"))
-            for s, _ in done:
-                if s in self._running:
                     self._running.remove(s)
-            if continuing:
+            batch, logits_of, primary_rows = self._plan(continuing)
+            if batch.rows:
                 t = time.perf_counter()
-                self._decode(continuing)
-                decode_s = time.perf_counter() - t
+                logits = self.runner.forward(batch, [row for row, _ in logits_of])
+                pass_s = time.perf_counter() - t
+                self._absorb(logits, logits_of)
         dt = time.perf_counter() - start
         t0, self.clock_s = self.clock_s, self.clock_s + dt
-        self._account(t0, dt, prefill, decoding)
-        self._account_primary(
-            dt, primary_prefill_s, dt - decode_s - prefill_s, decode_s, decoding, continuing
-        )
+        self._account(t0, dt, batch.rows > len(continuing), decoding)
+        self._account_primary(dt, pass_s, decoding, batch, primary_rows)
         for s in decoding:
             if s.first_token_s is None:
                 s.first_token_s = self.clock_s
         return [self._finish(s, self.clock_s, reason) for s, reason in done]
 
-    def _account(self, t0: float, dt: float, prefill: list[_Seq], decoding: list[_Seq]) -> None:
+    def _account(self, t0: float, dt: float, prefilled: bool, decoding: list[_Seq]) -> None:
         st = self.stats
         st.busy_s += dt
-        if prefill:
+        if prefilled:
             st.prefill_steps += 1
         if decoding:
             st.decode_steps += 1
@@ -261,30 +277,23 @@ class HFEngine(SteppedEngine):
         st.peak_kv_tokens = max(st.peak_kv_tokens, self.held_tokens)
 
     def _account_primary(
-        self,
-        dt: float,
-        prefill_s: float,
-        rest_s: float,
-        decode_s: float,
-        decoding: list[_Seq],
-        continuing: list[_Seq],
+        self, dt: float, pass_s: float, decoding: list[_Seq], batch: Pass, primary_rows: list[int]
     ) -> None:
         """A step that gave primaries a token, as measured and as it would have taken without
-        the speculative sequences in it: the primaries' own prefill (not the speculative
-        ones'), the decode pass scaled by the measured curve from the whole batch to the
-        primaries in it, and the rest of the step (sampling, admission) in proportion."""
+        the speculative sequences in it: the pass scaled by the measured curve from all its
+        rows to the primaries' (their tokens and their prompt rows; a row's context is its
+        position), and the rest of the step (sampling, admission) in proportion."""
         primary = sum(1 for s in decoding if s.req.priority == PRIMARY)
         if not primary or self.step_model is None:
             return
-        alone = prefill_s + max(0.0, rest_s) * primary / len(decoding)
-        mine = [s for s in continuing if s.req.priority == PRIMARY]
-        if mine:
+        alone = max(0.0, dt - pass_s) * primary / len(decoding)
+        if primary_rows:
             alone += self.step_model.counterfactual_s(
-                decode_s,
-                len(mine),
-                sum(s.context for s in mine),
-                len(continuing),
-                sum(s.context for s in continuing),
+                pass_s,
+                len(primary_rows),
+                sum(batch.positions[r] + 1 for r in primary_rows),
+                batch.rows,
+                sum(p + 1 for p in batch.positions),
             )
         st = self.stats
         st.primary_steps += 1
@@ -295,23 +304,30 @@ class HFEngine(SteppedEngine):
         ready = sorted(
             (s for s in self._waiting if s.arrival_s <= self.clock_s), key=lambda s: (s.req.priority, s.seq)
         )
-        reserved = 0  # what this step's admissions will take once prefilled
+        reserved = 0  # what this step's admissions will take once computed
         for s in ready:
             victim = None
             if len(self._running) >= self.config.max_running:
                 victim = self._victim_for(s)
                 if victim is None:
                     break
-            # A new sequence: its prompt's cache entries, its own copy of them, its output.
-            need = 0 if s.prefilled else 2 * self._prompt_estimate(s) + s.req.max_new_tokens
-            if need and not self._make_room(reserved + need):
-                break  # strict order: a large head request is not overtaken
+            need = 0
+            if not s.placed:
+                found = self._found(s)
+                self.cache.lock(found)
+                # A new sequence: its uncached pieces and its output.
+                need = sum(map(len, s.pieces[len(found) :])) + s.req.max_new_tokens
+                if not self._make_room(reserved + need):
+                    self.cache.unlock(found)
+                    break  # strict order: a large head request is not overtaken
+                self._place(s, found)
             if victim is not None:  # a waiting primary takes the newest speculative slot
                 self._running.remove(victim)
                 self._waiting.append(victim)  # keeps its KV; resumes where it stopped
             reserved += need
             self._waiting.remove(s)
             self._running.append(s)
+            self._ready(s)  # its pieces may have been computed while it waited
 
     def _victim_for(self, s: _Seq) -> _Seq | None:
         victims = [r for r in self._running if r.req.priority > s.req.priority and r.abort_s is None]
@@ -328,10 +344,7 @@ class HFEngine(SteppedEngine):
         self.stats.evicted_tokens += self.cache.evict(tokens - free)
         return True
 
-    def _prompt_estimate(self, s: _Seq) -> int:
-        return sum(len(self._ids(piece)) for piece in s.req.text)
-
-    # ------------------------------------------------------------------ the model
+    # ------------------------------------------------------------------ prompts in the cache
     def _ids(self, piece: str) -> tuple[int, ...]:
         ids = self._piece_ids.get(piece)
         if ids is None:
@@ -341,52 +354,122 @@ class HFEngine(SteppedEngine):
             self._piece_ids[piece] = ids
         return ids
 
-    def _prefill(self, s: _Seq) -> None:
-        """The prompt's pieces into the sequence's KV: a cached piece is copied in, a new one
-        computed over exactly the pieces before it (so its tensors do not depend on who
-        computed it) and cached."""
-        kv = self.runner.new_kv(self._prompt_estimate(s) + s.req.max_new_tokens + 1)
-        parent: Entry | None = None
-        entries: list[Entry] = []
-        for piece in s.req.text:
-            ids = self._ids(piece)
-            if not ids:
-                continue
-            entry = self.cache.lookup(parent, ids)
+    def _found(self, s: _Seq) -> list[Entry]:
+        """The longest run of the prompt's first pieces the cache holds (computed or not)."""
+        found: list[Entry] = []
+        for ids in s.pieces:
+            entry = self.cache.lookup(found[-1] if found else None, ids)
             if entry is None:
-                start = kv.length
-                logits = self.runner.prefill(kv, ids)
-                entry = self.cache.insert(parent, ids, kv.piece(start, kv.length), logits)
-            else:
-                kv.append(entry.kv)
-                s.cached_tokens += entry.tokens
+                break
+            found.append(entry)
+        return found
+
+    def _place(self, s: _Seq, found: list[Entry]) -> None:
+        """The prompt's entries: `found` (locked), then a new one for each piece after them."""
+        entries = list(found)
+        for ids in s.pieces[len(found) :]:
+            segment = self.runner.new_segment(len(ids))
+            segment.length = len(ids)  # what a later piece or token attends to, once computed
+            entry = self.cache.insert(entries[-1] if entries else None, ids, segment, None)
+            self._pending[entry] = 0
+            self.cache.lock([entry])
             entries.append(entry)
-            parent = entry
-        if not entries:
-            raise ValueError(f"request {s.req.rid!r}: an empty prompt")
-        self.cache.lock(entries)
         s.entries = entries
-        s.prompt_tokens = kv.length
-        s.kv = kv
-        s.next_logits = entries[-1].last_logits
+        s.cached_tokens = sum(e.tokens for e in found)
         self.stats.prompt_tokens += s.prompt_tokens
         self.stats.cached_tokens += s.cached_tokens
 
-    def _sample(self, s: _Seq) -> bool:
-        """Sample the next token from the sequence's logits; False when the sequence is done."""
-        assert s.next_logits is not None
-        logits = s.next_logits
+    def _ready(self, s: _Seq) -> None:
+        """A sequence whose every piece is computed decodes from its last piece's logits."""
+        if s.next_logits is None and all(e.last_logits is not None for e in s.entries):
+            s.next_logits = s.entries[-1].last_logits
+            s.own = self.runner.new_segment(max(s.req.max_new_tokens, s.req.output_tokens) + 1)
+
+    # ------------------------------------------------------------------ the pass
+    def _plan(self, continuing: list[_Seq]) -> tuple[Pass, list[tuple[int, Any]], list[int]]:
+        """The step's pass: a row for each continuing sequence's newest token, then prompt rows
+        for the sequences still waiting on pieces, primaries first, up to `prefill_tokens`
+        (a piece runs in the same pass as the one before it only once that one completes in
+        it). Also: which rows give logits, to whom (a sequence, or a piece completing), and
+        which rows are primaries'."""
+        for entry in [e for e in self._pending if e.refs == 0]:  # nobody waits on it any more
+            del self._pending[entry]
+            self.cache.drop(entry)
+        batch = Pass()
+        logits_of: list[tuple[int, Any]] = []
+        primary_rows: list[int] = []
+        for s in continuing:
+            assert s.own is not None
+            s.own.grow(s.own.length + 1)
+            row = batch.add([*s.segments(), s.own], s.own.length, [s.ids[-1]])
+            logits_of.append((row, s))
+            if s.req.priority == PRIMARY:
+                primary_rows.append(row)
+        budget = self.config.prefill_tokens
+        completing = 0
+        scheduled: dict[Entry, int] = {}  # pending entries' rows done once this pass has run
+        waiting = sorted((s for s in self._running if not s.prefilled), key=lambda s: (s.req.priority, s.seq))
+        for s in waiting:
+            for i, entry in enumerate(s.entries):
+                done = scheduled.get(entry, self._pending.get(entry))
+                if done is None or done == entry.tokens:
+                    continue  # computed, or completing in this pass
+                if budget == 0 or completing == self.config.max_running:
+                    break
+                take = min(entry.tokens - done, budget)
+                first = batch.add(s.segments()[: i + 1], done, entry.ids[done : done + take])
+                if s.req.priority == PRIMARY:
+                    primary_rows.extend(range(first, first + take))
+                budget -= take
+                scheduled[entry] = done + take
+                if done + take < entry.tokens:
+                    break  # its rest, and the pieces after it, in a later pass
+                logits_of.append((first + take - 1, entry))
+                completing += 1
+        self._pending.update(scheduled)
+        return batch, logits_of, primary_rows
+
+    def _absorb(self, logits: torch.Tensor, logits_of: list[tuple[int, Any]]) -> None:
+        """The pass's logits to the sequences that decoded and the pieces it completed."""
+        completed = False
+        for (_, owner), row in zip(logits_of, logits, strict=True):
+            if isinstance(owner, Entry):
+                owner.last_logits = row.clone()  # a view would keep the pass's logits alive
+                del self._pending[owner]
+                completed = True
+            else:
+                owner.next_logits = row
+        if completed:
+            for s in self._running:
+                if not s.prefilled:
+                    self._ready(s)
+
+    # ------------------------------------------------------------------ sampling
+    def _sample(self, seqs: list[_Seq]) -> list[_Seq]:
+        """A token for each sequence from its logits, all in one batch (each row with its own
+        temperature and generator): the sequences that go on."""
+        if not seqs:
+            return []
+        logits = torch.stack([s.next_logits for s in seqs])  # type: ignore[misc]
         logp = torch.log_softmax(logits, dim=-1)
-        if s.req.temperature > 0:
+        tokens = logits.argmax(dim=-1)
+        hot = [i for i, s in enumerate(seqs) if s.req.temperature > 0]
+        if hot:
             # Inverse CDF: one uniform draw from the request's generator (multinomial draws
             # one exponential per vocabulary entry: a tenth of a step at batch 16).
-            cdf = torch.softmax(logits / s.req.temperature, dim=-1).cumsum(-1)
-            u = torch.rand(1, generator=s.generator, device=cdf.device) * cdf[-1]
-            token = min(int(torch.searchsorted(cdf, u, right=True).item()), cdf.shape[0] - 1)
-        else:
-            token = int(torch.argmax(logits).item())
+            temps = torch.tensor([seqs[i].req.temperature for i in hot], dtype=logits.dtype)[:, None]
+            cdf = torch.softmax(logits[hot] / temps, dim=-1).cumsum(-1)
+            draws = torch.cat([torch.rand(1, generator=seqs[i].generator, device=cdf.device) for i in hot])
+            picked = torch.searchsorted(cdf, draws[:, None] * cdf[:, -1:], right=True)[:, 0]
+            tokens[hot] = picked.clamp_(max=cdf.shape[1] - 1)
+        chosen = tokens.tolist()
+        logprobs = logp.gather(1, tokens[:, None])[:, 0].tolist()
+        return [s for s, token, lp in zip(seqs, chosen, logprobs, strict=True) if self._take(s, token, lp)]
+
+    def _take(self, s: _Seq, token: int, logprob: float) -> bool:
+        """The sequence's next token: False when the sequence is done."""
         s.ids.append(token)
-        s.logprobs.append(float(logp[token]))
+        s.logprobs.append(logprob)
         if s.req.output_tokens > 0:  # exactly this many (the synthetic content mode)
             if len(s.ids) >= s.req.output_tokens:
                 s.stop_reason = "length"
@@ -414,26 +497,18 @@ class HFEngine(SteppedEngine):
             return False
         return True
 
-    def _decode(self, seqs: list[_Seq]) -> None:
-        """Run the model over each sequence's newest token, in one batch: its next logits,
-        and its KV written in place."""
-        kvs = [s.kv for s in seqs]
-        assert all(kv is not None for kv in kvs)
-        logits = self.runner.decode(kvs, [s.ids[-1] for s in seqs])  # type: ignore[arg-type]
-        for b, s in enumerate(seqs):
-            s.next_logits = logits[b]
-
     def _finish(self, s: _Seq, now_s: float, reason: CompletionReason) -> Completion:
         if s.entries:
             self.cache.unlock(s.entries)
         self._by_rid.pop(s.req.rid, None)
-        s.kv, s.entries = None, []
+        placed = s.placed
+        s.own, s.entries, s.next_logits = None, [], None
         logprobs = s.logprobs or [0.0]
         return Completion(
             rid=s.req.rid,
             time_s=now_s,
             generated=len(s.ids),
-            prompt_tokens=s.prompt_tokens,
+            prompt_tokens=s.prompt_tokens if placed else 0,
             cached_tokens=s.cached_tokens,
             reason=reason,
             arrival_s=s.arrival_s,

@@ -6,10 +6,12 @@ holds the KV of one piece computed on top of its parent entry, and the logits af
 token. Its key is the token ids of every piece from the first to it, so two requests with the
 same prefix share entries whoever computed them first.
 
-Each piece is always computed the same way — its tokens in one forward pass over exactly
-the KV of the pieces before it — so an entry's tensors do not depend on which request, or
-which batch, computed it: the basis of the engine's deterministic mode. Unreferenced entries
-without children are evicted least recently used first.
+Each piece is always computed the same way — each of its tokens attending over exactly the KV
+of the pieces before it and its own earlier tokens — so an entry's tensors do not depend on
+which request, or which pass, computed it: the basis of the engine's deterministic mode.
+Sequences attend to an entry where it lies (never a copy), and an entry is inserted before it
+is computed, so a second request for the same piece waits for it instead of computing it
+again. Unreferenced entries without children are evicted least recently used first.
 """
 
 from __future__ import annotations
@@ -19,17 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KV", "Entry", "PrefixCache"]
-
-KV = list[tuple[Any, Any]]  # per layer: (keys, values), each [1, kv_heads, tokens, head_dim]
+__all__ = ["Entry", "PrefixCache"]
 
 
 @dataclass(eq=False)
 class Entry:
     ids: tuple[int, ...]  # this piece's tokens
     parent: Entry | None
-    kv: KV  # this piece's KV only
-    last_logits: Any  # [vocab] after the piece's last token
+    kv: Any  # this piece's KV only (the engine's `attention.Segment`)
+    last_logits: Any  # [vocab] after the piece's last token (None while it is computed)
     children: dict[tuple[int, ...], Entry] = field(default_factory=dict)
     refs: int = 0
     last_used: int = 0
@@ -58,7 +58,7 @@ class PrefixCache:
             self._touch(entry)
         return entry
 
-    def insert(self, parent: Entry | None, ids: Sequence[int], kv: KV, last_logits: Any) -> Entry:
+    def insert(self, parent: Entry | None, ids: Sequence[int], kv: Any, last_logits: Any) -> Entry:
         entry = Entry(tuple(ids), parent, kv, last_logits)
         (self._roots if parent is None else parent.children)[entry.ids] = entry
         self.total_tokens += entry.tokens
@@ -95,6 +95,23 @@ class PrefixCache:
             if parent is not None and not parent.children and parent.pinned == 0:
                 heapq.heappush(heap, (parent.last_used, id(parent), parent))  # a leaf now
         return freed
+
+    def drop(self, entry: Entry) -> int:
+        """Remove an unreferenced entry and everything below it, if the cache still holds it
+        (a piece whose computing nobody waits for any more); returns the tokens dropped."""
+        assert entry.pinned == 0, "a referenced entry is never dropped"
+        siblings = self._roots if entry.parent is None else entry.parent.children
+        if siblings.get(entry.ids) is not entry:
+            return 0
+        del siblings[entry.ids]
+        dropped, stack = 0, [entry]
+        while stack:
+            e = stack.pop()
+            dropped += e.tokens
+            stack.extend(e.children.values())
+        self.total_tokens -= dropped
+        self.evictable_tokens -= dropped
+        return dropped
 
     def _pin(self, entry: Entry, delta: int) -> None:
         """`entry` became referenced (+1) or unreferenced (-1): so did its ancestors' subtrees."""

@@ -1,77 +1,44 @@
-"""The engine's own forward pass over a transformers Llama model's weights: batched decode
-over per-sequence KV buffers written in place, and prefill of one prompt piece at a time.
+"""The engine's own forward pass over a transformers Llama model's weights: one pass a step
+over every row the step has, decode rows and prompt rows together.
 
-transformers' generic path keeps a sequence's KV as a tensor that each step concatenates a
-token onto, and batches sequences by left-padding copies of them into one tensor: three
-copies of every sequence's KV per step, which cost more than the model's matmuls at batch
-16. Here each sequence owns, per layer, a buffer of keys and values with room to spare
-(`SeqKV`; doubled when full); a step writes its token's keys and values in place, runs the
-linear layers once over the batch's rows, and attends row by row over each sequence's own
-length. Nothing is padded or copied per step.
+A row is one token: a sequence's newest token (decode) or a token of a prompt piece
+(prefill). `forward` runs the embedding, then per layer the norms and linear layers once over
+all the pass's rows (`linear`: q, k and v fused, gate and up fused) and the attention row by
+row over each row's own segments of KV (`attention`: prompt pieces by reference, then the
+segment the row's token goes into), and the final norm and head over the rows whose logits
+are wanted. Nothing is padded or copied per step, and a prompt piece costs its rows in a pass
+that reads the weights anyway, not a pass of its own.
 
-Batch invariance — a request's numbers do not depend on its batch mates. The attention
-already has it: each row attends alone, over exactly its own tokens, and a prompt piece is
-always run alone. The linear layers have it from some number of rows up: here the GEMM
-reduces a row the same way for 4 rows as for 64, wherever the row sits, while 1 to 3 rows
-take another kernel. Deterministic mode measures that number for each of the model's
-weight shapes when it starts (`invariant_rows`) and pads a smaller decode batch to it.
+Batch invariance — a row's numbers do not depend on its batch mates — holds by construction
+with the C kernels (`kernels`): the attention is per row in an order set by the row's own
+length, each linear layer's output sums its products in one fixed order whatever the row
+count, and the norms and activations are row-wise. Without the kernels (torch alone), the
+linear layers have it only from some number of rows up (this CPU's GEMM takes another kernel
+for 1 to 3 rows in float32): deterministic mode then measures that number for each fused
+weight when it starts (`invariant_rows`, over every row count up to 32 and steps of 8 beyond,
+up to the most rows a pass can have) and pads a smaller pass to it — a check of the CPU's
+kernels over random inputs, not a proof.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-__all__ = ["LlamaRunner", "SeqKV", "invariant_rows"]
+from spex.shared.hf.attention import Pass, Segment, TorchAttention, make_attention
+from spex.shared.hf.linear import TorchLinear, make_linear
 
-
-@dataclass(eq=False)
-class SeqKV:
-    """One sequence's keys and values, per layer [kv_heads, capacity, head_dim]."""
-
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
-    length: int = 0
-
-    @property
-    def capacity(self) -> int:
-        return int(self.keys[0].shape[1])
-
-    def reserve(self, tokens: int) -> None:
-        """Room for `tokens` in all; grown to at least double, keeping what is there."""
-        if tokens <= self.capacity:
-            return
-        size = max(tokens, 2 * self.capacity)
-        for layer in range(len(self.keys)):
-            for store in (self.keys, self.values):
-                old = store[layer]
-                new = old.new_empty(old.shape[0], size, old.shape[2])
-                new[:, : self.length] = old[:, : self.length]
-                store[layer] = new
-
-    def append(self, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Copy a piece's KV (per layer [1, kv_heads, tokens, head_dim]) in after ours."""
-        tokens = int(kv[0][0].shape[2])
-        self.reserve(self.length + tokens)
-        end = self.length + tokens
-        for layer, (k, v) in enumerate(kv):
-            self.keys[layer][:, self.length : end] = k[0]
-            self.values[layer][:, self.length : end] = v[0]
-        self.length = end
-
-    def piece(self, start: int, end: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """A copy of positions [start, end), per layer [1, kv_heads, tokens, head_dim]."""
-        return [
-            (k[None, :, start:end].clone(), v[None, :, start:end].clone())
-            for k, v in zip(self.keys, self.values, strict=True)
-        ]
+__all__ = ["LlamaRunner", "invariant_rows"]
 
 
 class LlamaRunner:
-    def __init__(self, model: Any, deterministic: bool = False, max_rows: int = 16) -> None:
+    def __init__(
+        self, model: Any, deterministic: bool = False, max_rows: int = 16, max_logits: int = 0
+    ) -> None:
+        """`max_rows`: the most rows a pass has; `max_logits`: the most rows whose logits a
+        pass asks for (default `max_rows`); both bound what deterministic mode checks when it
+        runs on torch alone."""
         config = model.config
         kind = getattr(config, "model_type", None)
         if kind != "llama":
@@ -83,110 +50,88 @@ class LlamaRunner:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         weight = model.model.embed_tokens.weight
         self.dtype, self.device = weight.dtype, weight.device
-        self.rows = 1  # the fewest rows a decode step's linear layers see
-        if deterministic:
-            linears = {
-                (tuple(m.weight.shape), m.bias is not None): m
-                for m in model.modules()
-                if isinstance(m, torch.nn.Linear)
-            }
-            counts = {kind: _invariant_rows_of(m, max_rows) for kind, m in linears.items()}
-            bad = [shape for (shape, _), n in counts.items() if n == 0]
-            if bad:
-                raise ValueError(
-                    f"deterministic mode: this machine's GEMM gives a row different bits at every batch "
-                    f"size up to {max_rows} for weight shape {bad[0]}; run without --deterministic"
-                )
-            self.rows = max(counts.values())
-
-    def new_kv(self, capacity: int) -> SeqKV:
-        shape = (self.kv_heads, max(capacity, 16), self.head_dim)
-        new = lambda: torch.empty(shape, dtype=self.dtype, device=self.device)  # noqa: E731
-        return SeqKV([new() for _ in self.layers], [new() for _ in self.layers])
-
-    def prefill(self, kv: SeqKV, ids: tuple[int, ...]) -> torch.Tensor:
-        """Run a piece's tokens after what `kv` holds (writing theirs into it); the logits
-        after its last token."""
-        start, count = kv.length, len(ids)
-        kv.reserve(start + count)
-        positions = torch.arange(start, start + count, device=self.device)
-        causal = torch.ones(count, start + count, dtype=torch.bool, device=self.device).tril(start)
-
-        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            keys, values = kv.keys[layer], kv.values[layer]
-            keys[:, start : start + count] = k.transpose(0, 1)
-            values[:, start : start + count] = v.transpose(0, 1)
-            end = start + count
-            out = _attention(q.transpose(0, 1), keys[:, :end], values[:, :end], causal)
-            return out.transpose(0, 1).reshape(count, -1)
-
-        hidden = self._run(torch.tensor(ids, device=self.device), positions, attend, rows=1, last_only=True)
-        kv.length = start + count
-        return hidden[-1]
-
-    def decode(self, kvs: list[SeqKV], tokens: list[int]) -> torch.Tensor:
-        """One token per sequence, each after what its `kv` holds: logits [len(kvs), vocab]."""
-        lengths = [kv.length for kv in kvs]
-        for kv in kvs:
-            kv.reserve(kv.length + 1)
-        positions = torch.tensor(lengths, device=self.device)
-
-        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            rows = []
-            for b, (kv, n) in enumerate(zip(kvs, lengths, strict=True)):
-                keys, values = kv.keys[layer], kv.values[layer]
-                keys[:, n] = k[b]
-                values[:, n] = v[b]
-                # One token: each kv head's group of query heads are its queries.
-                group = q[b].view(1, self.kv_heads, -1, self.head_dim)
-                rows.append(
-                    F.scaled_dot_product_attention(group, keys[None, :, : n + 1], values[None, :, : n + 1])[0]
-                )
-            return torch.stack(rows).reshape(len(kvs), -1)
-
-        logits = self._run(
-            torch.tensor(tokens, device=self.device), positions, attend, rows=self.rows, last_only=False
+        self.attention = make_attention(self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
+        self.ops = [
+            (
+                make_linear([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
+                make_linear([layer.self_attn.o_proj]),
+                make_linear([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                make_linear([layer.mlp.down_proj]),
+            )
+            for layer in self.layers
+        ]
+        self.head = make_linear([model.lm_head])
+        self.kernels = not isinstance(self.head, TorchLinear) and not isinstance(
+            self.attention, TorchAttention
         )
-        for kv in kvs:
-            kv.length += 1
-        return logits
+        if deterministic:
+            self._pad_to_invariance(max_rows, max_logits or max_rows)
 
-    def _run(
-        self, ids: torch.Tensor, positions: torch.Tensor, attend: Any, rows: int, last_only: bool
-    ) -> torch.Tensor:
-        """The layers over `ids` at `positions`, one row each (a decode batch; padded to
-        `rows` for the linear layers), with `attend(layer, q, k, v)` ([rows, heads, head_dim]
-        each, rotated) giving the attention output; the final logits (of the last row only
-        if `last_only`)."""
-        n = int(ids.shape[0])
+    @property
+    def rows(self) -> int:
+        """The fewest rows the linear layers see (1: no padding)."""
+        return max(getattr(op, "rows", 1) for op in [*(op for ops in self.ops for op in ops), self.head])
+
+    def _pad_to_invariance(self, max_rows: int, max_logits: int) -> None:
+        """Torch's linear layers (not the kernels, invariant as built): pad each pass to the
+        row count from which every fused weight's GEMM is batch-invariant."""
+        torch_ops = [op for ops in self.ops for op in ops if isinstance(op, TorchLinear)]
+        checks = [(op, max_rows) for op in torch_ops]
+        if isinstance(self.head, TorchLinear):
+            checks.append((self.head, max_logits))
+        counts = {id(op): _invariant_rows_of(op.linear, most) for op, most in checks}
+        if any(n == 0 for n in counts.values()):
+            raise ValueError(
+                f"deterministic mode: this machine's GEMM gives a row different bits at every batch size "
+                f"up to {max_rows} for one of the model's weights; run without --deterministic"
+            )
+        rows = max(counts.values(), default=1)
+        for op, _ in checks:
+            op.rows = rows
+
+    def new_segment(self, tokens: int) -> Segment:
+        """Room for at least `tokens` of keys and values."""
+        return Segment.empty(len(self.layers), self.kv_heads, self.head_dim, tokens, self.dtype, self.device)
+
+    def forward(self, batch: Pass, logits_of: list[int]) -> torch.Tensor:
+        """Run the pass's rows (writing their keys and values into their segments): the
+        logits [len(logits_of), vocab] of the rows `logits_of`, float32."""
+        n = batch.rows
+        ids = torch.tensor(batch.tokens, device=self.device)
         hidden = self.model.model.embed_tokens(ids)
+        positions = torch.tensor(batch.positions, device=self.device)
         cos, sin = self.model.model.rotary_emb(hidden[None], positions[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [rows, 1, head_dim]
-        pad = max(0, rows - n)
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            x = _rows(layer.input_layernorm(hidden), pad)
-            q = attn.q_proj(x)[:n].view(n, self.heads, self.head_dim)
-            k = attn.k_proj(x)[:n].view(n, self.kv_heads, self.head_dim)
-            v = attn.v_proj(x)[:n].view(n, self.kv_heads, self.head_dim)
+        plan = self.attention.plan(batch)
+        width_q, width_kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        for i, (layer, (qkv, o, gate_up, down)) in enumerate(zip(self.layers, self.ops, strict=True)):
+            fused = qkv(layer.input_layernorm(hidden))
+            q = fused[:, :width_q].view(n, self.heads, self.head_dim)
+            k = fused[:, width_q : width_q + width_kv].view(n, self.kv_heads, self.head_dim)
+            v = fused[:, width_q + width_kv :].view(n, self.kv_heads, self.head_dim)
             q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-            out = attend(i, q, k, v)
-            hidden = hidden + attn.o_proj(_rows(out, pad))[:n]
-            hidden = hidden + layer.mlp(_rows(layer.post_attention_layernorm(hidden), pad))[:n]
-        if last_only:
-            hidden = hidden[-1:]
-            n = 1
-        final = self.model.model.norm(hidden)
-        return self.model.lm_head(_rows(final, max(0, rows - n)))[:n].float()
+            hidden = hidden + o(self.attention(i, q, k, v, plan))
+            gate, up = gate_up(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
+            hidden = hidden + down(layer.mlp.act_fn(gate) * up)
+        batch.finish()
+        want = hidden[logits_of] if len(logits_of) < n else hidden
+        return self.head(self.model.model.norm(want)).float()
 
+    # ------------------------------------------------------------------ one sequence at a time
+    def prefill(self, segments: list[Segment], ids: tuple[int, ...] | list[int]) -> torch.Tensor:
+        """A piece's tokens after `segments[-1]`'s, alone in a pass: the logits after its last."""
+        segments[-1].grow(segments[-1].length + len(ids))
+        batch = Pass()
+        batch.add(segments, segments[-1].length, list(ids))
+        return self.forward(batch, [batch.rows - 1])[0]
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """q [heads, tokens, head_dim] over k, v [kv_heads, length, head_dim] (grouped-query)."""
-    return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, enable_gqa=True)[0]
-
-
-def _rows(x: torch.Tensor, pad: int) -> torch.Tensor:
-    return x if pad <= 0 else torch.cat([x, x.new_zeros(pad, *x.shape[1:])])
+    def decode(self, sequences: list[list[Segment]], tokens: list[int]) -> torch.Tensor:
+        """One token per sequence (its segments), in one pass: logits [len(sequences), vocab]."""
+        batch = Pass()
+        for segments, token in zip(sequences, tokens, strict=True):
+            segments[-1].grow(segments[-1].length + 1)
+            batch.add(segments, segments[-1].length, [token])
+        return self.forward(batch, list(range(batch.rows)))
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -207,25 +152,32 @@ def _invariant_rows_of(linear: torch.nn.Linear, most: int) -> int:
     return _MEASURED[key]
 
 
+def checked_counts(most: int) -> list[int]:
+    """The row counts `invariant_rows` checks: every one up to 32, then steps of 8, and `most`."""
+    return sorted({*range(1, min(most, 32) + 1), *range(40, most, 8), most})
+
+
 def invariant_rows(linear: torch.nn.Linear, most: int = 16, trials: int = 8) -> int:
     """The fewest rows from which `linear` computes each row the same bits whatever the number
-    of rows (up to `most`, against a batch of twice that) and wherever the row sits; 0 if
-    none. Over `trials` random batches, and a lone row at each of a batch's first 32 places:
-    a different accumulation order shows only where it moves a rounding of the output, which
-    one batch can miss (bfloat16 on this CPU: a lone row of a 1536-wide down-projection
-    differs for about one random input in ten)."""
+    of rows (checked at `checked_counts(most)`, against a batch of twice the most or of 32)
+    and wherever the row sits; 0 if none. Over `trials` random batches (two past 32 rows,
+    whose every check already sees that many rows), and a lone row at each
+    of a batch's first 32 places: a different accumulation order shows only where it moves a
+    rounding of the output, which one batch can miss (bfloat16 on this CPU: a lone row of a
+    1536-wide down-projection differs for about one random input in ten)."""
     weight = linear.weight
     gen = torch.Generator(device=weight.device).manual_seed(0)
-    big = 2 * most
-    same = [True] * most
+    counts = checked_counts(most)
+    big = max(2 * most, 32)
+    same = dict.fromkeys(counts, True)
     with torch.inference_mode():
-        for _ in range(trials):
+        for trial in range(trials):
             x = torch.randn(big, weight.shape[1], generator=gen, device=weight.device).to(weight.dtype)
             ref = linear(x)
             alone = (torch.equal(linear(x[i : i + 1]), ref[i : i + 1]) for i in range(min(big, 32)))
-            same[0] = same[0] and all(alone)
-            for m in range(2, most + 1):
-                same[m - 1] = same[m - 1] and (
+            same[1] = same[1] and all(alone)
+            for m in counts[1:] if trial < 2 else [c for c in counts[1:] if c <= 32]:
+                same[m] = same[m] and (
                     torch.equal(linear(x[:m]), ref[:m]) and torch.equal(linear(x[big - m :]), ref[big - m :])
                 )
-    return next((m for m in range(1, most + 1) if all(same[m - 1 :])), 0)
+    return next((m for m in counts if all(same[c] for c in counts if c >= m)), 0)

@@ -1,5 +1,6 @@
-"""The engine's own Llama forward pass: it agrees with transformers' forward, and in
-deterministic mode a sequence's logits are bit-identical alone and in any batch."""
+"""The engine's own Llama forward pass: it agrees with transformers' forward, and a sequence's
+logits are bit-identical alone and in any batch — by construction with the C kernels, and in
+deterministic mode (padding to a measured row count) on torch alone."""
 
 import pytest
 import torch
@@ -24,15 +25,16 @@ def ids(tokenizer, text):
 def decode_steps(runner, prompts, steps):
     """Prefill each prompt in two pieces, then decode `steps` greedy tokens for all in one
     batch: per prompt, the logits of every step."""
-    kvs, nexts, out = [], [], [[] for _ in prompts]
+    seqs, nexts, out = [], [], [[] for _ in prompts]
     for p in prompts:
-        kv = runner.new_kv(8)  # grown as it fills
-        runner.prefill(kv, p[:3])
-        logits = runner.prefill(kv, p[3:])
-        kvs.append(kv)
+        head = runner.new_segment(3)
+        runner.prefill([head], p[:3])
+        piece = runner.new_segment(len(p) - 3)
+        logits = runner.prefill([head, piece], p[3:])
+        seqs.append([head, piece, runner.new_segment(2)])  # grown as it fills
         nexts.append(int(logits.argmax()))
     for _ in range(steps):
-        logits = runner.decode(kvs, nexts)
+        logits = runner.decode(seqs, nexts)
         for b in range(len(prompts)):
             out[b].append(logits[b])
         nexts = [int(row.argmax()) for row in logits]
@@ -57,29 +59,41 @@ def check_agrees_with_transformers(model, tokenizer):
     runner = LlamaRunner(model)
     prompt = ids(tokenizer, PROMPTS[2])
     with torch.inference_mode():
-        kv = runner.new_kv(4)
-        runner.prefill(kv, prompt[:5])
-        last = runner.prefill(kv, prompt[5:])
+        own = runner.new_segment(4)  # one segment, grown as it fills
+        runner.prefill([own], prompt[:5])
+        last = runner.prefill([own], prompt[5:])
         token = int(last.argmax())
-        (step,) = runner.decode([kv], [token])
+        (step,) = runner.decode([[own]], [token])
         ref = model(input_ids=torch.tensor([[*prompt, token]])).logits[0].float()
-    assert kv.length == len(prompt) + 1
+    assert own.length == len(prompt) + 1
     assert torch.allclose(last, ref[len(prompt) - 1], atol=2e-4)
     assert torch.allclose(step, ref[-1], atol=2e-4)
 
 
-def test_a_sequence_s_logits_are_bit_identical_alone_and_in_any_batch(tiny_model):
+@pytest.fixture(params=["kernels", "torch"])
+def kernels(request, monkeypatch):
+    if request.param == "torch":
+        monkeypatch.setenv("SPEX_KERNELS", "torch")
+    return request.param
+
+
+def test_a_sequence_s_logits_are_bit_identical_alone_and_in_any_batch(tiny_model, kernels):
     model, tokenizer = load_lm(tiny_model), load_tokenizer(tiny_model)
+    assert LlamaRunner(model).kernels == (kernels == "kernels")
     check_invariant(model, tokenizer, steps=6)
-    with pytest.raises(AssertionError):  # without the padding they are not
+    if kernels == "kernels":  # invariant as built: nothing to pad
+        assert LlamaRunner(model, deterministic=True).rows == 1
         check_invariant(model, tokenizer, steps=6, deterministic=False)
+    else:
+        with pytest.raises(AssertionError):  # torch's GEMM without the padding is not
+            check_invariant(model, tokenizer, steps=6, deterministic=False)
 
 
-def test_in_bfloat16_too(tiny_model):
+def test_in_bfloat16_too(tiny_model, kernels):
     check_invariant(load_lm(tiny_model, dtype="bfloat16"), load_tokenizer(tiny_model), steps=4)
 
 
-def test_the_forward_pass_agrees_with_transformers(tiny_model):
+def test_the_forward_pass_agrees_with_transformers(tiny_model, kernels):
     check_agrees_with_transformers(load_lm(tiny_model), load_tokenizer(tiny_model))
 
 
@@ -103,7 +117,7 @@ def test_a_model_other_than_llama_is_refused_by_name():
         LlamaRunner(Model())
 
 
-def test_the_trained_model_in_bfloat16(smollm2):
+def test_the_trained_model_in_bfloat16(smollm2, kernels):
     # Its 1536-wide down-projection computes a lone row with another accumulation order, which
     # shows in the output's rounding for about one input in ten: measured over one random
     # batch the runner took 1 row as enough, and a reward moved between baseline and SPEX.
