@@ -50,10 +50,12 @@ __all__ = ["ServingEngine", "server_rid"]
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
-# A request's own time limit, scaled to what it asks: a minute, and a second a token on top
-# (a slow CPU server decodes a few tokens a second per sequence), never past `timeout_s`.
+# A request's own time limit, scaled to what it asks: a minute, a second a token on top (a slow
+# CPU server decodes a few tokens a second per sequence) and 20 ms a prompt token (it prefills
+# ~2 ms a token, and a batch of long prompts queues behind one another), never past `timeout_s`.
 REQUEST_FLOOR_S = 60.0
 REQUEST_S_PER_TOKEN = 1.0
+REQUEST_S_PER_PROMPT_TOKEN = 0.02
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 CHECK_TIMEOUT_S = 30.0
@@ -244,7 +246,11 @@ class ServingEngine:
     # ------------------------------------------------------------------ one request
     def request_timeout_s(self, req: EngineRequest) -> float:
         """How long one request may take: scaled to its tokens, capped by `timeout_s`."""
-        return min(self.timeout_s, REQUEST_FLOOR_S + REQUEST_S_PER_TOKEN * req.max_new_tokens)
+        prompt = sum(tokens for _, tokens in req.prompt)
+        return min(
+            self.timeout_s,
+            REQUEST_FLOOR_S + REQUEST_S_PER_TOKEN * req.max_new_tokens + REQUEST_S_PER_PROMPT_TOKEN * prompt,
+        )
 
     async def _call(self, f: _InFlight) -> None:
         limit_s = self.request_timeout_s(f.req)  # once it reached the server
@@ -280,7 +286,8 @@ class ServingEngine:
             if isinstance(exc, TimeoutError):
                 reason = (
                     f"{self.backend.name} at {_no_credentials(self.url)}: no reply within {limit_s:g} s for "
-                    f"{f.req.max_new_tokens} tokens (SPEX_ENGINE_TIMEOUT_S caps it at {self.timeout_s:g} s)"
+                    f"{f.req.max_new_tokens} tokens after a prompt of {sum(t for _, t in f.req.prompt)} "
+                    f"(SPEX_ENGINE_TIMEOUT_S caps it at {self.timeout_s:g} s)"
                 )
             else:
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -215,7 +215,7 @@ def test_a_request_past_its_timeout_is_aborted_and_fails_the_job() -> None:
                 elapsed = time.monotonic() - start
             [rid] = server.rids_of("hold: forever")
             assert c.reason == "error" and c.text == (
-                f"sglang at {server.url}: no reply within 0.5 s for 64 tokens "
+                f"sglang at {server.url}: no reply within 0.5 s for 64 tokens after a prompt of 8 "
                 "(SPEX_ENGINE_TIMEOUT_S caps it at 0.5 s)"
             )  # the server, the limit and what set it: no bare `TimeoutError`
             assert 0.4 < elapsed < 3.0
@@ -226,8 +226,11 @@ def test_a_request_past_its_timeout_is_aborted_and_fails_the_job() -> None:
 
 def test_a_request_may_take_time_in_proportion_to_its_tokens_up_to_the_cap() -> None:
     e = open_engine("sglang", "http://127.0.0.1:1", 600.0)
-    assert e.request_timeout_s(request("a", "x", max_new_tokens=8)) == 68.0  # a minute, a second a token
-    assert e.request_timeout_s(request("b", "x", max_new_tokens=256)) == 316.0
+    one = (("q", 1),)
+    assert e.request_timeout_s(request("a", "x", max_new_tokens=8, prompt=one)) == 68.02  # 60 s + 1 s a token
+    assert e.request_timeout_s(request("b", "x", max_new_tokens=256, prompt=one)) == 316.02
+    long = (("q", 1024), ("step", 1024))  # 20 ms a prompt token: long prompts queue behind each other
+    assert e.request_timeout_s(request("d", "x", max_new_tokens=32, prompt=long)) == pytest.approx(132.96)
     assert e.request_timeout_s(request("c", "x", max_new_tokens=4096)) == 600.0  # never past the cap
 
 
