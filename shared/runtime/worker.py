@@ -68,6 +68,7 @@ class JobWorker(ABC, Generic[J]):
         self.settings = settings
         self.engine = engine
         self.jobs: dict[str, J] = {}  # engine request id -> the job it runs
+        self._dispatching: set[str] = set()  # job ids whose handler runs now (not yet in `jobs`)
         self.handlers: dict[type[Message], Callable[[Delivery], Awaitable[None]]] = {}
         self.done = 0  # results published
         self.aborted = 0  # jobs cancelled, before or while running
@@ -99,11 +100,21 @@ class JobWorker(ABC, Generic[J]):
         EVENTS.labels(self.service, self.settings.consumer, kind).inc()
         if d.message.created_ms and d.deliveries == 1:  # a redelivery's wait is a fault's, not the bus's
             BUS_HOP.labels(self.service, kind).observe(max(0.0, time.time() - d.message.created_ms / 1000))
+        # One handler a job at a time: after a reconnect the intake re-reads our own pending
+        # entries while the heartbeat round may reclaim the same ones (idle while Redis was
+        # away); both would pass the handler's "already ours" check before either started it.
+        job_id = d.message.job_id if isinstance(d.message, GenerateRequest | ScoreRequest) else ""
+        if job_id and job_id in self._dispatching:
+            return
+        if job_id:
+            self._dispatching.add(job_id)
         with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
             try:
                 await handler(d)
             except Exception as exc:  # left unacknowledged: reclaimed, retried, then dead-lettered
                 self.log.error("handler_failed", error=repr(exc), deliveries=d.deliveries)
+            finally:
+                self._dispatching.discard(job_id)
 
     async def start(self, job: J, request: EngineRequest) -> None:
         """Hand `job` to the engine as `request`; a request the engine refuses is the job's

@@ -56,6 +56,8 @@ def run(url, fault=None, **settings):
 
 def assert_once_with_fault_free_trees(answers, counts):
     assert all(a is not None for a in answers.values()), "a question was not answered"
+    failed = {q: a.error for q, a in answers.items() if a.error}
+    assert not failed, f"failed answers: {failed}"
     assert {q: (a.answer, a.tree_digest) for q, a in answers.items()} == virtual_time(
         ALGORITHM, TARGET, QUESTIONS, MODE
     )
