@@ -22,6 +22,7 @@ import torch
 __all__ = ["DTYPES", "library"]
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("attention.c", "linear.c"))
+HEADERS = (Path(__file__).with_name("bf16.h"),)  # included by both
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-fopenmp")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}  # the kernels' dtype codes
 
@@ -42,7 +43,7 @@ def _build() -> ctypes.CDLL | None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
-    source = b"".join(path.read_bytes() for path in SOURCES)
+    source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     key = hashlib.sha256(source + repr((compiler, FLAGS, platform.machine(), _cpu())).encode()).hexdigest()[
         :16
     ]

@@ -18,28 +18,13 @@
 #include <immintrin.h>
 #endif
 
-enum { F32 = 0, BF16 = 1 };
-#define LANES 16
+#include "bf16.h"
 #define TILE_ROWS 8   /* rows a register tile holds */
 #define TILE_BLOCKS 2 /* 16-output blocks a register tile holds */
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
-
-static inline float from_bf16(uint16_t b) {
-    const uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch does */
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; /* NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 /* The packed layout's size in elements (K rounded up to even in bfloat16). */
 int64_t spex_packed_size(int64_t n_out, int64_t k_in, int dtype) {
