@@ -96,18 +96,19 @@ class JobWorker(ABC, Generic[J]):
         if handler is None:
             await self.bus.dead_letter(d, self.group, f"no handler for {type(d.message).__name__}")
             return
-        kind = type(d.message).__name__
-        EVENTS.labels(self.service, self.settings.consumer, kind).inc()
-        if d.message.created_ms and d.deliveries == 1:  # a redelivery's wait is a fault's, not the bus's
-            BUS_HOP.labels(self.service, kind).observe(max(0.0, time.time() - d.message.created_ms / 1000))
         # One handler a job at a time: after a reconnect the intake re-reads our own pending
         # entries while the heartbeat round may reclaim the same ones (idle while Redis was
         # away); both would pass the handler's "already ours" check before either started it.
         job_id = d.message.job_id if isinstance(d.message, GenerateRequest | ScoreRequest) else ""
         if job_id and job_id in self._dispatching:
+            self.log.info("job_already_dispatching", job_id=job_id, entry_id=d.entry_id)
             return
         if job_id:
             self._dispatching.add(job_id)
+        kind = type(d.message).__name__
+        EVENTS.labels(self.service, self.settings.consumer, kind).inc()
+        if d.message.created_ms and d.deliveries == 1:  # a redelivery's wait is a fault's, not the bus's
+            BUS_HOP.labels(self.service, kind).observe(max(0.0, time.time() - d.message.created_ms / 1000))
         with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
             try:
                 await handler(d)
