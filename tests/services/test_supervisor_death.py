@@ -59,15 +59,8 @@ def test_a_killed_spex_up_leaves_nothing_running_and_a_restart_answers_every_que
         first = spex_up(data, port, log)
         try:
             wait_listening(port, first)
-            qids = [
-                http("POST", base, {"question": f"{n}+{n}?", "algorithm": "rebase", "target": 8})[1][
-                    "query_id"
-                ]
-                for n in range(3)
-            ]
-            children = descendants(first.pid)
-            assert len(children) >= 6  # five services and the embedded Redis
             # A second `spex up` on the same data dir: one line naming the flag and the holder.
+            # (Before the questions: its start takes seconds, long enough to answer them.)
             argv = ["up", "--data-dir", str(data), "--port", str(free_port())]
             second = subprocess.run(
                 [sys.executable, "-m", "spex.cli", *argv], capture_output=True, text=True, timeout=60
@@ -77,7 +70,15 @@ def test_a_killed_spex_up_leaves_nothing_running_and_a_restart_answers_every_que
                 f"spex: error: --data-dir: {data} is in use by another `spex up` (pid {first.pid}); "
                 "stop it, or give another"
             )
-            assert http("GET", f"{base}/{qids[0]}")[0] == 202  # still searching
+            qids = [
+                http("POST", base, {"question": f"{n}+{n}?", "algorithm": "rebase", "target": 8})[1][
+                    "query_id"
+                ]
+                for n in range(3)
+            ]
+            children = descendants(first.pid)
+            assert len(children) >= 6  # five services and the embedded Redis
+            assert http("GET", f"{base}/{qids[-1]}")[0] == 202  # still searching
             first.send_signal(signal.SIGKILL)
             first.wait()
             deadline = time.monotonic() + 15
