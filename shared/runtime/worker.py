@@ -6,7 +6,8 @@ checks it is still wanted and can run here, builds the engine request and calls 
 engine runs it → `on_complete`: an engine error dead-letters the job with the reason (its query
 hears, through `tell_query`), an abort acknowledges it, a finished job's result is published by
 the service's `publish` and then the job is acknowledged (owner-checked: a peer that took it
-over while we stalled owns it now).
+over while we stalled owns it now). A job a peer took over is stopped here; handed back before
+the engine has dropped that run, `start` waits for it (the engine holds the request id till then).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ class JobWorker(ABC, Generic[J]):
         self.engine = engine
         self.jobs: dict[str, J] = {}  # engine request id -> the job it runs
         self._dispatching: set[str] = set()  # job ids whose handler runs now (not yet in `jobs`)
+        # Requests stopped with no job left to hear it (a peer took the job over): the engine
+        # holds each id until it reports the stop, at its next step.
+        self._aborting: dict[str, asyncio.Event] = {}
         self.handlers: dict[type[Message], Callable[[Delivery], Awaitable[None]]] = {}
         self.done = 0  # results published
         self.aborted = 0  # jobs cancelled, before or while running
@@ -120,6 +124,12 @@ class JobWorker(ABC, Generic[J]):
     async def start(self, job: J, request: EngineRequest) -> None:
         """Hand `job` to the engine as `request`; a request the engine refuses is the job's
         fault: dead-lettered with the reason."""
+        stopping = self._aborting.get(request.rid)
+        if stopping is not None:  # taken over, now handed back: the engine still holds the old run
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=3 * self.settings.heartbeat_s)
+            except TimeoutError:  # never reported: submit anyway (a refusal dead-letters the job)
+                self._aborting.pop(request.rid, None)
         try:
             self.engine.submit(request)
         except ValueError as exc:
@@ -136,6 +146,9 @@ class JobWorker(ABC, Generic[J]):
     async def on_complete(self, c: Completion) -> None:
         job = self.jobs.pop(c.rid, None)
         if job is None:
+            stopped = self._aborting.pop(c.rid, None)
+            if stopped is not None:  # a taken-over job's run has left the engine
+                stopped.set()
             return
         req = job.request
         JOBS.labels(self.service, self.settings.consumer, c.reason).inc()
@@ -184,7 +197,8 @@ class JobWorker(ABC, Generic[J]):
             for rid, job in list(self.jobs.items()):
                 if job.delivery.stream == part and job.delivery.entry_id in lost:
                     del self.jobs[rid]
-                    self.engine.abort(rid)
+                    if not self.engine.abort(rid):  # it ends at the engine's next step
+                        self._aborting[rid] = asyncio.Event()
                     if job.span is not None:
                         job.span.set_attribute("spex.outcome", "taken over")
                         job.span.end()
