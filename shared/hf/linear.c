@@ -19,8 +19,11 @@
 #endif
 
 #include "bf16.h"
-#define TILE_ROWS 8   /* rows a register tile holds */
-#define TILE_BLOCKS 2 /* 16-output blocks a register tile holds */
+/* A register tile holds TILE_SUMS accumulators, rows × 16-output blocks: 8 × 2 for a pass of 5
+ * rows or more, 4 × 4 for 3 or 4, 2 × 8 for 1 or 2 (few rows take more blocks at once: more
+ * independent sums, and more of the weights' streams in flight). */
+#define TILE_SUMS 16
+#define MAX_BLOCKS 8
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
@@ -61,21 +64,21 @@ void spex_pack(const void *w, int64_t n_out, int64_t k_in, int dtype, void *pack
 }
 
 /* One register tile: rows [m0, m0 + rows) × blocks [b0, b0 + nblocks), accumulated over all of
- * K into acc (lane j of acc[r][c] is output (m0 + r, (b0 + c)·16 + j)). */
+ * K into acc (lane j of acc[r · nblocks + c] is output (m0 + r, (b0 + c)·16 + j)). */
 static inline __attribute__((always_inline)) void tile(const void *x, const void *packed, int64_t k_in,
                                                        int dtype, int64_t m0, int64_t rows, int64_t b0,
-                                                       int64_t nblocks, v16 acc[TILE_ROWS][TILE_BLOCKS]) {
+                                                       int64_t nblocks, v16 acc[TILE_SUMS]) {
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < nblocks; c++) acc[r][c] = (v16){0};
+        for (int64_t c = 0; c < nblocks; c++) acc[r * nblocks + c] = (v16){0};
     if (dtype == F32) {
         const float *xs = (const float *)x;
         const float *w = (const float *)packed;
         for (int64_t k = 0; k < k_in; k++) {
-            v16 wk[TILE_BLOCKS];
+            v16 wk[MAX_BLOCKS];
             for (int64_t c = 0; c < nblocks; c++) memcpy(&wk[c], w + ((b0 + c) * k_in + k) * LANES, sizeof(v16));
             for (int64_t r = 0; r < rows; r++) {
                 const float xr = xs[(m0 + r) * k_in + k];
-                for (int64_t c = 0; c < nblocks; c++) acc[r][c] += xr * wk[c];
+                for (int64_t c = 0; c < nblocks; c++) acc[r * nblocks + c] += xr * wk[c];
             }
         }
         return;
@@ -85,11 +88,11 @@ static inline __attribute__((always_inline)) void tile(const void *x, const void
     const int64_t pairs = (k_in + 1) / 2;
 #ifdef __AVX512BF16__
     if (k_in % 2 == 0) { /* a dot product of bfloat16 pairs, accumulated in float32 */
-        __m512 a[TILE_ROWS][TILE_BLOCKS];
+        __m512 a[TILE_SUMS];
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < nblocks; c++) a[r][c] = _mm512_setzero_ps();
+            for (int64_t c = 0; c < nblocks; c++) a[r * nblocks + c] = _mm512_setzero_ps();
         for (int64_t p = 0; p < pairs; p++) {
-            __m512i wk[TILE_BLOCKS];
+            __m512i wk[MAX_BLOCKS];
             for (int64_t c = 0; c < nblocks; c++)
                 wk[c] = _mm512_loadu_si512((const void *)(w + ((b0 + c) * pairs + p) * LANES * 2));
             for (int64_t r = 0; r < rows; r++) {
@@ -97,17 +100,17 @@ static inline __attribute__((always_inline)) void tile(const void *x, const void
                 memcpy(&pair, xs + (m0 + r) * k_in + 2 * p, sizeof pair);
                 const __m512i xr = _mm512_set1_epi32(pair);
                 for (int64_t c = 0; c < nblocks; c++)
-                    a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh)xr, (__m512bh)wk[c]);
+                    a[r * nblocks + c] = _mm512_dpbf16_ps(a[r * nblocks + c], (__m512bh)xr, (__m512bh)wk[c]);
             }
         }
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < nblocks; c++) memcpy(&acc[r][c], &a[r][c], sizeof(v16));
+            for (int64_t c = 0; c < nblocks; c++) memcpy(&acc[r * nblocks + c], &a[r * nblocks + c], sizeof(v16));
         return;
     }
 #endif
     /* Elsewhere: each pair's two products in order, widened to float32. */
     for (int64_t p = 0; p < pairs; p++) {
-        v16 lo[TILE_BLOCKS], hi[TILE_BLOCKS];
+        v16 lo[MAX_BLOCKS], hi[MAX_BLOCKS];
         for (int64_t c = 0; c < nblocks; c++) {
             const uint16_t *src = w + ((b0 + c) * pairs + p) * LANES * 2;
             u32x16 bits;
@@ -119,24 +122,26 @@ static inline __attribute__((always_inline)) void tile(const void *x, const void
         for (int64_t r = 0; r < rows; r++) {
             const int64_t at = (m0 + r) * k_in + 2 * p;
             const float x0 = from_bf16(xs[at]), x1 = 2 * p + 1 < k_in ? from_bf16(xs[at + 1]) : 0.0f;
-            for (int64_t c = 0; c < nblocks; c++) acc[r][c] += x0 * lo[c] + x1 * hi[c];
+            for (int64_t c = 0; c < nblocks; c++) acc[r * nblocks + c] += x0 * lo[c] + x1 * hi[c];
         }
     }
 }
 
-/* A tile of all TILE_BLOCKS blocks and 1 to TILE_ROWS rows, its loops unrolled for each row
- * count so that the accumulators stay in registers (the few rows of a decode step above all);
- * the arithmetic is the same as `tile`'s. */
+/* A whole tile (`tile_rows` × TILE_SUMS / `tile_rows` blocks, `rows` of its rows used), its loops
+ * unrolled for each shape so that the accumulators stay in registers; the arithmetic is the
+ * same as `tile`'s. */
 static __attribute__((noinline)) void whole_tile(const void *x, const void *packed, int64_t k_in, int dtype,
-                                                 int64_t m0, int64_t rows, int64_t b0,
-                                                 v16 acc[TILE_ROWS][TILE_BLOCKS]) {
-    switch (rows) {
-#define ROWS(R)                                                    \
-    case R:                                                        \
-        tile(x, packed, k_in, dtype, m0, R, b0, TILE_BLOCKS, acc); \
+                                                 int64_t m0, int64_t tile_rows, int64_t rows, int64_t b0,
+                                                 v16 acc[TILE_SUMS]) {
+    switch (tile_rows * 16 + rows) {
+#define SHAPE(TR, R)                                                     \
+    case TR * 16 + R:                                                    \
+        tile(x, packed, k_in, dtype, m0, R, b0, TILE_SUMS / TR, acc); \
         return;
-        ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
-#undef ROWS
+        SHAPE(2, 1) SHAPE(2, 2)
+        SHAPE(4, 1) SHAPE(4, 2) SHAPE(4, 3) SHAPE(4, 4)
+        SHAPE(8, 1) SHAPE(8, 2) SHAPE(8, 3) SHAPE(8, 4) SHAPE(8, 5) SHAPE(8, 6) SHAPE(8, 7) SHAPE(8, 8)
+#undef SHAPE
     }
 }
 
@@ -145,22 +150,23 @@ static __attribute__((noinline)) void whole_tile(const void *x, const void *pack
 void spex_linear(int64_t rows, int64_t n_out, int64_t k_in, int dtype, const void *x, const void *packed,
                  const void *bias, void *y, int threads) {
     const int64_t blocks = (n_out + LANES - 1) / LANES;
-    const int64_t tiles = (blocks + TILE_BLOCKS - 1) / TILE_BLOCKS;
+    const int64_t tile_rows = rows <= 2 ? 2 : rows <= 4 ? 4 : 8, tile_blocks = TILE_SUMS / tile_rows;
+    const int64_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
 #pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : 1) if (threads > 1 && tiles > 1)
     for (int64_t t = 0; t < tiles; t++) {
-        const int64_t b0 = t * TILE_BLOCKS;
-        const int64_t nblocks = blocks - b0 < TILE_BLOCKS ? blocks - b0 : TILE_BLOCKS;
-        for (int64_t m0 = 0; m0 < rows; m0 += TILE_ROWS) {
-            const int64_t mr = rows - m0 < TILE_ROWS ? rows - m0 : TILE_ROWS;
-            v16 acc[TILE_ROWS][TILE_BLOCKS];
-            if (nblocks == TILE_BLOCKS)
-                whole_tile(x, packed, k_in, dtype, m0, mr, b0, acc);
+        const int64_t b0 = t * tile_blocks;
+        const int64_t nblocks = blocks - b0 < tile_blocks ? blocks - b0 : tile_blocks;
+        for (int64_t m0 = 0; m0 < rows; m0 += tile_rows) {
+            const int64_t mr = rows - m0 < tile_rows ? rows - m0 : tile_rows;
+            v16 acc[TILE_SUMS];
+            if (nblocks == tile_blocks)
+                whole_tile(x, packed, k_in, dtype, m0, tile_rows, mr, b0, acc);
             else
                 tile(x, packed, k_in, dtype, m0, mr, b0, nblocks, acc);
             for (int64_t r = 0; r < mr; r++)
                 for (int64_t c = 0; c < nblocks; c++) {
                     float out[LANES];
-                    memcpy(out, &acc[r][c], sizeof out);
+                    memcpy(out, &acc[r * nblocks + c], sizeof out);
                     for (int64_t j = 0; j < LANES; j++) {
                         const int64_t n = (b0 + c) * LANES + j;
                         if (n >= n_out) break;
