@@ -7,7 +7,8 @@ engine runs it → `on_complete`: an engine error dead-letters the job with the 
 hears, through `tell_query`), an abort acknowledges it, a finished job's result is published by
 the service's `publish` and then the job is acknowledged (owner-checked: a peer that took it
 over while we stalled owns it now). A job a peer took over is stopped here; handed back before
-the engine has dropped that run, `start` waits for it (the engine holds the request id till then).
+the engine has dropped that run, its dispatch waits for that (the engine holds the request id
+till then).
 """
 
 from __future__ import annotations
@@ -70,9 +71,9 @@ class JobWorker(ABC, Generic[J]):
         self.engine = engine
         self.jobs: dict[str, J] = {}  # engine request id -> the job it runs
         self._dispatching: set[str] = set()  # job ids whose handler runs now (not yet in `jobs`)
-        # Requests stopped with no job left to hear it (a peer took the job over): the engine
-        # holds each id until it reports the stop, at its next step.
-        self._aborting: dict[str, asyncio.Event] = {}
+        # Runs stopped with no job left to hear it (a peer took the job over), by request id:
+        # the job's id, and set when the engine reports the stop (it holds the id till then).
+        self._aborting: dict[str, tuple[str, asyncio.Event]] = {}
         self.handlers: dict[type[Message], Callable[[Delivery], Awaitable[None]]] = {}
         self.done = 0  # results published
         self.aborted = 0  # jobs cancelled, before or while running
@@ -115,21 +116,28 @@ class JobWorker(ABC, Generic[J]):
             BUS_HOP.labels(self.service, kind).observe(max(0.0, time.time() - d.message.created_ms / 1000))
         with structlog.contextvars.bound_contextvars(query_id=d.message.query_id, entry_id=d.entry_id):
             try:
+                await self._old_run_left(job_id)
                 await handler(d)
             except Exception as exc:  # left unacknowledged: reclaimed, retried, then dead-lettered
                 self.log.error("handler_failed", error=repr(exc), deliveries=d.deliveries)
             finally:
                 self._dispatching.discard(job_id)
 
+    async def _old_run_left(self, job_id: str) -> None:
+        """A job a peer took over from us, handed back before our engine dropped that run:
+        wait for it to go (the engine holds its request id till then), so that the handler's
+        checks (still wanted? promoted?) see what happened meanwhile. Bounded below the idle
+        time at which a peer may reclaim the entry."""
+        for taken, left in list(self._aborting.values()):
+            if taken == job_id:
+                try:
+                    await asyncio.wait_for(left.wait(), timeout=2 * self.settings.heartbeat_s)
+                except TimeoutError:  # never reported: the handler goes on (a refusal dead-letters)
+                    self.log.warning("old_run_not_dropped", job_id=job_id)
+
     async def start(self, job: J, request: EngineRequest) -> None:
         """Hand `job` to the engine as `request`; a request the engine refuses is the job's
         fault: dead-lettered with the reason."""
-        stopping = self._aborting.get(request.rid)
-        if stopping is not None:  # taken over, now handed back: the engine still holds the old run
-            try:
-                await asyncio.wait_for(stopping.wait(), timeout=3 * self.settings.heartbeat_s)
-            except TimeoutError:  # never reported: submit anyway (a refusal dead-letters the job)
-                self._aborting.pop(request.rid, None)
         try:
             self.engine.submit(request)
         except ValueError as exc:
@@ -148,7 +156,7 @@ class JobWorker(ABC, Generic[J]):
         if job is None:
             stopped = self._aborting.pop(c.rid, None)
             if stopped is not None:  # a taken-over job's run has left the engine
-                stopped.set()
+                stopped[1].set()
             return
         req = job.request
         JOBS.labels(self.service, self.settings.consumer, c.reason).inc()
@@ -198,7 +206,7 @@ class JobWorker(ABC, Generic[J]):
                 if job.delivery.stream == part and job.delivery.entry_id in lost:
                     del self.jobs[rid]
                     if not self.engine.abort(rid):  # it ends at the engine's next step
-                        self._aborting[rid] = asyncio.Event()
+                        self._aborting[rid] = (job.request.job_id, asyncio.Event())
                     if job.span is not None:
                         job.span.set_attribute("spex.outcome", "taken over")
                         job.span.end()
