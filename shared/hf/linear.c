@@ -138,10 +138,11 @@ static __attribute__((noinline)) void whole_tile(const void *x, const void *pack
     case TR * 16 + R:                                                    \
         tile(x, packed, k_in, dtype, m0, R, b0, TILE_SUMS / TR, acc); \
         return;
-        SHAPE(2, 1) SHAPE(2, 2)
-        SHAPE(4, 1) SHAPE(4, 2) SHAPE(4, 3) SHAPE(4, 4)
+        SHAPE(2, 1) SHAPE(2, 2) SHAPE(4, 3) SHAPE(4, 4) /* 4-row tiles: passes of 3 or 4 rows */
         SHAPE(8, 1) SHAPE(8, 2) SHAPE(8, 3) SHAPE(8, 4) SHAPE(8, 5) SHAPE(8, 6) SHAPE(8, 7) SHAPE(8, 8)
 #undef SHAPE
+    default: /* not a shape `spex_linear` makes: the same arithmetic, not unrolled */
+        tile(x, packed, k_in, dtype, m0, rows, b0, TILE_SUMS / tile_rows, acc);
     }
 }
 

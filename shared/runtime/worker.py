@@ -154,9 +154,9 @@ class JobWorker(ABC, Generic[J]):
     async def on_complete(self, c: Completion) -> None:
         job = self.jobs.pop(c.rid, None)
         if job is None:
-            stopped = self._aborting.pop(c.rid, None)
-            if stopped is not None:  # a taken-over job's run has left the engine
-                stopped[1].set()
+            _, left = self._aborting.pop(c.rid, ("", None))
+            if left is not None:  # a taken-over job's run has left the engine
+                left.set()
             return
         req = job.request
         JOBS.labels(self.service, self.settings.consumer, c.reason).inc()

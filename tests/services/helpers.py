@@ -7,8 +7,12 @@ import time
 import urllib.error
 import urllib.request
 
-from spex.proto import AnswerResult, ScoreRequest, SubmitQuestionRequest, decode, encode
-from spex.proto.names import ANSWERS, dead_letter, query_request
+from spex.proto import AnswerResult, GenerateRequest, ScoreRequest, SubmitQuestionRequest, decode, encode
+from spex.proto.names import ANSWERS, DEFAULT_POOL, GENERATOR_GROUP, dead_letter, query_request, worker_jobs
+from spex.services.generator import Generator
+from spex.shared.runtime.bus import Bus
+from spex.shared.runtime.connect import redis_client
+from spex.shared.runtime.settings import Settings
 
 
 async def wait_for(predicate, timeout_s=20.0, every_s=0.05):
@@ -134,3 +138,21 @@ def score_job(path, **fields):
         prompt_node_ids=path,
         prompt_tokens=[5] * len(path),
     )
+
+
+async def generator_with_a_job(redis_url, time_scale):
+    """Generator "gen-a" (not running; its engine on the simulated GPU at `time_scale`) and one
+    job "j" of the known query "q" in its own job stream: (client, generator, stream)."""
+    settings = Settings(redis_url=redis_url, consumer="gen-a", time_scale=time_scale)
+    r = redis_client(settings)
+    stream = worker_jobs(DEFAULT_POOL, "gen-a")
+    producer = Bus(r, "producer")
+    await producer.ensure_group(stream, GENERATOR_GROUP)
+    await known_query(r)
+    job = GenerateRequest(
+        msg_id="q/j/gen", query_id="q", job_id="j", node_id="n", parent_id="root",
+        child_index=0, action="expand", prompt_node_ids=["root"], prompt_tokens=[300], seed=0,
+        max_new_tokens=64,
+    )  # fmt: skip
+    await producer.publish(stream, job)
+    return r, Generator(r, settings), stream

@@ -6,38 +6,17 @@ dead-lettered and its query failed. Now its dispatch waits for the old run to le
 import asyncio
 import time
 
-from spex.proto import GenerateRequest
-from spex.proto.names import (
-    DEFAULT_POOL,
-    GENERATOR_GROUP,
-    dead_letter,
-    query_cancelled,
-    query_request,
-    worker_jobs,
-)
-from spex.services.generator import Generator
+from spex.proto.names import GENERATOR_GROUP, dead_letter, query_cancelled
 from spex.shared.runtime.bus import Bus
-from spex.shared.runtime.connect import redis_client
-from spex.shared.runtime.settings import Settings
+from tests.services.helpers import generator_with_a_job
 
 
 async def handed_back(redis_url, meanwhile=None):
     """A generator runs job "j"; a peer takes it over (our heartbeat stops the run, which the
     engine drops at its next step); the peer dies and we reclaim it while that step runs; while
     its dispatch waits, `meanwhile(r)`. The generator's jobs after, and the dead letters."""
-    settings = Settings(redis_url=redis_url, consumer="gen-a", time_scale=5.0)
-    r = redis_client(settings)
-    stream = worker_jobs(DEFAULT_POOL, "gen-a")
-    producer = Bus(r, "producer")
-    await producer.ensure_group(stream, GENERATOR_GROUP)
-    await r.set(query_request("q"), b"known")
-    job = GenerateRequest(
-        msg_id="q/j/gen", query_id="q", job_id="j", node_id="n", parent_id="root",
-        child_index=0, action="expand", prompt_node_ids=["root"], prompt_tokens=[300], seed=0,
-        max_new_tokens=64,
-    )  # fmt: skip
-    await producer.publish(stream, job)
-    gen, stop = Generator(r, settings), asyncio.Event()
+    r, gen, stream = await generator_with_a_job(redis_url, time_scale=5.0)
+    stop = asyncio.Event()
     engine = asyncio.create_task(gen.run_engine(stop))
     try:
         [d] = await gen.bus.read([stream], GENERATOR_GROUP, count=1, block_ms=None)
