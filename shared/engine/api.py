@@ -109,6 +109,7 @@ class EngineStats:
     primary_steps: int = 0
     primary_step_s: float = 0.0
     primary_alone_s: float = 0.0
+    startup_s: float = 0.0  # start-up work met during steps (CUDA graph captures), left out of the clock
 
     @property
     def mean_batch(self) -> float:

@@ -9,27 +9,38 @@ front to back) and values [layers, kv_heads, capacity, head_dim], in the model's
 
 `KernelAttention` runs `attention.c` (`kernels`): one call per layer for the whole pass,
 batch-invariant by construction (each row's reduction order is set by its own length alone).
-`TorchAttention` does the same with torch, row by row: the reference the kernel is tested
-against, and the fallback where the kernels do not build (slower per row; its batch
-invariance rests on SDPA's kernels).
+Where the kernels do not build, or on a GPU, torch runs the attention over a KV pool instead
+(`paged`); a `Pass` describes the rows to both.
 """
 
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from spex.shared.hf import kernels
 
-__all__ = ["Pass", "Segment", "KernelAttention", "TorchAttention", "make_attention"]
+__all__ = ["KV", "Pass", "Segment", "KernelAttention", "make_attention"]
 
 
 BLOCK = 16  # positions the kernel scores at once: a segment's capacity is a multiple of it
+
+
+class KV(Protocol):
+    """Keys and values of consecutive positions: a `Segment`, or a `paged.PagedSegment`."""
+
+    length: int
+
+    @property
+    def capacity(self) -> int: ...
+
+    def grow(self, tokens: int) -> None: ...
+
+    def release(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -55,6 +66,9 @@ class Segment:
     def capacity(self) -> int:
         return int(self.values.shape[2])
 
+    def release(self) -> None:
+        """Nothing to hand back: its tensors go with it."""
+
     def grow(self, tokens: int) -> None:
         """Room for `tokens` in all; at least doubled, keeping what is there."""
         if tokens <= self.capacity:
@@ -76,9 +90,9 @@ class Pass:
 
     tokens: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
-    runs: list[tuple[list[Segment], int, int]] = field(default_factory=list)  # segments, start, rows
+    runs: list[tuple[list[KV], int, int]] = field(default_factory=list)  # segments, start, rows
 
-    def add(self, segments: list[Segment], start: int, tokens: list[int] | tuple[int, ...]) -> int:
+    def add(self, segments: list[KV], start: int, tokens: list[int] | tuple[int, ...]) -> int:
         """Rows for `tokens`, the first at `start` in the last segment; the first row's index."""
         first = len(self.tokens)
         before = sum(s.length for s in segments[:-1])
@@ -149,51 +163,14 @@ class KernelAttention:
         return out.view(rows, -1)
 
 
-class TorchAttention:
-    """The same as the kernel with torch: row by row, each over its segments' keys and values."""
-
-    def __init__(self, heads: int, kv_heads: int, head_dim: int):
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-
-    def plan(self, batch: Pass) -> Any:
-        return batch.runs
-
-    def __call__(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Any
-    ) -> torch.Tensor:
-        row = 0
-        for segments, start, n in plan:  # every write first: a piece's rows see each other
-            last, at = segments[-1], torch.arange(start, start + n)
-            last.keys[layer, :, at // BLOCK, :, at % BLOCK] = k[row : row + n]
-            last.values[layer, :, start : start + n] = v[row : row + n].transpose(0, 1)
-            row += n
-        out, row = [], 0
-        for segments, start, n in plan:
-            spans = [s.length for s in segments[:-1]] + [start + n]
-            keys = torch.cat([_keys(s, layer)[:, :m] for s, m in zip(segments, spans, strict=True)], dim=1)
-            values = torch.cat([s.values[layer, :, :m] for s, m in zip(segments, spans, strict=True)], dim=1)
-            total = keys.shape[1]
-            causal = torch.ones(n, total, dtype=torch.bool, device=q.device).tril(total - n)
-            queries = q[row : row + n].transpose(0, 1)[None]  # [1, heads, n, head_dim]
-            got = F.scaled_dot_product_attention(
-                queries, keys[None], values[None], attn_mask=causal, enable_gqa=True
-            )[0]
-            out.append(got.transpose(0, 1).reshape(n, -1))
-            row += n
-        return torch.cat(out)
-
-
-def _keys(segment: Segment, layer: int) -> torch.Tensor:
-    """A layer's keys as [kv_heads, capacity, head_dim] (a copy)."""
-    keys = segment.keys[layer]  # [kv_heads, blocks, head_dim, BLOCK]
-    return keys.transpose(2, 3).reshape(keys.shape[0], -1, keys.shape[2])
-
-
-def make_attention(heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> Any:
+def make_attention(
+    heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device
+) -> KernelAttention | None:
     """The kernel where it builds for this dtype, device and shape (CPU, float32 or bfloat16, a
-    head dimension that is a multiple of 16); else torch. `SPEX_KERNELS=torch` asks for torch."""
+    head dimension that is a multiple of 16); else None: torch's (`paged`). `SPEX_KERNELS=torch`
+    asks for torch."""
     shaped = head_dim % BLOCK == 0 and heads % kv_heads == 0 and heads // kv_heads <= 64
     library = kernels.library(dtype, device)
     if library is not None and shaped:
         return KernelAttention(library, heads, kv_heads, head_dim, dtype)
-    return TorchAttention(heads, kv_heads, head_dim)
+    return None

@@ -4,23 +4,23 @@ Each `step` (1) drops aborted sequences, (2) admits waiting requests — primary
 speculative, then arrival order; when the batch is full a waiting primary pauses the newest
 running speculative sequence, which keeps its KV and resumes later — placing each prompt in
 the prefix cache (`kvcache`): the pieces found there are referenced, the rest become new
-entries to compute; (3) samples a token for every sequence with logits (all in one batch,
-each from its request's own `torch.Generator`, so a request's tokens do not depend on its
-batch mates) and checks EOS, the stop strings and the token limit; and (4) runs the model
+entries to compute; (3) samples a token for every sequence with logits (all in one batch on
+the model's device, each from its request's own seed, so a request's tokens do not depend on
+its batch mates: `sampling`) and checks EOS, the stop strings and the token limit; and (4) runs the model
 once (`llama`): one row for each continuing sequence's newest token, plus prompt rows — the
 pieces admitted sequences still need, primaries' first, up to `prefill_tokens` a pass (a
 longer piece goes on in the next pass). A piece is computed once whoever needs it, and every
 sequence attends to it where it lies: prompt KV is never copied.
 
-Deterministic mode makes every number a sequence sees a function of its own tokens: the
-attention is per row by construction, and the linear layers get at least the row count from
-which this CPU's GEMM is batch-invariant (`LlamaRunner.rows`, measured at start over every
-row count a pass can have). Outputs are then batch-invariant and speculation is lossless on a
-real model, at batched speed: the cost is padding a smaller pass to that count (SmolLM2: 1
-row to 2 in bfloat16, 1 to 3 rows to 4 in float32).
+Deterministic mode makes every number a sequence sees a function of its own tokens (`llama`:
+by construction with the C kernels; on torch, each pass padded to the row count from which
+the GEMM is batch-invariant and each run attending alone). Outputs are then batch-invariant
+and speculation is lossless on a real model.
 
 The engine's clock advances by the measured wall time of each step (`stepped`), so the
-virtual-time driver can run it beside other engines as if each had its own device.
+virtual-time driver can run it beside other engines as if each had its own device. Capturing
+a CUDA graph is a server's start-up work, not a step's: its time is left out of the clock
+(`EngineStats.startup_s` counts it).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from spex.shared.hf.attention import Pass, Segment
 from spex.shared.hf.kvcache import Entry, PrefixCache
 from spex.shared.hf.llama import LlamaRunner
 from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
+from spex.shared.hf.paged import PAGE
+from spex.shared.hf.sampling import sample
 from spex.shared.hf.stepped import SteppedEngine
 from spex.shared.roofline.measured import MeasuredProfile
 
@@ -57,8 +59,9 @@ class HFConfig:
     kv_capacity_tokens: int = 65_536  # prefix cache and running sequences together
     deterministic: bool = False  # batch-invariant outputs (lossless speculation)
     device: str = "cpu"
-    dtype: str | None = None  # the weights' and KV's: float32, bfloat16 (None: as saved)
+    dtype: str | None = None  # the weights' and KV's: float32, bfloat16 (None: as saved; bf16 on a GPU)
     prefill_tokens: int = 128  # prompt rows a pass takes beside its decode rows
+    cuda_graphs: bool = True  # on CUDA: decode passes replayed from graphs (`graphs`)
 
 
 @dataclass(eq=False)
@@ -66,7 +69,6 @@ class _Seq:
     req: EngineRequest
     seq: int
     arrival_s: float
-    generator: torch.Generator
     pieces: list[tuple[int, ...]]  # the prompt's token ids, piece by piece
     entries: list[Entry] = field(default_factory=list)  # its pieces in the cache, locked
     own: Segment | None = None  # the generated tokens' KV, after the prompt's
@@ -128,6 +130,8 @@ class HFEngine(SteppedEngine):
             self.config.deterministic,
             max_rows=self.config.max_running + self.config.prefill_tokens,
             max_logits=2 * self.config.max_running,
+            kv_tokens=self.config.kv_capacity_tokens + 2 * self.config.max_running * PAGE,
+            cuda_graphs=self.config.cuda_graphs,
         )
         # A measured step-time curve (`roofline.measured`): with it each primary decode step is
         # also counted as it would have taken without speculation, for the TPOT governor.
@@ -153,8 +157,7 @@ class HFEngine(SteppedEngine):
         if not self._running and not self._waiting:
             self.clock_s = max(self.clock_s, now_s)  # an idle engine starts at the arrival
         self._seq += 1
-        generator = torch.Generator(device=self.config.device).manual_seed(req.seed)
-        s = _Seq(req, self._seq, now_s, generator, pieces)
+        s = _Seq(req, self._seq, now_s, pieces)
         self._by_rid[req.rid] = s
         self._waiting.append(s)
 
@@ -184,6 +187,8 @@ class HFEngine(SteppedEngine):
         for s in list(self._by_rid.values()):
             if s.entries:
                 self.cache.unlock(s.entries)
+            if s.own is not None:
+                s.own.release()
         for entry in self._pending:  # half computed, perhaps: never found again
             self.cache.drop(entry)
         self._pending.clear()
@@ -192,6 +197,11 @@ class HFEngine(SteppedEngine):
         self._waiting.clear()
         self._held = []
         return rids
+
+    def close(self) -> None:
+        """Forget every request and every cached prompt: all KV goes back to the pool."""
+        self.drop_all()
+        self.cache.evict(self.cache.total_tokens)
 
     @property
     def waiting(self) -> int:
@@ -233,7 +243,7 @@ class HFEngine(SteppedEngine):
     # ------------------------------------------------------------------ one step
     def step(self) -> list[Completion]:
         """One scheduler iteration; the engine's clock advances by its measured duration."""
-        start = time.perf_counter()
+        start, startup_s = time.perf_counter(), self.runner.startup_s
         aborted = [s for s in self._running if s.abort_s is not None and s.abort_s <= self.clock_s]
         done: list[tuple[_Seq, CompletionReason]] = [(s, "abort") for s in aborted]
         for s, _ in done:
@@ -253,7 +263,10 @@ class HFEngine(SteppedEngine):
                 logits = self.runner.forward(batch, [row for row, _ in logits_of])
                 pass_s = time.perf_counter() - t
                 self._absorb(logits, logits_of)
-        dt = time.perf_counter() - start
+        startup_s = self.runner.startup_s - startup_s  # a graph captured in this step
+        self.stats.startup_s += startup_s
+        pass_s -= startup_s
+        dt = time.perf_counter() - start - startup_s
         t0, self.clock_s = self.clock_s, self.clock_s + dt
         self._account(t0, dt, batch.rows > len(continuing), decoding)
         self._account_primary(dt, pass_s, decoding, batch, primary_rows)
@@ -446,25 +459,15 @@ class HFEngine(SteppedEngine):
 
     # ------------------------------------------------------------------ sampling
     def _sample(self, seqs: list[_Seq]) -> list[_Seq]:
-        """A token for each sequence from its logits, all in one batch (each row with its own
-        temperature and generator): the sequences that go on."""
+        """A token for each sequence from its logits, all in one batch (`sampling`): the
+        sequences that go on."""
         if not seqs:
             return []
         logits = torch.stack([s.next_logits for s in seqs])  # type: ignore[misc]
-        logp = torch.log_softmax(logits, dim=-1)
-        tokens = logits.argmax(dim=-1)
-        hot = [i for i, s in enumerate(seqs) if s.req.temperature > 0]
-        if hot:
-            # Inverse CDF: one uniform draw from the request's generator (multinomial draws
-            # one exponential per vocabulary entry: a tenth of a step at batch 16).
-            temps = torch.tensor([seqs[i].req.temperature for i in hot], dtype=logits.dtype)[:, None]
-            cdf = torch.softmax(logits[hot] / temps, dim=-1).cumsum(-1)
-            draws = torch.cat([torch.rand(1, generator=seqs[i].generator, device=cdf.device) for i in hot])
-            picked = torch.searchsorted(cdf, draws[:, None] * cdf[:, -1:], right=True)[:, 0]
-            tokens[hot] = picked.clamp_(max=cdf.shape[1] - 1)
-        chosen = tokens.tolist()
-        logprobs = logp.gather(1, tokens[:, None])[:, 0].tolist()
-        return [s for s, token, lp in zip(seqs, chosen, logprobs, strict=True) if self._take(s, token, lp)]
+        tokens, logprobs = sample(
+            logits, [s.req.temperature for s in seqs], [s.req.seed for s in seqs], [len(s.ids) for s in seqs]
+        )
+        return [s for s, token, lp in zip(seqs, tokens, logprobs, strict=True) if self._take(s, token, lp)]
 
     def _take(self, s: _Seq, token: int, logprob: float) -> bool:
         """The sequence's next token: False when the sequence is done."""
@@ -500,6 +503,8 @@ class HFEngine(SteppedEngine):
     def _finish(self, s: _Seq, now_s: float, reason: CompletionReason) -> Completion:
         if s.entries:
             self.cache.unlock(s.entries)
+        if s.own is not None:
+            s.own.release()
         self._by_rid.pop(s.req.rid, None)
         placed = s.placed
         s.own, s.entries, s.next_logits = None, [], None

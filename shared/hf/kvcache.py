@@ -11,7 +11,9 @@ of the pieces before it and its own earlier tokens — so an entry's tensors do 
 which request, or which pass, computed it: the basis of the engine's deterministic mode.
 Sequences attend to an entry where it lies (never a copy), and an entry is inserted before it
 is computed, so a second request for the same piece waits for it instead of computing it
-again. Unreferenced entries without children are evicted least recently used first.
+again. Unreferenced entries without children are evicted least recently used first; an entry
+that leaves the cache (evicted or dropped) releases its KV (`kv.release()`: its pages go back
+to the engine's pool).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class PrefixCache:
             _, _, victim = heapq.heappop(heap)
             parent = victim.parent
             (self._roots if parent is None else parent.children).pop(victim.ids)
+            victim.kv.release()
             self.total_tokens -= victim.tokens
             self.evictable_tokens -= victim.tokens
             freed += victim.tokens
@@ -107,6 +110,7 @@ class PrefixCache:
         dropped, stack = 0, [entry]
         while stack:
             e = stack.pop()
+            e.kv.release()
             dropped += e.tokens
             stack.extend(e.children.values())
         self.total_tokens -= dropped

@@ -1,23 +1,24 @@
-"""The engine's own forward pass over a transformers Llama model's weights: one pass a step
-over every row the step has, decode rows and prompt rows together.
+"""The engine's own forward pass over a transformers model's weights (Llama, Qwen2 and Qwen3
+architectures): one pass a step over every row the step has, decode rows and prompt rows
+together.
 
 A row is one token: a sequence's newest token (decode) or a token of a prompt piece
 (prefill). `forward` runs the embedding, then per layer the norms and linear layers once over
-all the pass's rows (`linear`: q, k and v fused, gate and up fused) and the attention row by
-row over each row's own segments of KV (`attention`: prompt pieces by reference, then the
-segment the row's token goes into), and the final norm and head over the rows whose logits
-are wanted. Nothing is padded or copied per step, and a prompt piece costs its rows in a pass
-that reads the weights anyway, not a pass of its own.
+all the pass's rows (`linear`: q, k and v fused, gate and up fused) and the attention over each
+row's own segments of KV (prompt pieces by reference, then the segment the row's token goes
+into), and the final norm and head over the rows whose logits are wanted. A prompt piece costs
+its rows in a pass that reads the weights anyway, not a pass of its own.
 
-Batch invariance — a row's numbers do not depend on its batch mates — holds by construction
-with the C kernels (`kernels`): the attention is per row in an order set by the row's own
-length, each linear layer's output sums its products in one fixed order whatever the row
-count, and the norms and activations are row-wise. Without the kernels (torch alone), the
-linear layers have it only from some number of rows up (this CPU's GEMM takes another kernel
-for 1 to 3 rows in float32): deterministic mode then measures that number for each fused
-weight when it starts (`invariant_rows`, over every row count up to 32 and steps of 8 beyond,
-up to the most rows a pass can have) and pads a smaller pass to it — a check of the CPU's
-kernels over random inputs, not a proof.
+Two ways to run it, chosen by the model's device and dtype:
+- the C kernels (`kernels`; CPU, float32 or bfloat16, the default there): attention per row in
+  an order set by the row's own length, linear layers that sum each output in one fixed order
+  whatever the row count — batch-invariant by construction. Each segment holds its own tensors.
+- torch on any device (`SPEX_KERNELS=torch` on a CPU): a KV pool addressed by slot tables
+  (`paged`), attention for a whole pass in a fixed number of launches per layer whatever the
+  batch, torch's GEMM for the linear layers, and on CUDA the decode attention read in place
+  (`triton_attention`) and decode passes replayed from CUDA graphs (`graphs`). Deterministic
+  mode pads each pass to the row count from which torch's GEMM is batch-invariant
+  (`linear.invariant_rows`, measured at start over every row count a pass can have).
 """
 
 from __future__ import annotations
@@ -26,31 +27,39 @@ from typing import Any
 
 import torch
 
-from spex.shared.hf.attention import Pass, Segment, TorchAttention, make_attention
-from spex.shared.hf.linear import TorchLinear, make_linear
+from spex.shared.hf.attention import Pass, Segment, make_attention
+from spex.shared.hf.linear import TorchLinear, invariant_rows, make_linear
+from spex.shared.hf.paged import KVPool, PagedAttention, PagedPlan, PagedSegment
 
-__all__ = ["LlamaRunner", "invariant_rows"]
+__all__ = ["ARCHITECTURES", "LlamaRunner"]
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3")  # `config.model_type`s this forward pass runs
 
 
 class LlamaRunner:
     def __init__(
-        self, model: Any, deterministic: bool = False, max_rows: int = 16, max_logits: int = 0
+        self,
+        model: Any,
+        deterministic: bool = False,
+        max_rows: int = 16,
+        max_logits: int = 0,
+        kv_tokens: int = 4096,
+        cuda_graphs: bool = True,
     ) -> None:
         """`max_rows`: the most rows a pass has; `max_logits`: the most rows whose logits a
         pass asks for (default `max_rows`); both bound what deterministic mode checks when it
-        runs on torch alone."""
+        runs on torch. `kv_tokens`: what the torch path's KV pool holds at first (it grows).
+        `cuda_graphs`: replay decode passes from CUDA graphs where the model is on CUDA."""
         config = model.config
-        kind = getattr(config, "model_type", None)
-        if kind != "llama":
-            raise ValueError(f"the hf engine runs Llama-architecture models; this one is {kind!r}")
+        _check_architecture(config)
         self.model = model
         self.layers = list(model.model.layers)
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.qk_norm = hasattr(self.layers[0].self_attn, "q_norm")  # Qwen3: RMSNorm per head
         weight = model.model.embed_tokens.weight
         self.dtype, self.device = weight.dtype, weight.device
-        self.attention = make_attention(self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
         self.ops = [
             (
                 make_linear([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
@@ -61,16 +70,34 @@ class LlamaRunner:
             for layer in self.layers
         ]
         self.head = make_linear([model.lm_head])
-        self.kernels = not isinstance(self.head, TorchLinear) and not isinstance(
-            self.attention, TorchAttention
-        )
+        self.pool: KVPool | None = None
+        self.attention: Any = make_attention(self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
+        if self.attention is None:
+            self.pool = KVPool(len(self.layers), self.kv_heads, self.head_dim, kv_tokens, self.dtype, self.device)
+            kernel = _decode_kernel(self.device, self.dtype)
+            self.attention = PagedAttention(self.pool, self.heads, self.kv_heads, self.head_dim, kernel, deterministic)
+        self.kernels = self.pool is None and not isinstance(self.head, TorchLinear)
         if deterministic:
             self._pad_to_invariance(max_rows, max_logits or max_rows)
+        self.graphs: Any = None
+        if cuda_graphs and self.pool is not None and self.device.type == "cuda":
+            from spex.shared.hf.graphs import DecodeGraphs
+
+            self.graphs = DecodeGraphs(self, max_logits or max_rows)
 
     @property
     def rows(self) -> int:
         """The fewest rows the linear layers see (1: no padding)."""
         return max(getattr(op, "rows", 1) for op in [*(op for ops in self.ops for op in ops), self.head])
+
+    @property
+    def paged(self) -> bool:
+        return self.pool is not None
+
+    @property
+    def startup_s(self) -> float:
+        """Time spent so far on start-up work inside passes: capturing CUDA graphs."""
+        return self.graphs.capture_s if self.graphs is not None else 0.0
 
     def _pad_to_invariance(self, max_rows: int, max_logits: int) -> None:
         """Torch's linear layers (not the kernels, invariant as built): pad each pass to the
@@ -79,7 +106,7 @@ class LlamaRunner:
         checks = [(op, max_rows) for op in torch_ops]
         if isinstance(self.head, TorchLinear):
             checks.append((self.head, max_logits))
-        counts = {id(op): _invariant_rows_of(op.linear, most) for op, most in checks}
+        counts = {id(op): _invariant_rows_of(op, most) for op, most in checks}
         if any(n == 0 for n in counts.values()):
             raise ValueError(
                 f"deterministic mode: this machine's GEMM gives a row different bits at every batch size "
@@ -89,49 +116,89 @@ class LlamaRunner:
         for op, _ in checks:
             op.rows = rows
 
-    def new_segment(self, tokens: int) -> Segment:
+    def new_segment(self, tokens: int) -> Segment | PagedSegment:
         """Room for at least `tokens` of keys and values."""
+        if self.pool is not None:
+            return PagedSegment(self.pool, tokens)
         return Segment.empty(len(self.layers), self.kv_heads, self.head_dim, tokens, self.dtype, self.device)
 
     def forward(self, batch: Pass, logits_of: list[int]) -> torch.Tensor:
         """Run the pass's rows (writing their keys and values into their segments): the
         logits [len(logits_of), vocab] of the rows `logits_of`, float32."""
-        n = batch.rows
-        ids = torch.tensor(batch.tokens, device=self.device)
+        logits = None
+        if self.graphs is not None and len(logits_of) == batch.rows:
+            logits = self.graphs.run(batch)
+        if logits is None:
+            want = None if len(logits_of) == batch.rows else torch.tensor(logits_of, dtype=torch.long, device=self.device)
+            ids = torch.tensor(batch.tokens, device=self.device)
+            positions = torch.tensor(batch.positions, device=self.device)
+            logits = self.compute(ids, positions, self.attention.plan(batch), want)
+        batch.finish()
+        if self.device.type == "cuda":  # the pass's time is this step's, not the next read's
+            torch.cuda.synchronize(self.device)
+        return logits
+
+    def compute(self, ids: torch.Tensor, positions: torch.Tensor, plan: Any, want: torch.Tensor | None) -> torch.Tensor:
+        """The forward pass on tensors (what a CUDA graph captures): ids and positions [rows],
+        the attention's plan, the rows whose logits are wanted (None: all) -> logits, float32."""
+        n = ids.shape[0]
         hidden = self.model.model.embed_tokens(ids)
-        positions = torch.tensor(batch.positions, device=self.device)
         cos, sin = self.model.model.rotary_emb(hidden[None], positions[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [rows, 1, head_dim]
-        plan = self.attention.plan(batch)
         width_q, width_kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         for i, (layer, (qkv, o, gate_up, down)) in enumerate(zip(self.layers, self.ops, strict=True)):
             fused = qkv(layer.input_layernorm(hidden))
             q = fused[:, :width_q].view(n, self.heads, self.head_dim)
             k = fused[:, width_q : width_q + width_kv].view(n, self.kv_heads, self.head_dim)
             v = fused[:, width_q + width_kv :].view(n, self.kv_heads, self.head_dim)
+            if self.qk_norm:
+                q, k = layer.self_attn.q_norm(q), layer.self_attn.k_norm(k)
             q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
             hidden = hidden + o(self.attention(i, q, k, v, plan))
             gate, up = gate_up(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
             hidden = hidden + down(layer.mlp.act_fn(gate) * up)
-        batch.finish()
-        want = hidden[logits_of] if len(logits_of) < n else hidden
-        return self.head(self.model.model.norm(want)).float()
+        if want is not None:
+            hidden = hidden.index_select(0, want)
+        return self.head(self.model.model.norm(hidden)).float()
+
+    def plan(self, batch: Pass) -> PagedPlan:
+        return self.attention.plan(batch)
 
     # ------------------------------------------------------------------ one sequence at a time
-    def prefill(self, segments: list[Segment], ids: tuple[int, ...] | list[int]) -> torch.Tensor:
+    def prefill(self, segments: list[Any], ids: tuple[int, ...] | list[int]) -> torch.Tensor:
         """A piece's tokens after `segments[-1]`'s, alone in a pass: the logits after its last."""
         segments[-1].grow(segments[-1].length + len(ids))
         batch = Pass()
         batch.add(segments, segments[-1].length, list(ids))
         return self.forward(batch, [batch.rows - 1])[0]
 
-    def decode(self, sequences: list[list[Segment]], tokens: list[int]) -> torch.Tensor:
+    def decode(self, sequences: list[list[Any]], tokens: list[int]) -> torch.Tensor:
         """One token per sequence (its segments), in one pass: logits [len(sequences), vocab]."""
         batch = Pass()
         for segments, token in zip(sequences, tokens, strict=True):
             segments[-1].grow(segments[-1].length + 1)
             batch.add(segments, segments[-1].length, [token])
         return self.forward(batch, list(range(batch.rows)))
+
+
+def _check_architecture(config: Any) -> None:
+    kind = getattr(config, "model_type", None)
+    if kind not in ARCHITECTURES:
+        raise ValueError(
+            f"the hf engine runs Llama-architecture models ({', '.join(ARCHITECTURES)}); this one is {kind!r}"
+        )
+    layer_types = getattr(config, "layer_types", None) or []
+    if getattr(config, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
+        raise ValueError(f"the hf engine attends over the whole context; this {kind} model slides a window")
+
+
+def _decode_kernel(device: torch.device, dtype: torch.dtype) -> Any:
+    """The in-place decode attention where Triton runs (CUDA), else None (gather and SDPA)."""
+    if device.type != "cuda":
+        return None
+    from spex.shared.hf import triton_attention
+
+    return triton_attention.decode_kernel(dtype)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -142,42 +209,11 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 _MEASURED: dict[tuple[Any, ...], int] = {}
 
 
-def _invariant_rows_of(linear: torch.nn.Linear, most: int) -> int:
+def _invariant_rows_of(op: TorchLinear, most: int) -> int:
     """`invariant_rows`, measured once per process for each kind of linear layer (its shape,
     bias, dtype, device and the thread count choose the kernel)."""
-    w = linear.weight
-    key = (tuple(w.shape), linear.bias is not None, w.dtype, w.device.type, torch.get_num_threads(), most)
+    w = op.weight
+    key = (tuple(w.shape), op.bias is not None, w.dtype, w.device.type, torch.get_num_threads(), most)
     if key not in _MEASURED:
-        _MEASURED[key] = invariant_rows(linear, most)
+        _MEASURED[key] = invariant_rows(op, most)
     return _MEASURED[key]
-
-
-def checked_counts(most: int) -> list[int]:
-    """The row counts `invariant_rows` checks: every one up to 32, then steps of 8, and `most`."""
-    return sorted({*range(1, min(most, 32) + 1), *range(40, most, 8), most})
-
-
-def invariant_rows(linear: torch.nn.Linear, most: int = 16, trials: int = 8) -> int:
-    """The fewest rows from which `linear` computes each row the same bits whatever the number
-    of rows (checked at `checked_counts(most)`, against a batch of twice the most or of 32)
-    and wherever the row sits; 0 if none. Over `trials` random batches (two past 32 rows,
-    whose every check already sees that many rows), and a lone row at each
-    of a batch's first 32 places: a different accumulation order shows only where it moves a
-    rounding of the output, which one batch can miss (bfloat16 on this CPU: a lone row of a
-    1536-wide down-projection differs for about one random input in ten)."""
-    weight = linear.weight
-    gen = torch.Generator(device=weight.device).manual_seed(0)
-    counts = checked_counts(most)
-    big = max(2 * most, 32)
-    same = dict.fromkeys(counts, True)
-    with torch.inference_mode():
-        for trial in range(trials):
-            x = torch.randn(big, weight.shape[1], generator=gen, device=weight.device).to(weight.dtype)
-            ref = linear(x)
-            alone = (torch.equal(linear(x[i : i + 1]), ref[i : i + 1]) for i in range(min(big, 32)))
-            same[1] = same[1] and all(alone)
-            for m in counts[1:] if trial < 2 else [c for c in counts[1:] if c <= 32]:
-                same[m] = same[m] and (
-                    torch.equal(linear(x[:m]), ref[:m]) and torch.equal(linear(x[big - m :]), ref[big - m :])
-                )
-    return next((m for m in counts if all(same[c] for c in counts if c >= m)), 0)

@@ -1,14 +1,15 @@
-"""The engine's C kernels against torch: attention over segments (by reference, several per
-row, a piece's rows and the next piece in one pass) and the packed linear layers; each row's
-numbers bit-identical alone and in any batch."""
+"""The engine's C kernels: attention over segments (by reference, several per row, a piece's
+rows and the next piece in one pass) against an independent reference, and the packed linear
+layers against torch; each row's numbers bit-identical alone and in any batch."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from spex.shared.hf import kernels
-from spex.shared.hf.attention import KernelAttention, Pass, Segment, TorchAttention
+from spex.shared.hf.attention import KernelAttention, Pass, Segment
 from spex.shared.hf.linear import PackedLinear
+from tests.hf.attention_cases import RUNS, SEGMENTS, kv_data, reference, rows_data
 
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -21,64 +22,46 @@ def library():
     return lib
 
 
-def segment(layers, kv_heads, head_dim, dtype, length, room=0):
-    s = Segment.empty(layers, kv_heads, head_dim, length + room, dtype, "cpu")
-    s.keys.normal_()
-    s.values.normal_()
-    s.length = length
-    return s
-
-
-def runs(layers, kv_heads, head_dim, dtype):
-    """Rows of every kind: decode rows over shared prompt pieces, a piece computed in two runs
-    of one pass, and the piece after it in the same pass."""
-    head, step = segment(layers, kv_heads, head_dim, dtype, 37), segment(layers, kv_heads, head_dim, dtype, 5)
-    own = segment(layers, kv_heads, head_dim, dtype, 3, room=30)
-    fresh = segment(layers, kv_heads, head_dim, dtype, 0, room=20)
-    piece, after = (segment(layers, kv_heads, head_dim, dtype, n) for n in (11, 4))
-    return [
-        ([head, step, own], 3, [1]),
-        ([head, fresh], 0, [2]),
-        ([head, piece], 0, list(range(7))),
-        ([head, piece], 7, list(range(4))),
-        ([head, piece, after], 0, list(range(4))),
-    ]
+def kernel_pass(data, kv_heads, head_dim, dtype, runs=RUNS):
+    """The cases' segments in the kernel's layout, and a pass of `runs` over them."""
+    segments = {}
+    for name, (keys, values) in data.items():
+        layers, capacity = keys.shape[:2]
+        s = Segment.empty(layers, kv_heads, head_dim, capacity, dtype, "cpu")
+        blocks = s.keys.shape[2] * 16
+        padded = torch.zeros(layers, blocks, kv_heads, head_dim, dtype=dtype)
+        padded[:, :capacity] = keys
+        # [layers, positions, kv, d] -> [layers, kv, blocks, d, 16]
+        s.keys.copy_(padded.view(layers, blocks // 16, 16, kv_heads, head_dim).permute(0, 3, 1, 4, 2))
+        s.values[:, :, :capacity] = values.transpose(1, 2)
+        s.length = SEGMENTS[name][0]
+        segments[name] = s
+    batch = Pass()
+    for names, start, n in runs:
+        batch.add([segments[name] for name in names], start, list(range(n)))
+    return batch
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(9, 3, 64), (4, 4, 32), (8, 2, 128)])
-def test_the_attention_kernel_computes_what_torch_does(library, dtype, heads, kv_heads, head_dim):
-    torch.manual_seed(0)
-    outs = []
-    for attention in (
-        KernelAttention(library, heads, kv_heads, head_dim, dtype),
-        TorchAttention(heads, kv_heads, head_dim),
-    ):
-        torch.manual_seed(1)  # the same segments for both
-        batch = Pass()
-        for segments, start, tokens in runs(2, kv_heads, head_dim, dtype):
-            batch.add(segments, start, tokens)
-        torch.manual_seed(2)
-        q = torch.randn(batch.rows, heads, head_dim).to(dtype)
-        k, v = (torch.randn(batch.rows, kv_heads, head_dim).to(dtype) for _ in range(2))
-        outs.append(attention(1, q, k, v, attention.plan(batch)).float())
-    tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # bfloat16: the output's last bit
-    assert torch.allclose(outs[0], outs[1], atol=tolerance, rtol=tolerance)
+def test_the_attention_kernel_computes_the_reference(library, dtype, heads, kv_heads, head_dim):
+    attention = KernelAttention(library, heads, kv_heads, head_dim, dtype)
+    data = kv_data(2, kv_heads, head_dim, dtype)
+    q, k, v = rows_data(heads, kv_heads, head_dim, dtype)
+    batch = kernel_pass(data, kv_heads, head_dim, dtype)
+    got = attention(1, q, k, v, attention.plan(batch)).double()
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2  # bfloat16: the output's last bits
+    assert torch.allclose(got, reference(1, data, q, k, v), atol=tolerance, rtol=tolerance)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_an_attention_row_is_bit_identical_alone_and_in_any_batch(library, dtype):
     attention = KernelAttention(library, 9, 3, 64, dtype)
-    torch.manual_seed(1)
-    all_runs = runs(2, 3, 64, dtype)
-    q = torch.randn(20, 9, 64).to(dtype)
-    k, v = (torch.randn(20, 3, 64).to(dtype) for _ in range(2))
-    batch = Pass()
-    for segments, start, tokens in all_runs:
-        batch.add(segments, start, tokens)
-    together = attention(0, q[: batch.rows], k[: batch.rows], v[: batch.rows], attention.plan(batch))
-    alone = Pass()
-    alone.add(*all_runs[0])  # the decode row, now alone
+    data = kv_data(2, 3, 64, dtype)
+    q, k, v = rows_data(9, 3, 64, dtype)
+    batch = kernel_pass(data, 3, 64, dtype)  # held: the kernel writes into its segments
+    together = attention(0, q, k, v, attention.plan(batch))
+    alone = kernel_pass(data, 3, 64, dtype, RUNS[:1])  # the decode row, now alone
     assert torch.equal(attention(0, q[:1], k[:1], v[:1], attention.plan(alone)), together[:1])
 
 
