@@ -1,5 +1,11 @@
 """Shared fixtures: real Redis server processes (never a mock); service logs on failure."""
 
+import os
+
+# The GPU's Triton kernels run on this CPU through Triton's interpreter (tests/hf), which
+# Triton reads once, when it is first imported: before any test module imports it.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import shutil
 import subprocess
 

@@ -25,27 +25,27 @@ def kv_data(layers, kv_heads, head_dim, dtype, seed=1):
     return out
 
 
-def rows_data(heads, kv_heads, head_dim, dtype, seed=2):
-    rows = sum(n for _, _, n in RUNS)
+def rows_data(heads, kv_heads, head_dim, dtype, seed=2, runs=RUNS):
+    rows = sum(n for _, _, n in runs)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(rows, heads, head_dim, generator=gen).to(dtype)
     k, v = (torch.randn(rows, kv_heads, head_dim, generator=gen).to(dtype) for _ in range(2))
     return q, k, v
 
 
-def reference(layer, data, q, k, v):
+def reference(layer, data, q, k, v, runs=RUNS):
     """Every row's attention output [rows, heads × head_dim], float64, with the rows' own keys
     and values written where they go first (a piece's rows see each other)."""
     data = {name: (keys.clone().double(), values.clone().double()) for name, (keys, values) in data.items()}
     row = 0
-    for names, start, n in RUNS:
+    for names, start, n in runs:
         keys, values = data[names[-1]]
         keys[layer, start : start + n] = k[row : row + n].double()
         values[layer, start : start + n] = v[row : row + n].double()
         row += n
     out, row = [], 0
     group = q.shape[1] // k.shape[1]
-    for names, start, n in RUNS:
+    for names, start, n in runs:
         spans = [SEGMENTS[name][0] for name in names[:-1]] + [start + n]
         keys = torch.cat([data[name][0][layer, :m] for name, m in zip(names, spans)])  # [total, kv, d]
         values = torch.cat([data[name][1][layer, :m] for name, m in zip(names, spans)])
