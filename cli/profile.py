@@ -48,7 +48,19 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--slack", type=float, default=0.10, help="step growth that still counts as flat")
     pr.add_argument("--new-tokens", type=int, default=32, help="hf: tokens each request makes")
     pr.add_argument("--repeats", type=int, default=3, help="hf: runs per cell (the median is kept)")
-    pr.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="hf: weights and KV")
+    pr.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default=None,
+        help="hf: weights and KV (default: as saved; bf16 on a GPU)",
+    )
+    pr.add_argument("--device", default="cpu", help="hf: torch device (cuda on a GPU machine)")
+    pr.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="hf on CUDA: decode passes run eagerly",
+    )
     pr.add_argument("--deterministic", action="store_true", help="hf: batch-invariant outputs")
     pr.add_argument("--json", default=None, help="hf: write the cells here (and a plot beside it)")
 
@@ -94,38 +106,63 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
         check_url(args.against, "--against")
     if args.new_tokens < 2 or args.repeats < 1:
         raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
+    from spex.shared.hf.devices import check_device
+
+    check_device(args.device)
     import torch
 
-    from spex.bench.engine_speed import measure_hf, write_report
-    from spex.shared.hf.engine import HFConfig, HFEngine
+    from spex.bench.engine_speed import write_report
+    from spex.bench.hf_profile import measure_hf, profile_engine
 
-    # Room for the largest cell at once: each request's prompt (and its cache entry) and output.
-    kv = max(batches) * (2 * (max(contexts) + 64) + args.new_tokens)
-    # A cell's prompts in one pass, so its decode steps carry no other cell's prompt rows.
-    prompts = max(batches) * (max(contexts) + 64)
-    config = HFConfig(
-        max(batches),
-        max(kv, 65_536),
-        deterministic=args.deterministic,
-        dtype=args.dtype,
-        prefill_tokens=prompts,
+    engine = profile_engine(
+        args.model,
+        batches,
+        contexts,
+        args.new_tokens,
+        args.device,
+        args.dtype,
+        args.deterministic,
+        args.cuda_graphs,
     )
-    engine = HFEngine.from_dir(args.model, config)
-    cells = measure_hf(engine, batches, contexts, args.new_tokens, args.repeats)
-    name = f"{Path(args.model).name}@hf ({args.dtype or 'as saved'}, {torch.get_num_threads()} threads)"
+    cells, skipped = measure_hf(engine, batches, contexts, args.new_tokens, args.repeats)
+    threads = f"{torch.get_num_threads()} threads" if args.device == "cpu" else _device_name(args.device)
+    dtype = str(engine.runner.dtype).removeprefix("torch.")
+    name = f"{Path(args.model).name}@hf ({dtype}, {threads})"
     table = Table("batch", *(f"ctx {c}" for c in contexts), title=f"decode step (ms) / tokens/s, {name}")
     for b in batches:
         row = {c.context: c for c in cells if c.batch == b}
-        table.add_row(str(b), *(f"{row[c].step_ms:.1f} / {row[c].tokens_per_s:.1f}" for c in contexts))
+        table.add_row(
+            str(b),
+            *(
+                f"{row[c].step_ms:.1f} / {row[c].tokens_per_s:.1f}" if c in row else "does not fit"
+                for c in contexts
+            ),
+        )
     console.print(table)
-    meta = {"engine": name, "deterministic": args.deterministic, "new_tokens": args.new_tokens}
-    meta["repeats"] = args.repeats
+    meta: dict[str, Any] = {
+        "engine": name,
+        "deterministic": args.deterministic,
+        "new_tokens": args.new_tokens,
+    }
+    meta |= {
+        "repeats": args.repeats,
+        "device": args.device,
+        "dtype": dtype,
+        "cuda_graphs": engine.runner.graphs is not None,
+    }
+    meta |= {"kv_capacity_tokens": engine.capacity_tokens, "skipped": [list(cell) for cell in skipped]}
     if args.against is not None:
         meta |= _side_by_side(args, cells, batches, contexts, console)
     if args.json:
         write_report(cells, meta, Path(args.json))
         _wrote(args.json, console)
     return 0
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device))
 
 
 def _side_by_side(

@@ -64,7 +64,8 @@ class BenchConfig:
     step_split: Split = DEFAULT_SPLIT  # real content: where a step ends (content.prompts)
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
     device: str = "cpu"  # hf: the torch device (cuda on a GPU machine)
-    dtype: str = ""  # hf: the weights' and KV's (float32, bfloat16; "": as saved)
+    dtype: str = ""  # hf: the weights' and KV's (float32, bfloat16; "": as saved, bf16 on a GPU)
+    cuda_graphs: bool = True  # hf on CUDA: decode passes replayed from CUDA graphs
     # A step-time curve measured by `spex profile --json` (hf or a server). On a real engine
     # speculation is then budgeted at the TPOT governor's slack (without it the pool is
     # static, max_running); on the simulator the simulated GPU steps as the curve says.
@@ -142,6 +143,10 @@ class BenchConfig:
             raise ValueError(f"content: must be one of {', '.join(CONTENTS)}, not {self.content!r}")
         if self.backend == "hf" and not self.model:
             raise ValueError("model: the hf engine needs --model DIR (build one with spex model init)")
+        if self.backend == "hf":
+            from spex.shared.hf.devices import check_device
+
+            check_device(self.device, "device")
         if self.backend in SERVERS:
             self._validate_servers()
         elif self.engine_url or self.prm_url:

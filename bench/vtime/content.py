@@ -106,15 +106,7 @@ def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
     """The generator engine and the reward engine (None for the logprob reward)."""
     if cfg.backend in SERVERS:
         return _serving_engines(cfg)
-    if cfg.backend == "sim":
-        gen: Engine = sim_generator(cfg)
-    else:
-        from spex.shared.hf.engine import HFConfig, HFEngine
-
-        config = HFConfig(
-            cfg.max_running, deterministic=cfg.deterministic, device=cfg.device, dtype=cfg.dtype or None
-        )
-        gen = HFEngine.from_dir(str(cfg.model), config)
+    gen: Engine = sim_generator(cfg) if cfg.backend == "sim" else _hf_generator(cfg)
     if cfg.reward != "prm":
         return gen, None
     if cfg.prm is not None:
@@ -124,6 +116,36 @@ def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
             cfg.prm, RewardConfig(deterministic=cfg.deterministic, device=cfg.device)
         )
     return gen, SimEngine(parse_profile(cfg.reward_profile_name))
+
+
+# The last hf generator's model, tokenizer and forward pass, by what they were built from: the
+# runs of a compare (and a gpu check's cells) load a model once, and a 7B one's weights, fused
+# layers and captured CUDA graphs are not built again for every run.
+_HF_LOADED: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+
+
+def _hf_generator(cfg: BenchConfig) -> Engine:
+    from spex.shared.hf.engine import HFConfig, HFEngine
+    from spex.shared.hf.models import load_lm, load_tokenizer
+
+    config = HFConfig(
+        cfg.max_running,
+        deterministic=cfg.deterministic,
+        device=cfg.device,
+        dtype=cfg.dtype or None,
+        cuda_graphs=cfg.cuda_graphs,
+    )
+    key = (str(cfg.model), config)
+    if key in _HF_LOADED:
+        model, tokenizer, runner = _HF_LOADED[key]
+        if runner.pool is None or runner.pool.free_pages == runner.pool.pages - 1:  # the last run closed
+            return HFEngine(model, tokenizer, config, runner)
+    _HF_LOADED.clear()
+    engine = HFEngine(
+        load_lm(str(cfg.model), cfg.device, cfg.dtype or None), load_tokenizer(str(cfg.model)), config
+    )
+    _HF_LOADED[key] = (engine.model, engine.tokenizer, engine.runner)
+    return engine
 
 
 def _serving_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:

@@ -107,7 +107,11 @@ class _Seq:
 
 
 class HFEngine(SteppedEngine):
-    def __init__(self, model: Any, tokenizer: Any, config: HFConfig | None = None) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, config: HFConfig | None = None, runner: LlamaRunner | None = None
+    ) -> None:
+        """`runner`: a forward pass already built for this model and config, its KV pool all
+        free (one a closed engine used: its weights fused, its CUDA graphs captured)."""
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
@@ -125,7 +129,7 @@ class HFEngine(SteppedEngine):
         self._eos = eos_ids(model, tokenizer)
         if self.config.prefill_tokens < 1:
             raise ValueError(f"prefill_tokens: at least 1, not {self.config.prefill_tokens}")
-        self.runner = LlamaRunner(
+        self.runner = runner or LlamaRunner(
             model,
             self.config.deterministic,
             max_rows=self.config.max_running + self.config.prefill_tokens,
@@ -133,6 +137,8 @@ class HFEngine(SteppedEngine):
             kv_tokens=self.config.kv_capacity_tokens + 2 * self.config.max_running * PAGE,
             cuda_graphs=self.config.cuda_graphs,
         )
+        if self.runner.pool is not None and self.runner.pool.free_pages < self.runner.pool.pages - 1:
+            raise ValueError("runner: its KV pool still holds another engine's sequences (close that engine)")
         # A measured step-time curve (`roofline.measured`): with it each primary decode step is
         # also counted as it would have taken without speculation, for the TPOT governor.
         self.step_model: MeasuredProfile | None = None

@@ -71,11 +71,17 @@ class LlamaRunner:
         ]
         self.head = make_linear([model.lm_head])
         self.pool: KVPool | None = None
-        self.attention: Any = make_attention(self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
+        self.attention: Any = make_attention(
+            self.heads, self.kv_heads, self.head_dim, self.dtype, self.device
+        )
         if self.attention is None:
-            self.pool = KVPool(len(self.layers), self.kv_heads, self.head_dim, kv_tokens, self.dtype, self.device)
+            self.pool = KVPool(
+                len(self.layers), self.kv_heads, self.head_dim, kv_tokens, self.dtype, self.device
+            )
             kernel = _decode_kernel(self.device, self.dtype)
-            self.attention = PagedAttention(self.pool, self.heads, self.kv_heads, self.head_dim, kernel, deterministic)
+            self.attention = PagedAttention(
+                self.pool, self.heads, self.kv_heads, self.head_dim, kernel, deterministic
+            )
         self.kernels = self.pool is None and not isinstance(self.head, TorchLinear)
         if deterministic:
             self._pad_to_invariance(max_rows, max_logits or max_rows)
@@ -129,7 +135,11 @@ class LlamaRunner:
         if self.graphs is not None and len(logits_of) == batch.rows:
             logits = self.graphs.run(batch)
         if logits is None:
-            want = None if len(logits_of) == batch.rows else torch.tensor(logits_of, dtype=torch.long, device=self.device)
+            want = (
+                None
+                if len(logits_of) == batch.rows
+                else torch.tensor(logits_of, dtype=torch.long, device=self.device)
+            )
             ids = torch.tensor(batch.tokens, device=self.device)
             positions = torch.tensor(batch.positions, device=self.device)
             logits = self.compute(ids, positions, self.attention.plan(batch), want)
@@ -138,7 +148,9 @@ class LlamaRunner:
             torch.cuda.synchronize(self.device)
         return logits
 
-    def compute(self, ids: torch.Tensor, positions: torch.Tensor, plan: Any, want: torch.Tensor | None) -> torch.Tensor:
+    def compute(
+        self, ids: torch.Tensor, positions: torch.Tensor, plan: Any, want: torch.Tensor | None
+    ) -> torch.Tensor:
         """The forward pass on tensors (what a CUDA graph captures): ids and positions [rows],
         the attention's plan, the rows whose logits are wanted (None: all) -> logits, float32."""
         n = ids.shape[0]

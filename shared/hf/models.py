@@ -5,6 +5,12 @@ transformers loads). `init_model` builds a Llama-architecture model with random 
 real byte-level BPE tokenizer trained on the shipped MATH-500 text, for tests, demos and GPU
 timing: `spex model init --layers 2 --hidden 64 --out DIR` (add `--prm` for a process reward
 model: the same body with a two-label token-classification head).
+
+`--shape NAME` writes one of the simulator catalog's models instead (`SHAPES`: its layers,
+heads, widths and vocabulary; `roofline.hardware.MODELS` holds its bytes and parameters) as a
+config and a tokenizer only: no weights are written. `load_lm` builds such a model's random
+weights where it runs — on the GPU, in bfloat16, in seconds — from the seed in its config
+(`RANDOM_WEIGHTS`), so a 7B model costs no download, no disk and nothing carried.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
+    AutoConfig,
     AutoModelForCausalLM,
     AutoModelForTokenClassification,
     AutoTokenizer,
@@ -29,7 +36,16 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
 )
 
-__all__ = ["ModelSpec", "eos_ids", "init_model", "load_lm", "load_prm", "load_tokenizer"]
+from spex.shared.hf.shapes import RANDOM_WEIGHTS, Shape  # noqa: E402
+
+__all__ = [
+    "ModelSpec",
+    "eos_ids",
+    "init_model",
+    "load_lm",
+    "load_prm",
+    "load_tokenizer",
+]
 
 transformers.utils.logging.disable_progress_bar()  # a service's log is JSON lines, not bars
 transformers.utils.logging.set_verbosity_error()
@@ -52,6 +68,7 @@ class ModelSpec:
     dtype: str = "float32"
     seed: int = 0
     prm: bool = False  # a token-classification reward model instead of a causal LM
+    shape: Shape | None = None  # a catalog model's dimensions (config and tokenizer only: weights at load)
 
     def validate(self) -> None:
         for name in ("layers", "hidden", "vocab"):
@@ -96,11 +113,18 @@ def train_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
 
 
 def init_model(spec: ModelSpec, out: str | Path) -> Path:
-    """Build a random-weight Llama-architecture model (and its tokenizer) into `out`."""
+    """Build a random-weight Llama-architecture model (and its tokenizer) into `out`; with a
+    `shape`, its config and tokenizer only (the weights are built by `load_lm`)."""
     spec.validate()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(spec.vocab)
+    if spec.shape is not None:
+        config = spec.shape.config(tokenizer)
+        setattr(config, RANDOM_WEIGHTS, spec.seed)
+        config.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out
     heads = spec.head_count
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -129,14 +153,29 @@ def load_tokenizer(path: str | Path) -> Any:
 
 
 def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> Any:
-    """The causal LM in `path`, in `dtype` (float32, bfloat16, float16; None: as saved)."""
+    """The causal LM in `path`, in `dtype` (float32, bfloat16, float16; None: as saved, and
+    bfloat16 on a GPU). A model written by `spex model init --shape` gets its random weights
+    here, built on `device`."""
     _check(path)
     if dtype not in (None, "float32", "bfloat16", "float16"):
         raise ValueError(f"dtype: float32, bfloat16 or float16, not {dtype!r}")
+    if dtype is None and torch.device(device).type == "cuda":
+        dtype = "bfloat16"
+    config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    seed = getattr(config, RANDOM_WEIGHTS, None)
+    if seed is not None and not _has_weights(Path(path)):
+        torch.manual_seed(int(seed))
+        with torch.device(device):
+            built: Any = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype or "float32"))
+        return built.eval()
     model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     if dtype is not None:
         model = model.to(getattr(torch, dtype))
     return model.to(device).eval()
+
+
+def _has_weights(path: Path) -> bool:
+    return any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
 
 
 def load_prm(path: str | Path, device: str = "cpu") -> Any:

@@ -33,7 +33,16 @@ import torch.nn.functional as F
 
 from spex.shared.hf.attention import Pass
 
-__all__ = ["NULL_SLOT", "PAGE", "DecodeKernel", "Group", "KVPool", "PagedAttention", "PagedPlan", "PagedSegment"]
+__all__ = [
+    "NULL_SLOT",
+    "PAGE",
+    "DecodeKernel",
+    "Group",
+    "KVPool",
+    "PagedAttention",
+    "PagedPlan",
+    "PagedSegment",
+]
 
 PAGE = 16  # slots a page holds: the unit a segment grows by
 NULL_SLOT = 0  # in page 0, never handed out: where padded rows write and read
@@ -142,7 +151,12 @@ class DecodeKernel(Protocol):
     [runs, heads × head_dim]."""
 
     def __call__(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, table: torch.Tensor, lengths: torch.Tensor
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        table: torch.Tensor,
+        lengths: torch.Tensor,
     ) -> torch.Tensor: ...
 
 
@@ -171,7 +185,9 @@ class PagedAttention:
         row = 0
         for segments, start, n in batch.runs:
             last = segments[-1]
-            keys = np.concatenate([*(s.slots()[: s.length] for s in segments[:-1]), last.slots()[: start + n]])
+            keys = np.concatenate(
+                [*(s.slots()[: s.length] for s in segments[:-1]), last.slots()[: start + n]]
+            )
             write.append(last.slots()[start : start + n])
             (decode if n == 1 else prompt).append((row, keys, n))
             row += n
@@ -181,6 +197,38 @@ class PagedAttention:
             return PagedPlan(slots, [], row, False, alone)
         groups = [self._group(runs, device) for runs in (decode, prompt) if runs]
         return PagedPlan(slots, groups, row, not prompt, [])
+
+    def decode_arrays(self, batch: Pass, size: int, width: int) -> dict[str, np.ndarray]:
+        """A decode pass (one row a run) padded to `size` rows and `width` keys, as host arrays
+        (what a CUDA graph's inputs are refilled from): the padded rows write and read the
+        null slot. Keys: write, table, lengths, and mask where the gather path needs one."""
+        rows = batch.rows
+        write = np.full(size, NULL_SLOT, dtype=np.int64)
+        table = np.full((size, width), NULL_SLOT, dtype=np.int64)
+        lengths = np.ones(size, dtype=np.int32)
+        for i, (segments, start, _) in enumerate(batch.runs):
+            last = segments[-1]
+            keys = np.concatenate(
+                [*(s.slots()[: s.length] for s in segments[:-1]), last.slots()[: start + 1]]
+            )
+            write[i], table[i, : len(keys)], lengths[i] = last.slots()[start], keys, len(keys)
+        out = {"write": write, "table": table, "lengths": lengths}
+        if self.decode_kernel is None:
+            visible = np.arange(width)[None, :] < lengths[:, None]
+            out["mask"] = np.repeat(visible[:, None, None, :], self.group, axis=2)
+        assert rows <= size
+        return out
+
+    def static_plan(self, arrays: dict[str, Any]) -> PagedPlan:
+        """The plan of a padded decode pass over `arrays` (host arrays or device tensors of
+        `decode_arrays`' shapes: a graph's inputs)."""
+        tensors = {
+            k: v if isinstance(v, torch.Tensor) else _to(v, self.pool.keys.device) for k, v in arrays.items()
+        }
+        size = tensors["write"].shape[0]
+        rows = torch.arange(size, device=tensors["write"].device)
+        group = Group(size, 1, rows, tensors["table"], tensors["lengths"], tensors.get("mask"), None, rows)
+        return PagedPlan(tensors["write"], [group], size, True, [])
 
     def _group(self, runs: list[tuple[int, np.ndarray, int]], device: Any) -> Group:
         count, width = len(runs), max(len(keys) for _, keys, _ in runs)
@@ -212,7 +260,9 @@ class PagedAttention:
             _to(dest, device),
         )
 
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PagedPlan) -> torch.Tensor:
+    def __call__(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PagedPlan
+    ) -> torch.Tensor:
         """q [rows, heads, head_dim], k and v [rows, kv_heads, head_dim] (rotated): the rows'
         attention output [rows, heads × head_dim]; k and v are written into the pool."""
         keys, values = self.pool.keys[layer], self.pool.values[layer]
@@ -221,7 +271,9 @@ class PagedAttention:
         if plan.in_order:
             return self.attend(q, keys, values, plan.groups[0])
         if self.exact:
-            return torch.cat([self._alone(q[first : first + n], keys[at], values[at]) for first, n, at in plan.alone])
+            return torch.cat(
+                [self._alone(q[first : first + n], keys[at], values[at]) for first, n, at in plan.alone]
+            )
         out = q.new_empty(plan.rows, self.heads * self.head_dim)
         for group in plan.groups:
             got = self.attend(q, keys, values, group)
@@ -240,7 +292,6 @@ class PagedAttention:
         out = F.scaled_dot_product_attention(folded, k, v, attn_mask=group.mask)
         return out.view(runs, kv, n, g, d).transpose(1, 2).reshape(runs * n, kv * g * d)
 
-
     def _alone(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """One run over its own keys [keys, kv_heads, head_dim]: q [n, heads, head_dim] ->
         [n, heads × head_dim]."""
@@ -255,4 +306,3 @@ class PagedAttention:
 
 def _to(array: np.ndarray, device: Any) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array)).to(device, non_blocking=True)
-

@@ -7,11 +7,12 @@ and keeps the online softmax's running maximum, sum and weighted values for the 
 that share the KV head (padded to 16 rows, the least a `tl.dot` takes). `_combine` then folds
 a row's chunks in order into its output (a chunk past the row's length folds in as exactly
 nothing). A row's chunks are set by its own length, and no program reads another row's: a
-row gets the same bits whatever its batch (batch-invariant by construction). The grid is (rows, KV heads, chunks of the widest table), so a captured CUDA
-graph replays it unchanged for any lengths up to its table's width; a chunk past a row's
-length does nothing. The chunk count is a compile-time constant of `_combine` (loop bounds read
-at run time trip Triton's interpreter): one build per table width in chunks, which the CUDA
-graphs' width buckets keep to a few.
+row gets the same bits whatever its batch (batch-invariant by construction). The grid is
+(rows, KV heads, chunks of the widest table), so a captured CUDA graph replays it unchanged
+for any lengths up to its table's width; a chunk past a row's length does nothing. The chunk
+count is a compile-time constant of `_combine` (loop bounds read at run time trip Triton's
+interpreter): one build per table width in chunks, which the CUDA graphs' width buckets keep
+to a few.
 
 Compared with the gather path (`paged`), the keys and values are read once, not read, copied
 and read again, and a long context is split across programs (flash-decoding), so a batch of
@@ -70,7 +71,7 @@ def _chunk(
             at = slots[:, None] * stride_ks + head * stride_kh + d[None, :]
             kmask = valid[:, None] & dmask[None, :]
             k = tl.load(K + at, mask=kmask, other=0.0)
-            if IEEE:
+            if IEEE:  # noqa: SIM108 - a constexpr branch: Triton compiles the taken one alone
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
@@ -80,7 +81,7 @@ def _chunk(
             alpha = tl.exp(m - top)
             total = total * alpha + tl.sum(p, 1)
             v = tl.load(V + at, mask=kmask, other=0.0)
-            if IEEE:
+            if IEEE:  # noqa: SIM108
                 pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
             else:
                 pv = tl.dot(p.to(v.dtype), v)
@@ -130,7 +131,12 @@ class TritonDecode:
     pool); table [rows, width] slots; lengths [rows] int32 -> [rows, heads × head_dim]."""
 
     def __call__(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, table: torch.Tensor, lengths: torch.Tensor
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        table: torch.Tensor,
+        lengths: torch.Tensor,
     ) -> torch.Tensor:
         rows, heads, dim = q.shape
         kv_heads = keys.shape[1]
@@ -178,7 +184,9 @@ def _check(kernel: TritonDecode, dtype: torch.dtype, device: torch.device) -> fl
     gen = torch.Generator(device=device).manual_seed(0)
     heads, kv_heads, dim, rows = 8, 2, 128, 3
     slots = 3 * CHUNK
-    keys, values = (torch.randn(slots, kv_heads, dim, generator=gen, device=device).to(dtype) for _ in range(2))
+    keys, values = (
+        torch.randn(slots, kv_heads, dim, generator=gen, device=device).to(dtype) for _ in range(2)
+    )
     q = torch.randn(rows, heads, dim, generator=gen, device=device).to(dtype)
     lengths = torch.tensor([1, 70, CHUNK + 5], dtype=torch.int32, device=device)
     table = torch.randperm(slots, generator=gen, device=device)[: 2 * CHUNK].repeat(rows, 1)
@@ -188,7 +196,9 @@ def _check(kernel: TritonDecode, dtype: torch.dtype, device: torch.device) -> fl
         at = table[r, : int(lengths[r])]
         k = keys[at].transpose(0, 1).float()[None]
         v = values[at].transpose(0, 1).float()[None]
-        ref = torch.nn.functional.scaled_dot_product_attention(q[r].float()[None, :, None], k, v, enable_gqa=True)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q[r].float()[None, :, None], k, v, enable_gqa=True
+        )
         ref = ref[0, :, 0].reshape(-1)
         errors.append(float((got[r] - ref).norm() / ref.norm()))
     return max(errors)

@@ -2,8 +2,10 @@
 shape the budgeting code reads a simulated profile: `decode_step_s(batch, context_tokens)`.
 
 The file holds cells (batch, context per sequence, time per decode step, time to the first
-token). A step is taken never to get cheaper with more batch or more context (a noisy cell is
-raised to the largest before it on either axis). Between measured points the step time is
+token). A cell the engine could not hold (a GPU profile skips what does not fit in its KV
+pool) is extrapolated along the batch from the measured cells of its context, which must be
+at least two. A step is taken never to get cheaper with more batch or more context (a noisy
+cell is raised to the largest before it on either axis). Between measured points the step time is
 interpolated linearly, in batch and in context; past the largest batch it grows along the last
 two batches' slope, past the longest context along the last two contexts'; below the smallest
 it is the smallest point's. With it, speculation on a real engine is budgeted the way it is on
@@ -98,10 +100,17 @@ def load_measured(path: str | Path) -> MeasuredProfile:
         raise ValueError(f"{where}: not a profile from `spex profile --engine hf --json` ({exc})") from None
     batches = tuple(sorted({b for b, _ in cells}))
     contexts = tuple(sorted({c for _, c in cells}))
-    if not cells or any((b, c) not in cells for b in batches for c in contexts):
-        raise ValueError(f"{where}: its cells do not fill a batch × context grid")
-    if min(batches) < 1 or min(contexts) < 1 or not all(math.isfinite(t) and t > 0 for t in cells.values()):
+    if not cells or min(batches) < 1 or min(contexts) < 1:
+        raise ValueError(f"{where}: no cells, or a batch or context below 1")
+    if not all(math.isfinite(t) and t > 0 for t in cells.values()):
         raise ValueError(f"{where}: batches, contexts and step times must be positive")
+    for c in contexts:  # a cell the engine could not hold: along the batch from its context's
+        measured = [b for b in batches if (b, c) in cells]
+        if len(measured) < 2 and len(measured) < len(batches):
+            raise ValueError(f"{where}: its cells do not fill a batch × context grid (context {c})")
+        ys = [cells[(b, c)] for b in measured]
+        for b in batches:
+            cells.setdefault((b, c), _along(tuple(measured), ys, b))
     grid = [[cells[(b, c)] for c in contexts] for b in batches]
     for i, row in enumerate(grid):  # monotone on both axes
         for j in range(len(row)):

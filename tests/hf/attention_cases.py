@@ -5,7 +5,14 @@ keys it sees (its segments in full, then its own segment up to and including its
 import torch
 
 # (filled positions, extra room) of each segment; then the runs: (segments, start, rows).
-SEGMENTS = {"head": (37, 0), "step": (5, 0), "own": (3, 30), "fresh": (0, 20), "piece": (11, 0), "after": (4, 0)}
+SEGMENTS = {
+    "head": (37, 0),
+    "step": (5, 0),
+    "own": (3, 30),
+    "fresh": (0, 20),
+    "piece": (11, 0),
+    "after": (4, 0),
+}
 RUNS = [
     (["head", "step", "own"], 3, 1),  # a decode row over two shared pieces
     (["head", "fresh"], 0, 1),  # a first decode row

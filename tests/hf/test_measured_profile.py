@@ -35,6 +35,16 @@ def test_the_curve_interpolates_and_extends_the_measured_cells(tmp_path):
     assert p.counterfactual_s(0.26, 1, 100, 4, 400) == pytest.approx(0.26 * 0.10 / 0.13)
 
 
+def test_a_cell_the_engine_could_not_hold_is_extrapolated_along_the_batch(tmp_path):
+    # A GPU profile skips what does not fit its KV pool: the largest batch at the longest context.
+    cells = {(1, 100): 0.10, (4, 100): 0.13, (16, 100): 0.25, (1, 400): 0.12, (4, 400): 0.18}
+    p = load_measured(write(tmp_path, cells))
+    assert p.step_s[2][1] == pytest.approx(0.18 + (16 - 4) * (0.18 - 0.12) / 3)  # the last slope
+    assert p.decode_step_s(16, 16 * 100) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="context 400"):  # one measured batch: nothing to go by
+        load_measured(write(tmp_path, {(1, 100): 0.1, (4, 100): 0.2, (1, 400): 0.3}, "thin.json"))
+
+
 def test_a_noisy_cell_never_makes_a_larger_step_cheaper(tmp_path):
     cells = {
         (1, 128): 0.05,

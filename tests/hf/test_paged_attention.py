@@ -68,7 +68,9 @@ def test_a_pass_s_keys_and_values_land_in_its_rows_segments_and_nowhere_else():
     row = 0
     for names, start, n in RUNS:
         at = torch.from_numpy(segments[names[-1]].slots()[start : start + n])
-        assert torch.equal(pool.keys[0, at], k[row : row + n]) and torch.equal(pool.values[0, at], v[row : row + n])
+        assert torch.equal(pool.keys[0, at], k[row : row + n]) and torch.equal(
+            pool.values[0, at], v[row : row + n]
+        )
         written[at] = True
         row += n
     assert torch.equal(pool.keys[0, ~written], before_keys[0, ~written])

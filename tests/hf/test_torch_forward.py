@@ -8,7 +8,14 @@ import contextlib
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from spex.shared.hf.attention import Pass
 from spex.shared.hf.llama import LlamaRunner
@@ -74,7 +81,9 @@ class Sequences:
             else:
                 own = self.own[i]
                 own.grow(own.length + 1)
-                row = batch.add([self.head_kv, self.piece_kv[i], own], own.length, [self.tokens[i][self.decoded[i]]])
+                row = batch.add(
+                    [self.head_kv, self.piece_kv[i], own], own.length, [self.tokens[i][self.decoded[i]]]
+                )
                 owners.append((row, i, len(self.head) + len(self.pieces[i]) + self.decoded[i]))
                 self.decoded[i] += 1
         with profile(activities=[ProfilerActivity.CPU]) if profiled else contextlib.nullcontext() as prof:

@@ -1,0 +1,107 @@
+"""Decode passes replayed from CUDA graphs: a step's hundreds of small launches become one.
+
+A decode pass (one row per sequence, every row's logits wanted) is padded to a bucketed row
+count (`BATCHES`) and a bucketed key width (`WIDTHS`): the padded rows read and write the
+pool's null slot and their logits are dropped. One graph per (rows, width) bucket is captured
+the first time a pass needs it, and replayed after its inputs — token ids, positions, the
+slots each row writes, the slot table and lengths (and the mask on the gather path) — are
+copied in. Capturing is start-up work: `capture_s` counts it, and the engine leaves it out of
+its clock. A pool that grows moves its tensors, which the graphs point into: they are dropped
+and captured again. Passes with prompt rows run eagerly.
+
+`capture=False` runs the same padded pass without a graph (the tests on a CPU check the
+padding there: what a graph replays is exactly that computation).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from spex.shared.hf.attention import Pass
+from spex.shared.hf.paged import NULL_SLOT, PagedPlan
+
+__all__ = ["BATCHES", "WIDTHS", "DecodeGraphs"]
+
+BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # rows a graph is captured for
+WIDTHS = tuple(256 << i for i in range(10))  # keys each row's table holds: 256 to 131,072
+
+
+@dataclass
+class _Graph:
+    graph: Any  # torch.cuda.CUDAGraph, or None when not captured
+    inputs: dict[str, torch.Tensor]  # ids, positions, and the plan's arrays, on the device
+    plan: PagedPlan
+    logits: torch.Tensor | None  # [rows, vocab] the replay's output
+
+
+class DecodeGraphs:
+    def __init__(self, runner: Any, max_batch: int, capture: bool = True) -> None:
+        self.runner = runner
+        self.sizes = [b for b in BATCHES if b < max_batch] + [max_batch]
+        self.capture = capture
+        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.capture_s = 0.0
+        self.version = runner.pool.version
+
+    def run(self, batch: Pass) -> torch.Tensor | None:
+        """The pass's logits [rows, vocab] from a graph, or None when it is not a decode pass
+        that fits one (it then runs eagerly)."""
+        rows = batch.rows
+        if rows > self.sizes[-1] or any(n != 1 for _, _, n in batch.runs):
+            return None
+        longest = max(sum(s.length for s in segments[:-1]) + start + 1 for segments, start, _ in batch.runs)
+        if longest > WIDTHS[-1]:
+            return None
+        size = self.sizes[bisect.bisect_left(self.sizes, rows)]
+        width = WIDTHS[bisect.bisect_left(WIDTHS, longest)]
+        arrays = self.runner.attention.decode_arrays(batch, size, width)
+        arrays["ids"] = np.zeros(size, dtype=np.int64)
+        arrays["ids"][:rows] = batch.tokens
+        arrays["positions"] = np.zeros(size, dtype=np.int64)
+        arrays["positions"][:rows] = batch.positions
+        if not self.capture:
+            plan = self.runner.attention.static_plan(arrays)
+            ids, positions = (
+                torch.from_numpy(arrays[k]).to(self.runner.device) for k in ("ids", "positions")
+            )
+            return self.runner.compute(ids, positions, plan, None)[:rows]
+        if self.runner.pool.version != self.version:  # the pool moved: the graphs point at the old one
+            self.graphs.clear()
+            self.version = self.runner.pool.version
+        graph = self.graphs.get((size, width)) or self._capture(size, width, arrays)
+        for name, tensor in graph.inputs.items():
+            tensor.copy_(torch.from_numpy(arrays[name]), non_blocking=True)
+        graph.graph.replay()
+        assert graph.logits is not None
+        return graph.logits[:rows]
+
+    def _capture(self, size: int, width: int, arrays: dict[str, np.ndarray]) -> _Graph:
+        start = time.perf_counter()
+        device = self.runner.device
+        inputs = {name: torch.from_numpy(a).to(device) for name, a in arrays.items()}
+        for name in ("write", "table"):  # what the capture's runs write and read: the null slot
+            inputs[name].fill_(NULL_SLOT)
+        plan = self.runner.attention.static_plan(
+            {k: v for k, v in inputs.items() if k not in ("ids", "positions")}
+        )
+        args = (inputs["ids"], inputs["positions"], plan, None)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up off the capture: kernels built, handles made
+            for _ in range(2):
+                self.runner.compute(*args)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = self.runner.compute(*args)
+        torch.cuda.synchronize(device)
+        self.capture_s += time.perf_counter() - start
+        captured = _Graph(graph, inputs, plan, logits)
+        self.graphs[(size, width)] = captured
+        return captured

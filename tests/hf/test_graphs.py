@@ -1,0 +1,64 @@
+"""Decode passes as a CUDA graph replays them (`graphs`), run here without the graph: padded
+to a bucket of rows and of keys, they give each sequence the logits the unpadded pass does;
+a pass with prompt rows is left to run eagerly."""
+
+import pytest
+import torch
+
+from spex.shared.hf.graphs import DecodeGraphs
+from spex.shared.hf.llama import LlamaRunner
+from tests.hf.test_torch_forward import Sequences, small_model
+
+
+@pytest.fixture(autouse=True)
+def on_torch(monkeypatch):
+    monkeypatch.setenv("SPEX_KERNELS", "torch")
+
+
+def drive(runner, passes):
+    seqs = Sequences(runner, 5)
+    with torch.inference_mode():
+        seqs.prefill_head()
+        for rows in passes:
+            seqs.run(**rows)
+    return seqs
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_a_padded_decode_pass_gives_each_sequence_the_logits_of_the_unpadded_one(kind):
+    model = small_model(kind)
+    passes = [{"pieces": [0, 1, 2, 3, 4]}] + [
+        {"decodes": d} for d in ([0], [1, 2, 3], [4, 0, 2, 1, 3], [3, 1])
+    ]
+    plain = drive(LlamaRunner(model), passes)
+    padded_runner = LlamaRunner(model)
+    padded_runner.graphs = DecodeGraphs(padded_runner, max_batch=16, capture=False)
+    calls = []
+    run = padded_runner.graphs.run
+    padded_runner.graphs.run = lambda batch: calls.append(batch.rows) or run(batch)
+    padded = drive(padded_runner, passes)
+    assert calls == [1, 3, 5, 2]  # the decode passes went through the padded path; the prompt pass did not
+    for mine, theirs in zip(padded.logits, plain.logits):
+        assert mine.keys() == theirs.keys()
+        for position in mine:
+            assert torch.allclose(mine[position], theirs[position], atol=1e-5), position
+
+
+def test_a_pass_with_prompt_rows_or_past_the_largest_bucket_is_not_padded():
+    runner = LlamaRunner(small_model("llama"))
+    graphs = DecodeGraphs(runner, max_batch=2, capture=False)
+    seqs = Sequences(runner, 3)
+    from spex.shared.hf.attention import Pass
+
+    with torch.inference_mode():
+        seqs.prefill_head()
+        batch = Pass()
+        batch.add([seqs.head_kv, seqs.piece_kv[0]], 0, seqs.pieces[0])
+        assert graphs.run(batch) is None
+        seqs.run(pieces=[0, 1, 2])
+        three = Pass()
+        for i in range(3):
+            seqs.own[i].grow(1)
+            three.add([seqs.head_kv, seqs.piece_kv[i], seqs.own[i]], 0, [seqs.tokens[i][0]])
+        assert graphs.run(three) is None  # 3 rows, buckets up to 2
+        assert graphs.sizes == [1, 2]
