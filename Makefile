@@ -56,6 +56,32 @@ browser:
 test: lint $(REDIS_TLS)/.installed browser
 	SPEX_TEST_TLS_REDIS=$(abspath $(REDIS_TLS))/bin/redis-server $(BIN)/python -m pytest
 
+# The GPU check (bench/gpu_check.py; docs/gpu/README.md). Here, `make gpu-wheels` fetches what
+# the GPU machines' image lacks (GPU_NEEDS) as wheels for its Python 3.12 into .whl/; there,
+# with no network, `make gpu-check` installs the project from this working tree and those
+# wheels (PyTorch, Triton and transformers are the image's) and runs the check into $(OUT).
+# `make gpu-check-dry-run` runs the same stages here, on the CPU, with tiny shapes.
+GPU_WHEELS := .whl
+GPU_NEEDS := msgspec
+GPU_SITE := /tmp/spex-gpu-site
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+OUT ?= gpu-check
+
+.PHONY: gpu-wheels gpu-check gpu-check-dry-run
+gpu-wheels:
+	rm -rf $(GPU_WHEELS)
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+		--python-version 3.12 --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS)) \
+		-d $(GPU_WHEELS) $(GPU_NEEDS)
+
+gpu-check:
+	python3 -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-build-isolation \
+		--upgrade --target $(GPU_SITE) . $(GPU_WHEELS)/*.whl
+	PYTHONPATH=$(GPU_SITE) PYTHONUNBUFFERED=1 python3 -m spex.bench.gpu_check --out $(OUT)
+
+gpu-check-dry-run: $(BIN)/.installed
+	$(BIN)/python -m spex.bench.gpu_check --dry-run --out build/gpu-check
+
 .PHONY: grid test-slow
 grid: $(BIN)/.installed
 	$(BIN)/spex bench --grid --grid-questions 64

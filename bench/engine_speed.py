@@ -21,7 +21,7 @@ from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
 
-__all__ = ["Cell", "measure_server", "write_report"]
+__all__ = ["Cell", "measure_server", "plot_cells", "write_report"]
 
 START_WAIT_S = 60.0  # how long a server that does not answer is waited for
 # The request-cost probe's prompt: two of vLLM's 128-token blocks and a few tokens more (a
@@ -175,16 +175,24 @@ async def _tokens_per_word(
     return c.prompt_tokens / words
 
 
-def write_report(cells: list[Cell], meta: dict[str, Any], path: Path) -> None:
-    """The cells as JSON at `path`, and a plot of tokens/s by batch beside it (.png)."""
+def write_report(cells: list[Cell], meta: dict[str, Any], path: Path, plot: bool = True) -> None:
+    """The cells as JSON at `path`, and (with `plot`) a plot of tokens/s by batch beside it (.png)."""
     rows = [{**asdict(c), "step_ms": c.step_ms} for c in cells]
     path.write_text(json.dumps({"meta": meta, "cells": rows}, indent=2))
+    if plot:
+        plot_cells(cells, str(meta.get("engine", "")), path.with_suffix(".png"))
+
+
+def plot_cells(cells: list[Cell], title: str, path: Path, ax: Any = None) -> None:
+    """Decode tokens/s by batch, a line per context: into `ax`, or a figure of its own at `path`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
     for context in sorted({c.context for c in cells}):
         mine = [c for c in cells if c.context == context]
         ax.plot(
@@ -192,8 +200,9 @@ def write_report(cells: list[Cell], meta: dict[str, Any], path: Path) -> None:
         )
     ax.set_xlabel("batch")
     ax.set_ylabel("decode tokens/s")
-    ax.set_title(str(meta.get("engine", "")))
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path.with_suffix(".png"))
-    plt.close(fig)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    if fig is not None:
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)

@@ -7,14 +7,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from spex.bench.oracle import TreeRecorder
+from spex.bench.pairs import compare_pairs
 from spex.bench.results import Repeated, RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
 from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
@@ -293,31 +292,12 @@ def _bench(cfg: BenchConfig, args: argparse.Namespace, console: Console) -> int:
 
 
 def _compare(cfg: BenchConfig, repeats: int, console: Console, quiet: bool, oracle: bool = False) -> Repeated:
-    """`repeats` pairs of baseline and SPEX runs, back to back, the order alternating. On a
-    real engine an unrecorded warm-up (the baseline's first wave of questions) goes first: the
-    first run on a fresh engine or server was slower (a cold cache, kernels compiled for new
-    shapes: vLLM's first baseline took 1.5x its later ones), which would weigh on one side.
-    With `oracle` the warm-up is a whole baseline run whose final trees the SPEX side then
-    speculates (`bench.oracle`)."""
-    final = TreeRecorder() if oracle else None
-    if final is not None:
-        _run(replace(cfg, mode="baseline"), console, quiet, final.record)
-    elif cfg.backend != "sim":
-        warm = replace(cfg, mode="baseline", questions=min(cfg.questions, cfg.batch_size))
-        _run(warm, console, quiet)
-    pairs, orders = [], []
-    for i in range(repeats):
-        order = [replace(cfg, mode="baseline"), cfg] if i % 2 == 0 else [cfg, replace(cfg, mode="baseline")]
-        runs = {}
-        for c in order:
-            if final is not None and c.mode == "spex":
-                bound = summarize(_run(c, console, quiet, predictor=final.predictor))
-                runs[c.mode] = replace(bound, predictor="oracle")
-            else:
-                runs[c.mode] = summarize(_run(c, console, quiet))
-        pairs.append(compare(runs["baseline"], runs["spex"]))
-        orders.append(f"{order[0].mode}-first")
-    return Repeated(pairs, orders)
+    def run(
+        c: BenchConfig, on_finish: Any = None, predictor: PredictorFactory = algorithm_predictor
+    ) -> BenchResult:
+        return _run(c, console, quiet, on_finish, predictor)
+
+    return compare_pairs(cfg, repeats, run, oracle)
 
 
 def _repeats_line(repeated: Repeated) -> str:

@@ -354,6 +354,7 @@ def _engine(settings: Settings) -> LiveEngine:
         deterministic=settings.deterministic,
         device=settings.device,
         dtype=settings.dtype or None,
+        cuda_graphs=settings.cuda_graphs,
     )
     return ThreadedEngine(HFEngine.from_dir(settings.model, config))
 

@@ -16,8 +16,9 @@ Where the kernels do not build, or on a GPU, torch runs the attention over a KV 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -41,6 +42,9 @@ class KV(Protocol):
     def grow(self, tokens: int) -> None: ...
 
     def release(self) -> None: ...
+
+
+S = TypeVar("S", bound=KV)
 
 
 @dataclass(eq=False)
@@ -82,7 +86,7 @@ class Segment:
 
 
 @dataclass
-class Pass:
+class Pass(Generic[S]):
     """The rows of one forward pass, grouped in runs: a run is consecutive tokens of one
     sequence or piece, written into `segments[-1]` from `start` on and attending to every
     segment before it in full. Built with `add`; `positions` are each row's place in its
@@ -90,15 +94,15 @@ class Pass:
 
     tokens: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
-    runs: list[tuple[list[KV], int, int]] = field(default_factory=list)  # segments, start, rows
+    runs: list[tuple[list[S], int, int]] = field(default_factory=list)  # segments, start, rows
 
-    def add(self, segments: list[KV], start: int, tokens: list[int] | tuple[int, ...]) -> int:
+    def add(self, segments: Sequence[S], start: int, tokens: list[int] | tuple[int, ...]) -> int:
         """Rows for `tokens`, the first at `start` in the last segment; the first row's index."""
         first = len(self.tokens)
         before = sum(s.length for s in segments[:-1])
         self.tokens.extend(tokens)
         self.positions.extend(range(before + start, before + start + len(tokens)))
-        self.runs.append((segments, start, len(tokens)))
+        self.runs.append((list(segments), start, len(tokens)))
         return first
 
     @property
@@ -122,7 +126,7 @@ class KernelAttention:
         self.dtype = kernels.DTYPES[dtype]
         self.scale = ctypes.c_float(head_dim**-0.5)
 
-    def plan(self, batch: Pass) -> Any:
+    def plan(self, batch: Pass[Segment]) -> Any:
         keys: list[int] = []
         values: list[int] = []
         caps: list[int] = []

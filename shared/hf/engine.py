@@ -41,7 +41,7 @@ from spex.shared.engine.api import (
     EngineStats,
     StopReason,
 )
-from spex.shared.hf.attention import Pass, Segment
+from spex.shared.hf.attention import KV, Pass
 from spex.shared.hf.kvcache import Entry, PrefixCache
 from spex.shared.hf.llama import LlamaRunner
 from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
@@ -71,7 +71,7 @@ class _Seq:
     arrival_s: float
     pieces: list[tuple[int, ...]]  # the prompt's token ids, piece by piece
     entries: list[Entry] = field(default_factory=list)  # its pieces in the cache, locked
-    own: Segment | None = None  # the generated tokens' KV, after the prompt's
+    own: KV | None = None  # the generated tokens' KV, after the prompt's
     next_logits: torch.Tensor | None = None
     ids: list[int] = field(default_factory=list)  # generated tokens
     logprobs: list[float] = field(default_factory=list)
@@ -102,7 +102,7 @@ class _Seq:
     def past_tokens(self) -> int:
         return 0 if self.own is None else self.own.length
 
-    def segments(self) -> list[Segment]:
+    def segments(self) -> list[KV]:
         return [e.kv for e in self.entries]
 
 
@@ -296,7 +296,7 @@ class HFEngine(SteppedEngine):
         st.peak_kv_tokens = max(st.peak_kv_tokens, self.held_tokens)
 
     def _account_primary(
-        self, dt: float, pass_s: float, decoding: list[_Seq], batch: Pass, primary_rows: list[int]
+        self, dt: float, pass_s: float, decoding: list[_Seq], batch: Pass[Any], primary_rows: list[int]
     ) -> None:
         """A step that gave primaries a token, as measured and as it would have taken without
         the speculative sequences in it: the pass scaled by the measured curve from all its
@@ -405,7 +405,7 @@ class HFEngine(SteppedEngine):
             s.own = self.runner.new_segment(max(s.req.max_new_tokens, s.req.output_tokens) + 1)
 
     # ------------------------------------------------------------------ the pass
-    def _plan(self, continuing: list[_Seq]) -> tuple[Pass, list[tuple[int, Any]], list[int]]:
+    def _plan(self, continuing: list[_Seq]) -> tuple[Pass[Any], list[tuple[int, Any]], list[int]]:
         """The step's pass: a row for each continuing sequence's newest token, then prompt rows
         for the sequences still waiting on pieces, primaries first, up to `prefill_tokens`
         (a piece runs in the same pass as the one before it only once that one completes in
@@ -414,7 +414,7 @@ class HFEngine(SteppedEngine):
         for entry in [e for e in self._pending if e.refs == 0]:  # nobody waits on it any more
             del self._pending[entry]
             self.cache.drop(entry)
-        batch = Pass()
+        batch: Pass[Any] = Pass()
         logits_of: list[tuple[int, Any]] = []
         primary_rows: list[int] = []
         for s in continuing:

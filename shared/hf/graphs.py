@@ -49,7 +49,7 @@ class DecodeGraphs:
         self.capture_s = 0.0
         self.version = runner.pool.version
 
-    def run(self, batch: Pass) -> torch.Tensor | None:
+    def run(self, batch: Pass[Any]) -> torch.Tensor | None:
         """The pass's logits [rows, vocab] from a graph, or None when it is not a decode pass
         that fits one (it then runs eagerly)."""
         rows = batch.rows

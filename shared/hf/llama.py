@@ -29,7 +29,7 @@ import torch
 
 from spex.shared.hf.attention import Pass, Segment, make_attention
 from spex.shared.hf.linear import TorchLinear, invariant_rows, make_linear
-from spex.shared.hf.paged import KVPool, PagedAttention, PagedPlan, PagedSegment
+from spex.shared.hf.paged import KVPool, PagedAttention, PagedSegment
 
 __all__ = ["ARCHITECTURES", "LlamaRunner"]
 
@@ -101,6 +101,15 @@ class LlamaRunner:
         return self.pool is not None
 
     @property
+    def path(self) -> str:
+        """Which forward pass runs: the C kernels, or torch's with its decode attention (the
+        Triton kernel in place, or gathered for SDPA), and whether CUDA graphs replay it."""
+        if self.pool is None:
+            return "C kernels"
+        decode = "Triton in place" if self.attention.decode_kernel is not None else "gathered for SDPA"
+        return f"torch, decode attention {decode}" + (", CUDA graphs" if self.graphs is not None else "")
+
+    @property
     def startup_s(self) -> float:
         """Time spent so far on start-up work inside passes: capturing CUDA graphs."""
         return self.graphs.capture_s if self.graphs is not None else 0.0
@@ -128,7 +137,7 @@ class LlamaRunner:
             return PagedSegment(self.pool, tokens)
         return Segment.empty(len(self.layers), self.kv_heads, self.head_dim, tokens, self.dtype, self.device)
 
-    def forward(self, batch: Pass, logits_of: list[int]) -> torch.Tensor:
+    def forward(self, batch: Pass[Any], logits_of: list[int]) -> torch.Tensor:
         """Run the pass's rows (writing their keys and values into their segments): the
         logits [len(logits_of), vocab] of the rows `logits_of`, float32."""
         logits = None
@@ -173,20 +182,17 @@ class LlamaRunner:
             hidden = hidden.index_select(0, want)
         return self.head(self.model.model.norm(hidden)).float()
 
-    def plan(self, batch: Pass) -> PagedPlan:
-        return self.attention.plan(batch)
-
     # ------------------------------------------------------------------ one sequence at a time
     def prefill(self, segments: list[Any], ids: tuple[int, ...] | list[int]) -> torch.Tensor:
         """A piece's tokens after `segments[-1]`'s, alone in a pass: the logits after its last."""
         segments[-1].grow(segments[-1].length + len(ids))
-        batch = Pass()
+        batch: Pass[Any] = Pass()
         batch.add(segments, segments[-1].length, list(ids))
         return self.forward(batch, [batch.rows - 1])[0]
 
     def decode(self, sequences: list[list[Any]], tokens: list[int]) -> torch.Tensor:
         """One token per sequence (its segments), in one pass: logits [len(sequences), vocab]."""
-        batch = Pass()
+        batch: Pass[Any] = Pass()
         for segments, token in zip(sequences, tokens, strict=True):
             segments[-1].grow(segments[-1].length + 1)
             batch.add(segments, segments[-1].length, [token])

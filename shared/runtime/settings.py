@@ -55,7 +55,8 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_MIN_STEP_TOKENS": ("min_step_tokens", "real content: a shorter step goes on past its delimiter"),
     "SPEX_MAX_DEPTH": ("max_depth", "deepest step a search goes to (0: the algorithm's default)"),
     "SPEX_DEVICE": ("device", "hf: torch device (cpu, cuda)"),
-    "SPEX_DTYPE": ("dtype", "hf: the model's weights and KV: float32 or bfloat16 (default: as saved)"),
+    "SPEX_DTYPE": ("dtype", "hf: weights and KV, float32 or bfloat16 (default: as saved; bf16 on a GPU)"),
+    "SPEX_CUDA_GRAPHS": ("cuda_graphs", "hf on CUDA: replay decode passes from CUDA graphs, 1 or 0"),
     "SPEX_AFFINITY": ("affinity", "route a query's jobs to one worker by consistent hashing, 1 or 0"),
     "SPEX_WORKER_SLOTS": ("worker_slots", "jobs a generator worker takes at once (its saturation point)"),
     # Security and limits.
@@ -136,7 +137,8 @@ class Settings:
     min_step_tokens: int = 0
     max_depth: int = 0
     device: str = "cpu"
-    dtype: str = ""  # hf: "" keeps the saved dtype
+    dtype: str = ""  # hf: "" keeps the saved dtype (bfloat16 on a GPU)
+    cuda_graphs: bool = True
     affinity: bool = True
     worker_slots: int = 128
     redis_password: str = field(default="", repr=False)

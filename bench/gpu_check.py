@@ -1,0 +1,294 @@
+"""The GPU check: the in-process engine on a GPU, measured and set beside the simulator.
+
+    python -m spex.bench.gpu_check --out DIR            # on a machine with an NVIDIA GPU
+    python -m spex.bench.gpu_check --out DIR --dry-run  # the same stages on this CPU, tiny shapes
+
+`make gpu-check` runs it on a GPU machine with no network, from the wheels `make gpu-wheels`
+fetched beside the working tree. The stages, each guarded (one that fails leaves the others'
+results) and each written to DIR as it ends (a run cut short returns what it had):
+
+1. `models`: the catalog's Llemma-7B (Llama-2-7B's shape) and R1-Qwen3-8B (GQA) as configs;
+   their random bf16 weights are built on the GPU as each is loaded.
+2. `profile <shape>`: the decode step by batch × context on each (`hf_profile`): the
+   measured profile the simulator, the TPOT governor and the budget then read.
+3. `bench <cell>`: baseline against SPEX on the 7B shape, synthetic content (the workload's
+   token counts), interleaved pairs, the governor holding primary TPOT to +5% by the measured
+   profile: rStar-10 and REBASE-16 at B=1 and B=4.
+4. `predict <cell>`: the same cells in the simulator, stepping as the measured profile says.
+
+At most eight files: summary.json (the environment, each stage, the aims and the table),
+profile-<shape>.json, cells.json (every real and simulated record), gpu-check.png and
+gpu-check.log. A stage that would run past the time budget is skipped and said so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from spex.bench.gpu_report import aims, cell_rows, plot, print_table
+from spex.shared.hf.shapes import SHAPES
+
+__all__ = ["DRY_RUN", "GPU", "Plan", "main", "run_check"]
+
+CELLS = (("rstar", 10, 1), ("rebase", 16, 1), ("rstar", 10, 4), ("rebase", 16, 4))
+BENCH_SHAPE = "Llemma-7B"  # the paper's Llemma setting: the cells run on its shape
+
+
+@dataclass(frozen=True)
+class Plan:
+    device: str
+    tiny: bool  # the shapes at a CPU's size (`Shape.tiny`)
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    new_tokens: int
+    profile_repeats: int
+    pairs: int
+    step_token_cap: int | None  # a shorter step than the workload's (dry run: less to decode)
+    budget_s: float
+
+
+GPU = Plan("cuda", False, (1, 2, 4, 8, 16, 32, 64), (512, 1024, 2048, 4096), 32, 1, 3, None, 480.0)
+DRY_RUN = Plan("cpu", True, (1, 2, 4), (32, 64), 4, 1, 1, 8, 600.0)
+
+
+class Check:
+    """The stages' bookkeeping: progress lines, the summary rewritten after each stage."""
+
+    def __init__(self, out: Path, plan: Plan) -> None:
+        self.out, self.plan = out, plan
+        self.start = time.monotonic()
+        self.summary: dict[str, Any] = {"plan": asdict(plan), "stages": {}, "environment": environment(plan)}
+        self.cells: dict[str, Any] = {}
+        self.durations: list[float] = []
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.start:6.1f} s] {text}", flush=True)
+
+    def stage(self, name: str, fn: Callable[[], Any], estimate_s: float = 0.0) -> Any:
+        left = self.plan.budget_s - (time.monotonic() - self.start)
+        if estimate_s > left:
+            self.say(f"{name}: skipped ({estimate_s:.0f} s expected, {left:.0f} s left in the budget)")
+            self.summary["stages"][name] = {"status": "skipped: over the time budget", "seconds": 0.0}
+            self.write()
+            return None
+        self.say(f"{name} ...")
+        began = time.monotonic()
+        try:
+            result, status = fn(), "ok"
+        except Exception as exc:  # noqa: BLE001 - a failed stage is reported; the others go on
+            traceback.print_exc(file=sys.stdout)
+            result, status = None, f"failed: {type(exc).__name__}: {exc}"
+        seconds = time.monotonic() - began
+        self.summary["stages"][name] = {"status": status, "seconds": round(seconds, 1)}
+        self.say(f"{name}: {status} in {seconds:.1f} s")
+        self.write()
+        return result
+
+    def write(self) -> None:
+        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
+        (self.out / "cells.json").write_text(json.dumps(self.cells, indent=2, default=str) + "\n")
+
+
+def environment(plan: Plan) -> dict[str, Any]:
+    import platform
+
+    import torch
+    import transformers
+
+    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    env["transformers"] = transformers.__version__
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if plan.device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+        env["gpu_memory_gb"] = round(torch.cuda.get_device_properties(0).total_memory / 1e9, 1)
+    return env
+
+
+def catalog_gpu(name: str) -> str:
+    """The catalog's GPU for a device name (`roofline.hardware.GPUS`); H200 when none matches
+    (and for a CPU dry run)."""
+    for key, gpu in (("H200", "H200"), ("H100", "H100"), ("A6000", "A6000"), ("A40", "A40")):
+        if key in name:
+            return gpu
+    if "A100" in name:
+        return "A100-80GB" if "80" in name else "A100-40GB"
+    return "H200"
+
+
+def build_models(check: Check, models_dir: Path) -> dict[str, Path]:
+    from spex.shared.hf.models import ModelSpec, init_model
+
+    out = {}
+    for name, shape in SHAPES.items():
+        out[name] = init_model(ModelSpec(shape=shape.tiny() if check.plan.tiny else shape), models_dir / name)
+    return out
+
+
+def profile(check: Check, name: str, model: Path) -> Path:
+    from spex.bench.engine_speed import write_report
+    from spex.bench.hf_profile import measure_hf, profile_engine
+
+    plan = check.plan
+    batches, contexts = list(plan.batches), list(plan.contexts)
+    engine = profile_engine(model, batches, contexts, plan.new_tokens, plan.device)
+    cells, skipped = measure_hf(
+        engine,
+        batches,
+        contexts,
+        plan.new_tokens,
+        plan.profile_repeats,
+        on_cell=lambda c: check.say(
+            f"  {name} batch {c.batch} × context {c.context}: {c.step_ms:.2f} ms a step"
+        ),
+    )
+    dtype = str(engine.runner.dtype).removeprefix("torch.")
+    shape = f"{name} (tiny)" if plan.tiny else name
+    meta: dict[str, Any] = {
+        "engine": f"{shape}@hf ({dtype}, {check.summary['environment'].get('gpu', plan.device)})"
+    }
+    meta |= {"new_tokens": plan.new_tokens, "repeats": plan.profile_repeats, "device": plan.device}
+    meta |= {"dtype": dtype, "cuda_graphs": engine.runner.graphs is not None, "skipped": skipped}
+    meta |= {"kv_capacity_tokens": engine.capacity_tokens, "graph_capture_s": engine.runner.startup_s}
+    meta |= {"forward": engine.runner.path}
+    engine.close()
+    path = check.out / f"profile-{name}.json"
+    write_report(cells, meta, path, plot=False)
+    return path
+
+
+def bench_cell(check: Check, cell: tuple[str, int, int], model: Path, profile_file: Path, sim: bool) -> dict:
+    from spex.bench.pairs import compare_pairs
+    from spex.bench.vtime import BenchConfig
+    from spex.shared.sim.workload import WorkloadKnobs
+
+    algorithm, target, batch = cell
+    plan = check.plan
+    knobs = WorkloadKnobs()
+    if plan.step_token_cap is not None:
+        knobs = replace(knobs, step_token_cap=plan.step_token_cap)
+    gpu = catalog_gpu(str(check.summary["environment"].get("gpu", "")))
+    cfg = BenchConfig(
+        algorithm=algorithm,
+        target=target,
+        batch_size=batch,
+        questions=batch,
+        profile=f"{BENCH_SHAPE}@{gpu}",
+        knobs=knobs,
+        backend="sim" if sim else "hf",
+        model=None if sim else str(model),
+        content="synthetic",
+        device=plan.device,
+        mode="spex",
+        tpot_target=0.05,
+        profile_file=str(profile_file),
+    )
+    cfg.validate()
+    return compare_pairs(cfg, 1 if sim else plan.pairs).to_json()
+
+
+def run_check(plan: Plan, out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    check = Check(out, plan)
+    check.say(f"environment: {check.summary['environment']}")
+    models_dir = Path(tempfile.mkdtemp(prefix="spex-gpu-check-"))  # not under `out`: eight files come back
+    models = check.stage("models", lambda: build_models(check, models_dir))
+    profiles: dict[str, Path] = {}
+    for name in SHAPES:
+        if models is not None:
+            path = check.stage(
+                f"profile {name}", partial(profile, check, name, models[name]), estimate_s=60.0
+            )
+            if path is not None:
+                profiles[name] = path
+    if models is not None and BENCH_SHAPE in profiles:
+        for cell in CELLS:
+            key = f"{cell[0]}-{cell[1]} B={cell[2]}"
+            estimate = max(check.durations, default=0.0)
+            began = time.monotonic()
+            real = check.stage(
+                f"bench {key}",
+                partial(bench_cell, check, cell, models[BENCH_SHAPE], profiles[BENCH_SHAPE], sim=False),
+                estimate,
+            )
+            if real is None:
+                continue
+            check.durations.append(time.monotonic() - began)
+            sim = check.stage(
+                f"predict {key}",
+                partial(bench_cell, check, cell, models[BENCH_SHAPE], profiles[BENCH_SHAPE], sim=True),
+            )
+            check.cells[key] = {"real": real, "simulated": sim}
+    check.summary["cells"] = cell_rows(check.cells)
+    check.summary["aims"] = aims(check.cells, profiles.get(BENCH_SHAPE))
+    check.write()
+    where = str(check.summary["environment"].get("gpu", "this CPU (a dry run)"))
+    check.stage("plot", lambda: plot(profiles, check.cells, out / "gpu-check.png", where))
+    print_table(check.summary)
+    return check.summary
+
+
+class _Tee:
+    """Standard output to the terminal and the log both."""
+
+    def __init__(self, *streams: Any) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m spex.bench.gpu_check", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="gpu-check", help="where the files go (at most eight)")
+    p.add_argument("--dry-run", action="store_true", help="the same stages on this CPU, with tiny shapes")
+    p.add_argument(
+        "--budget-s", type=float, default=None, help="stop starting stages after this (default 480)"
+    )
+    args = p.parse_args(argv)
+    plan = DRY_RUN if args.dry_run else GPU
+    if args.dry_run:  # the path a GPU runs (torch's), not this CPU's C kernels
+        os.environ["SPEX_KERNELS"] = "torch"
+    if args.budget_s is not None:
+        plan = replace(plan, budget_s=args.budget_s)
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            p.exit(2, "gpu_check: torch sees no CUDA device here (--dry-run runs the stages on the CPU)\n")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "gpu-check.log", "w") as log:
+        stdout = sys.stdout
+        sys.stdout = _Tee(stdout, log)  # type: ignore[assignment]
+        try:
+            summary = run_check(plan, out)
+        finally:
+            sys.stdout = stdout
+    failed = [name for name, s in summary["stages"].items() if s["status"].startswith("failed")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
