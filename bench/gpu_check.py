@@ -7,14 +7,18 @@
 fetched beside the working tree. The stages, each guarded (one that fails leaves the others'
 results) and each written to DIR as it ends (a run cut short returns what it had):
 
-1. `models`: the catalog's Llemma-7B (Llama-2-7B's shape) and R1-Qwen3-8B (GQA) as configs;
+1. `forward`: the engine's forward pass against transformers' own on small models of each
+   architecture, in float32 on the device (`forward_check`): the Triton kernel and the CUDA
+   graphs met before anything is timed. Graphs that disagree with the eager pass are turned off
+   for the rest of the check (and it says so).
+2. `models`: the catalog's Llemma-7B (Llama-2-7B's shape) and R1-Qwen3-8B (GQA) as configs;
    their random bf16 weights are built on the GPU as each is loaded.
-2. `profile <shape>`: the decode step by batch × context on each (`hf_profile`): the
+3. `profile <shape>`: the decode step by batch × context on each (`hf_profile`): the
    measured profile the simulator, the TPOT governor and the budget then read.
-3. `bench <cell>`: baseline against SPEX on the 7B shape, synthetic content (the workload's
+4. `bench <cell>`: baseline against SPEX on the 7B shape, synthetic content (the workload's
    token counts), interleaved pairs, the governor holding primary TPOT to +5% by the measured
    profile: rStar-10 and REBASE-16 at B=1 and B=4.
-4. `predict <cell>`: the same cells in the simulator, stepping as the measured profile says.
+5. `predict <cell>`: the same cells in the simulator, stepping as the measured profile says.
 
 At most eight files: summary.json (the environment, each stage, the aims and the table),
 profile-<shape>.json, cells.json (every real and simulated record), gpu-check.png and
@@ -43,6 +47,9 @@ __all__ = ["DRY_RUN", "GPU", "Plan", "main", "run_check"]
 
 CELLS = (("rstar", 10, 1), ("rebase", 16, 1), ("rstar", 10, 4), ("rebase", 16, 4))
 BENCH_SHAPE = "Llemma-7B"  # the paper's Llemma setting: the cells run on its shape
+FORWARD_TOLERANCE = 1e-3  # float32 logits against transformers' (the CPU's agree within 1e-4)
+GRAPH_TOLERANCE = 1e-4  # a replayed decode pass against the same pass run eagerly
+FIRST_CELL_S = 60.0  # the first cell (rStar-10 B=1): a warm-up and 3 pairs at the simulator's H200 makespans
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Plan:
     pairs: int
     step_token_cap: int | None  # a shorter step than the workload's (dry run: less to decode)
     budget_s: float
+    cuda_graphs: bool = True
 
 
 GPU = Plan("cuda", False, (1, 2, 4, 8, 16, 32, 64), (512, 1024, 2048, 4096), 32, 1, 3, None, 480.0)
@@ -89,6 +97,7 @@ class Check:
         except Exception as exc:  # noqa: BLE001 - a failed stage is reported; the others go on
             traceback.print_exc(file=sys.stdout)
             result, status = None, f"failed: {type(exc).__name__}: {exc}"
+        _free_memory()  # what the stage held (a profile's KV pool) before the next one allocates
         seconds = time.monotonic() - began
         self.summary["stages"][name] = {"status": status, "seconds": round(seconds, 1)}
         self.say(f"{name}: {status} in {seconds:.1f} s")
@@ -98,6 +107,16 @@ class Check:
     def write(self) -> None:
         (self.out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=str) + "\n")
         (self.out / "cells.json").write_text(json.dumps(self.cells, indent=2, default=str) + "\n")
+
+
+def _free_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def environment(plan: Plan) -> dict[str, Any]:
@@ -131,6 +150,24 @@ def catalog_gpu(name: str) -> str:
     return "H200"
 
 
+def forward(check: Check) -> dict[str, Any]:
+    """The forward pass against transformers on the device; CUDA graphs off if they disagree."""
+    from spex.bench.forward_check import check as forward_check
+
+    rows = forward_check(check.plan.device)
+    check.summary["forward"] = rows
+    for kind, row in rows.items():
+        check.say(f"  {kind}: {row}")
+    if any(row.get("graphs_vs_eager", 0.0) > GRAPH_TOLERANCE for row in rows.values()):
+        check.plan = replace(check.plan, cuda_graphs=False)
+        check.summary["plan"]["cuda_graphs"] = False
+        check.say("  CUDA graphs disagree with the eager pass: the rest of the check runs without them")
+    bad = [kind for kind, row in rows.items() if not row["vs_transformers"] <= FORWARD_TOLERANCE]
+    if bad:
+        raise RuntimeError(f"the forward pass is off transformers' for {', '.join(bad)} (see summary.json)")
+    return rows
+
+
 def build_models(check: Check, models_dir: Path) -> dict[str, Path]:
     from spex.shared.hf.models import ModelSpec, init_model
 
@@ -146,7 +183,9 @@ def profile(check: Check, name: str, model: Path) -> Path:
 
     plan = check.plan
     batches, contexts = list(plan.batches), list(plan.contexts)
-    engine = profile_engine(model, batches, contexts, plan.new_tokens, plan.device)
+    engine = profile_engine(
+        model, batches, contexts, plan.new_tokens, plan.device, cuda_graphs=plan.cuda_graphs
+    )
     cells, skipped = measure_hf(
         engine,
         batches,
@@ -194,6 +233,7 @@ def bench_cell(check: Check, cell: tuple[str, int, int], model: Path, profile_fi
         model=None if sim else str(model),
         content="synthetic",
         device=plan.device,
+        cuda_graphs=plan.cuda_graphs,
         mode="spex",
         tpot_target=0.05,
         profile_file=str(profile_file),
@@ -206,6 +246,7 @@ def run_check(plan: Plan, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     check = Check(out, plan)
     check.say(f"environment: {check.summary['environment']}")
+    check.stage("forward", partial(forward, check))
     models_dir = Path(tempfile.mkdtemp(prefix="spex-gpu-check-"))  # not under `out`: eight files come back
     models = check.stage("models", lambda: build_models(check, models_dir))
     profiles: dict[str, Path] = {}
@@ -219,7 +260,7 @@ def run_check(plan: Plan, out: Path) -> dict[str, Any]:
     if models is not None and BENCH_SHAPE in profiles:
         for cell in CELLS:
             key = f"{cell[0]}-{cell[1]} B={cell[2]}"
-            estimate = max(check.durations, default=0.0)
+            estimate = max(check.durations, default=FIRST_CELL_S)
             began = time.monotonic()
             real = check.stage(
                 f"bench {key}",

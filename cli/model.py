@@ -68,8 +68,8 @@ def _init(args: argparse.Namespace, console: Console) -> int:
         return _init_shape(args, console)
     from spex.shared.hf.models import ModelSpec, init_model
 
-    layers, hidden = args.layers or 2, args.hidden or 64
-    spec = ModelSpec(layers, hidden, args.vocab or 4096, dtype=args.dtype, seed=args.seed, prm=args.prm)
+    layers, hidden, vocab = (_given(args.layers, 2), _given(args.hidden, 64), _given(args.vocab, 4096))
+    spec = ModelSpec(layers, hidden, vocab, dtype=args.dtype, seed=args.seed, prm=args.prm)
     spec.validate()
     out = init_model(spec, args.out)
     kind = "reward model" if args.prm else "model"
@@ -94,3 +94,7 @@ def _init_shape(args: argparse.Namespace, console: Console) -> int:
         "built where it loads, bfloat16 on a GPU)"
     )
     return 0
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value

@@ -79,7 +79,7 @@ class DecodeGraphs:
             tensor.copy_(torch.from_numpy(arrays[name]), non_blocking=True)
         graph.graph.replay()
         assert graph.logits is not None
-        return graph.logits[:rows]
+        return graph.logits[:rows].clone()  # the next replay overwrites it; a paused sequence keeps its row
 
     def _capture(self, size: int, width: int, arrays: dict[str, np.ndarray]) -> _Graph:
         start = time.perf_counter()

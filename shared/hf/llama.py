@@ -23,6 +23,7 @@ Two ways to run it, chosen by the model's device and dtype:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -32,6 +33,8 @@ from spex.shared.hf.linear import TorchLinear, invariant_rows, make_linear
 from spex.shared.hf.paged import KVPool, PagedAttention, PagedSegment
 
 __all__ = ["ARCHITECTURES", "LlamaRunner"]
+
+log = logging.getLogger(__name__)
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")  # `config.model_type`s this forward pass runs
 
@@ -214,9 +217,12 @@ def _decode_kernel(device: torch.device, dtype: torch.dtype) -> Any:
     """The in-place decode attention where Triton runs (CUDA), else None (gather and SDPA)."""
     if device.type != "cuda":
         return None
-    from spex.shared.hf import triton_attention
-
-    return triton_attention.decode_kernel(dtype)
+    try:
+        from spex.shared.hf import triton_attention
+    except ImportError as exc:  # no Triton here: the gather path serves
+        log.warning("no triton (%s): decode attention is gathered for SDPA", exc)
+        return None
+    return triton_attention.decode_kernel(dtype, device)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

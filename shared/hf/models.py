@@ -164,14 +164,35 @@ def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> 
     config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     seed = getattr(config, RANDOM_WEIGHTS, None)
     if seed is not None and not _has_weights(Path(path)):
+        kind = getattr(torch, dtype or "float32")
+        _check_room(config, kind, torch.device(device))
         torch.manual_seed(int(seed))
         with torch.device(device):
-            built: Any = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype or "float32"))
+            built: Any = AutoModelForCausalLM.from_config(config, dtype=kind)
         return built.eval()
     model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     if dtype is not None:
         model = model.to(getattr(torch, dtype))
     return model.to(device).eval()
+
+
+def _check_room(config: Any, dtype: torch.dtype, device: torch.device) -> None:
+    """A catalog-sized model refused up front where its weights cannot fit (a 7B model in
+    float32 on a laptop), rather than the process killed for memory halfway through."""
+    with torch.device("meta"):
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    need = params * torch.tensor([], dtype=dtype).element_size()
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        meminfo = Path("/proc/meminfo")
+        lines = meminfo.read_text().splitlines() if meminfo.exists() else []
+        free = next((int(line.split()[1]) * 1024 for line in lines if line.startswith("MemAvailable:")), need)
+    if need > free:
+        raise ValueError(
+            f"model: its random weights take {need / 1e9:.1f} GB in {str(dtype).removeprefix('torch.')}, "
+            f"and {device} has {free / 1e9:.1f} GB free (a catalog shape is for a GPU: --device cuda)"
+        )
 
 
 def _has_weights(path: Path) -> bool:

@@ -1,8 +1,8 @@
 """The GPU check's dry run (`python -m spex.bench.gpu_check --dry-run`): every stage of the
-device run on this CPU with tiny shapes — both shapes profiled on the path a GPU runs, the
-four cells measured baseline against SPEX and predicted by the simulator from the measured
-profile — in at most eight files; a stage that fails or would overrun the budget is reported
-and the others go on."""
+device run on this CPU with tiny shapes — the forward pass against transformers', both shapes
+profiled on the path a GPU runs, the four cells measured baseline against SPEX and predicted
+by the simulator from the measured profile — in at most eight files; a stage that fails or
+would overrun the budget is reported and the others go on."""
 
 import json
 
@@ -23,7 +23,8 @@ def test_the_dry_run_runs_every_stage_and_returns_its_files(tmp_path):
     assert {"summary.json", "cells.json", "gpu-check.png", "gpu-check.log"} <= set(files)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert all(s["status"] == "ok" for s in summary["stages"].values()), summary["stages"]
-    assert len(summary["stages"]) == 1 + 2 + 2 * len(gpu_check.CELLS) + 1
+    assert len(summary["stages"]) == 2 + 2 + 2 * len(gpu_check.CELLS) + 1
+    assert all(row["vs_transformers"] < 1e-4 for row in summary["forward"].values())
     for name in ("Llemma-7B", "R1-Qwen3-8B"):
         profile = json.loads((tmp_path / f"profile-{name}.json").read_text())
         assert profile["meta"]["forward"].startswith("torch") and profile["cells"]

@@ -5,23 +5,14 @@ a pass with prompt rows is left to run eagerly."""
 import pytest
 import torch
 
+from spex.bench.forward_check import Sequences, drive, small_model
 from spex.shared.hf.graphs import DecodeGraphs
 from spex.shared.hf.llama import LlamaRunner
-from tests.hf.test_torch_forward import Sequences, small_model
 
 
 @pytest.fixture(autouse=True)
 def on_torch(monkeypatch):
     monkeypatch.setenv("SPEX_KERNELS", "torch")
-
-
-def drive(runner, passes):
-    seqs = Sequences(runner, 5)
-    with torch.inference_mode():
-        seqs.prefill_head()
-        for rows in passes:
-            seqs.run(**rows)
-    return seqs
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
@@ -30,13 +21,13 @@ def test_a_padded_decode_pass_gives_each_sequence_the_logits_of_the_unpadded_one
     passes = [{"pieces": [0, 1, 2, 3, 4]}] + [
         {"decodes": d} for d in ([0], [1, 2, 3], [4, 0, 2, 1, 3], [3, 1])
     ]
-    plain = drive(LlamaRunner(model), passes)
+    plain = drive(LlamaRunner(model), passes, count=5)
     padded_runner = LlamaRunner(model)
     padded_runner.graphs = DecodeGraphs(padded_runner, max_batch=16, capture=False)
     calls = []
     run = padded_runner.graphs.run
     padded_runner.graphs.run = lambda batch: calls.append(batch.rows) or run(batch)
-    padded = drive(padded_runner, passes)
+    padded = drive(padded_runner, passes, count=5)
     assert calls == [1, 3, 5, 2]  # the decode passes went through the padded path; the prompt pass did not
     for mine, theirs in zip(padded.logits, plain.logits):
         assert mine.keys() == theirs.keys()

@@ -3,6 +3,7 @@ shape is the model the catalog budgets (its KV bytes, layers, width and paramete
 as a config and a tokenizer only, its weights built from the seed where it loads."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -68,3 +69,10 @@ def test_a_shaped_model_s_weights_are_built_from_its_seed_where_it_loads(tmp_pat
     assert load_lm(path, dtype="bfloat16").model.embed_tokens.weight.dtype == torch.bfloat16
     engine = HFEngine.from_dir(path)  # and it runs: the engine's forward pass takes its architecture
     assert engine.runner.model.config.model_type == SHAPES[name].architecture
+
+
+def test_weights_that_cannot_fit_are_refused_up_front_in_one_line(tmp_path):
+    huge = replace(SHAPES["Llemma-7B"].tiny(), vocab=2_000_000_000)  # ~1 TB of embeddings in float32
+    path = init_model(ModelSpec(shape=huge), tmp_path / "huge")
+    with pytest.raises(ValueError, match=r"its random weights take \d+\.\d GB in float32, and cpu has"):
+        load_lm(path)
