@@ -129,7 +129,7 @@ def drive(runner: LlamaRunner, passes: list[dict[str, list[int]]] = PASSES, coun
     with torch.inference_mode():
         seqs.prefill_head()
         for rows in passes:
-            seqs.run(**rows)
+            seqs.run(rows.get("pieces", ()), rows.get("decodes", ()))
     return seqs
 
 
