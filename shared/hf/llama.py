@@ -16,7 +16,8 @@ Two ways to run it, chosen by the model's device and dtype:
 - torch on any device (`SPEX_KERNELS=torch` on a CPU): a KV pool addressed by slot tables
   (`paged`), attention for a whole pass in a fixed number of launches per layer whatever the
   batch, torch's GEMM for the linear layers, and on CUDA the decode attention read in place
-  (`triton_attention`) and decode passes replayed from CUDA graphs (`graphs`). Deterministic
+  (`triton_attention`), the norms, rotary embedding and activation fused
+  (`triton_elementwise`), and decode passes replayed from CUDA graphs (`graphs`). Deterministic
   mode pads each pass to the row count from which torch's GEMM is batch-invariant
   (`linear.invariant_rows`, measured at start over every row count a pass can have).
 """
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 
 from spex.shared.hf.attention import Pass, Segment, make_attention
+from spex.shared.hf.elementwise import TorchElementwise, make_elementwise
 from spex.shared.hf.linear import TorchLinear, invariant_rows, make_linear
 from spex.shared.hf.paged import KVPool, PagedAttention, PagedSegment
 
@@ -86,6 +88,8 @@ class LlamaRunner:
                 self.pool, self.heads, self.kv_heads, self.head_dim, kernel, deterministic
             )
         self.kernels = self.pool is None and not isinstance(self.head, TorchLinear)
+        silu = getattr(config, "hidden_act", None) == "silu"
+        self.elementwise = make_elementwise(self.device, self.dtype, self.layers[0].mlp.act_fn, silu)
         if deterministic:
             self._pad_to_invariance(max_rows, max_logits or max_rows)
         self.graphs: Any = None
@@ -106,11 +110,15 @@ class LlamaRunner:
     @property
     def path(self) -> str:
         """Which forward pass runs: the C kernels, or torch's with its decode attention (the
-        Triton kernel in place, or gathered for SDPA), and whether CUDA graphs replay it."""
+        Triton kernel in place, or gathered for SDPA), its norms, rotary embedding and
+        activation (fused Triton kernels, or torch's), and whether CUDA graphs replay it."""
         if self.pool is None:
             return "C kernels"
         decode = "Triton in place" if self.attention.decode_kernel is not None else "gathered for SDPA"
-        return f"torch, decode attention {decode}" + (", CUDA graphs" if self.graphs is not None else "")
+        fused = ", fused elementwise" if not isinstance(self.elementwise, TorchElementwise) else ""
+        return f"torch, decode attention {decode}{fused}" + (
+            ", CUDA graphs" if self.graphs is not None else ""
+        )
 
     @property
     def startup_s(self) -> float:
@@ -166,24 +174,28 @@ class LlamaRunner:
         """The forward pass on tensors (what a CUDA graph captures): ids and positions [rows],
         the attention's plan, the rows whose logits are wanted (None: all) -> logits, float32."""
         n = ids.shape[0]
-        hidden = self.model.model.embed_tokens(ids)
-        cos, sin = self.model.model.rotary_emb(hidden[None], positions[None])
-        cos, sin = cos[0, :, None], sin[0, :, None]  # [rows, 1, head_dim]
+        ew = self.elementwise
+        residual = self.model.model.embed_tokens(ids)
+        cos, sin = self.model.model.rotary_emb(residual[None], positions[None])
+        cos, sin = cos[0], sin[0]  # [rows, head_dim]
         width_q, width_kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        hidden = ew.norm(residual, self.layers[0].input_layernorm)
         for i, (layer, (qkv, o, gate_up, down)) in enumerate(zip(self.layers, self.ops, strict=True)):
-            fused = qkv(layer.input_layernorm(hidden))
+            fused = qkv(hidden)
             q = fused[:, :width_q].view(n, self.heads, self.head_dim)
             k = fused[:, width_q : width_q + width_kv].view(n, self.kv_heads, self.head_dim)
             v = fused[:, width_q + width_kv :].view(n, self.kv_heads, self.head_dim)
             if self.qk_norm:
-                q, k = layer.self_attn.q_norm(q), layer.self_attn.k_norm(k)
-            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-            hidden = hidden + o(self.attention(i, q, k, v, plan))
-            gate, up = gate_up(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
-            hidden = hidden + down(layer.mlp.act_fn(gate) * up)
-        if want is not None:
+                q, k = ew.norm(q, layer.self_attn.q_norm), ew.norm(k, layer.self_attn.k_norm)
+            q, k = ew.rope(q, k, cos, sin)
+            hidden, residual = ew.add_norm(
+                o(self.attention(i, q, k, v, plan)), residual, layer.post_attention_layernorm
+            )
+            after = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.model.model.norm
+            hidden, residual = ew.add_norm(down(ew.silu_mul(gate_up(hidden))), residual, after)
+        if want is not None:  # the final norm ran over every row: per row, so the same numbers
             hidden = hidden.index_select(0, want)
-        return self.head(self.model.model.norm(hidden)).float()
+        return self.head(hidden).float()
 
     # ------------------------------------------------------------------ one sequence at a time
     def prefill(self, segments: list[Any], ids: tuple[int, ...] | list[int]) -> torch.Tensor:
@@ -223,11 +235,6 @@ def _decode_kernel(device: torch.device, dtype: torch.dtype) -> Any:
         log.warning("no triton (%s): decode attention is gathered for SDPA", exc)
         return None
     return triton_attention.decode_kernel(dtype, device)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 _MEASURED: dict[tuple[Any, ...], int] = {}

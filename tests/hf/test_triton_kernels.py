@@ -1,7 +1,9 @@
-"""The GPU's decode attention (`triton_attention`), run by Triton's interpreter on this CPU
-(float32: the interpreter has no bfloat16): the independent reference for decode rows over
-shared pieces, through the same pool and plan the GPU uses; a row's bits alone and in any
-batch, whatever the table's padding; and the self-check that guards it on a device."""
+"""The GPU's Triton kernels, run by Triton's interpreter on this CPU (float32: the
+interpreter has no bfloat16): the decode attention (`triton_attention`) against the
+independent reference for decode rows over shared pieces, through the same pool and plan the
+GPU uses, and a row's bits alone and in any batch whatever the table's padding; the fused
+elementwise kernels (`triton_elementwise`) against torch's; the self-checks that guard both
+on a device; and the GPU's whole forward path, but for its CUDA graphs, against transformers."""
 
 import os
 
@@ -64,3 +66,36 @@ def test_the_self_check_passes_a_right_kernel_and_turns_a_wrong_one_away(triton_
     original = triton_attention.TritonDecode.__call__
     monkeypatch.setattr(triton_attention.TritonDecode, "__call__", off_by_a_bit)
     assert triton_attention.decode_kernel(torch.float32, "cpu") is None
+
+
+def test_the_fused_elementwise_kernels_match_torch_s_and_a_wrong_one_is_turned_away(monkeypatch):
+    from spex.shared.hf import triton_elementwise
+
+    assert (
+        triton_elementwise._check(triton_elementwise.TritonElementwise(), torch.float32, torch.device("cpu"))
+        < 1e-5
+    )
+    assert isinstance(triton_elementwise.checked(torch.float32, "cpu"), triton_elementwise.TritonElementwise)
+    original = triton_elementwise.TritonElementwise.silu_mul
+    monkeypatch.setattr(
+        triton_elementwise.TritonElementwise, "silu_mul", lambda self, gu: original(self, gu) * 1.01
+    )
+    assert triton_elementwise.checked(torch.float32, "cpu") is None
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+def test_the_gpu_s_whole_forward_path_agrees_with_transformers(triton_attention, monkeypatch, kind):
+    """The path a GPU runs, but for the CUDA graphs: Triton's decode attention and fused
+    elementwise kernels, through the interpreter."""
+    from spex.bench.forward_check import drive, small_model
+    from spex.shared.hf.llama import LlamaRunner
+    from spex.shared.hf.triton_elementwise import TritonElementwise
+
+    monkeypatch.setenv("SPEX_KERNELS", "torch")
+    model = small_model(kind)
+    runner = LlamaRunner(model, kv_tokens=64)
+    runner.attention.decode_kernel = triton_attention.TritonDecode()
+    runner.elementwise = TritonElementwise()
+    seqs = drive(runner)
+    with torch.inference_mode():
+        assert max(seqs.errors(model)) < 1e-4
