@@ -335,8 +335,9 @@ class HFEngine(SteppedEngine):
                 found = self._found(s)
                 self.cache.lock(found)
                 # A new sequence: its uncached pieces and its output.
-                need = sum(map(len, s.pieces[len(found) :])) + s.req.max_new_tokens
-                if not self._make_room(reserved + need):
+                pieces = [len(p) for p in s.pieces[len(found) :]]
+                need = sum(pieces) + s.req.max_new_tokens
+                if not self._make_room(reserved + need, [*pieces, self._own_tokens(s)]):
                     self.cache.unlock(found)
                     break  # strict order: a large head request is not overtaken
                 self._place(s, found)
@@ -352,16 +353,29 @@ class HFEngine(SteppedEngine):
         victims = [r for r in self._running if r.req.priority > s.req.priority and r.abort_s is None]
         return max(victims, key=lambda r: (r.req.priority, r.seq)) if victims else None
 
-    def _make_room(self, tokens: int) -> bool:
-        """Evict unreferenced cache entries so `tokens` fit, if eviction can make them fit.
-        With nothing running, a request is admitted whatever it needs (it could never be)."""
+    def _make_room(self, tokens: int, segments: list[int]) -> bool:
+        """Evict unreferenced cache entries so `tokens` fit, and (where the KV is pooled) the
+        pages of new `segments` (their tokens each) — a page holds a segment's positions
+        only, so the pool runs out before the tokens do — if eviction can make them fit. With
+        nothing running, a request is admitted whatever it needs (it could never be)."""
         free = self.capacity_tokens - self.used_tokens
-        if tokens <= free:
-            return True
         if tokens > free + self.cache.evictable_tokens:
             return not self._running
-        self.stats.evicted_tokens += self.cache.evict(tokens - free)
+        if tokens > free:
+            self.stats.evicted_tokens += self.cache.evict(tokens - free)
+        pool = self.runner.pool
+        if pool is not None:
+            short = sum(-(-n // PAGE) for n in segments) - pool.free_pages
+            if short > 0:  # an evicted entry frees at least a page per PAGE of its tokens
+                if short * PAGE > self.cache.evictable_tokens:
+                    return not self._running
+                self.stats.evicted_tokens += self.cache.evict(short * PAGE)
         return True
+
+    @staticmethod
+    def _own_tokens(s: _Seq) -> int:
+        """What a sequence's own segment holds: every token it may make, and one more."""
+        return max(s.req.max_new_tokens, s.req.output_tokens) + 1
 
     # ------------------------------------------------------------------ prompts in the cache
     def _ids(self, piece: str) -> tuple[int, ...]:
@@ -394,6 +408,7 @@ class HFEngine(SteppedEngine):
             self.cache.lock([entry])
             entries.append(entry)
         s.entries = entries
+        s.own = self.runner.new_segment(self._own_tokens(s))  # its pages taken with its prompt's
         s.cached_tokens = sum(e.tokens for e in found)
         self.stats.prompt_tokens += s.prompt_tokens
         self.stats.cached_tokens += s.cached_tokens
@@ -402,7 +417,6 @@ class HFEngine(SteppedEngine):
         """A sequence whose every piece is computed decodes from its last piece's logits."""
         if s.next_logits is None and all(e.last_logits is not None for e in s.entries):
             s.next_logits = s.entries[-1].last_logits
-            s.own = self.runner.new_segment(max(s.req.max_new_tokens, s.req.output_tokens) + 1)
 
     # ------------------------------------------------------------------ the pass
     def _plan(self, continuing: list[_Seq]) -> tuple[Pass[Any], list[tuple[int, Any]], list[int]]:

@@ -113,6 +113,7 @@ class PrefixCache:
             e.kv.release()
             dropped += e.tokens
             stack.extend(e.children.values())
+            e.children = {}  # gone: a later drop of one of them finds it out of the cache
         self.total_tokens -= dropped
         self.evictable_tokens -= dropped
         return dropped

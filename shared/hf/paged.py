@@ -118,7 +118,8 @@ class PagedSegment:
         return self._slots
 
     def release(self) -> None:
-        """Its pages back to the pool (it holds nothing after)."""
+        """Its pages back to the pool, once (it holds nothing after)."""
+        assert self.pages, "a segment's pages go back to the pool once"
         self.pool.give(self.pages)
         self.pages, self._slots, self.length = [], None, 0
 

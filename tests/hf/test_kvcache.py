@@ -68,3 +68,13 @@ def test_the_least_recently_used_leaf_goes_first_then_its_parent_once_a_leaf():
     cache.lookup(root, (4, 5))  # used last
     assert cache.evict(1) == 1 and (3,) not in root.children
     assert cache.evict(3) == 4 and cache.total_tokens == 0 and new.ids == (4, 5) and old.ids == (3,)
+
+
+def test_dropping_a_piece_takes_its_children_once():
+    cache = PrefixCache()
+    parent = cache.insert(None, (1, 2, 3), KV(), None)
+    child = cache.insert(parent, (4, 5), KV(), None)
+    assert cache.drop(parent) == 5 and cache.total_tokens == 0 and cache.evictable_tokens == 0
+    assert cache.drop(child) == 0  # gone with its parent: not counted or released again
+    assert (parent.kv.released, child.kv.released) == (1, 1)
+    assert cache.total_tokens == 0 and cache.evictable_tokens == 0
