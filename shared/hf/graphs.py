@@ -15,7 +15,6 @@ padding there: what a graph replays is exactly that computation).
 
 from __future__ import annotations
 
-import bisect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +23,11 @@ import numpy as np
 import torch
 
 from spex.shared.hf.attention import Pass
-from spex.shared.hf.paged import NULL_SLOT, PagedPlan
+from spex.shared.hf.paged import NULL_SLOT, WIDTHS, PagedPlan, bucket
 
-__all__ = ["BATCHES", "WIDTHS", "DecodeGraphs"]
+__all__ = ["BATCHES", "DecodeGraphs"]
 
 BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # rows a graph is captured for
-WIDTHS = tuple(256 << i for i in range(10))  # keys each row's table holds: 256 to 131,072
 
 
 @dataclass
@@ -58,8 +56,7 @@ class DecodeGraphs:
         longest = max(sum(s.length for s in segments[:-1]) + start + 1 for segments, start, _ in batch.runs)
         if longest > WIDTHS[-1]:
             return None
-        size = self.sizes[bisect.bisect_left(self.sizes, rows)]
-        width = WIDTHS[bisect.bisect_left(WIDTHS, longest)]
+        size, width = bucket(rows, self.sizes), bucket(longest, WIDTHS)
         arrays = self.runner.attention.decode_arrays(batch, size, width)
         arrays["ids"] = np.zeros(size, dtype=np.int64)
         arrays["ids"][:rows] = batch.tokens

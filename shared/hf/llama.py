@@ -93,7 +93,10 @@ class LlamaRunner:
         if deterministic:
             self._pad_to_invariance(max_rows, max_logits or max_rows)
         self.graphs: Any = None
-        if cuda_graphs and self.pool is not None and self.device.type == "cuda":
+        # Deterministic mode replays only where the decode kernel runs: a graph's padded
+        # decode pass on the gather path would give a row other bits than an eager pass.
+        invariant = not deterministic or (self.pool is not None and self.attention.decode_kernel is not None)
+        if cuda_graphs and self.pool is not None and self.device.type == "cuda" and invariant:
             from spex.shared.hf.graphs import DecodeGraphs
 
             self.graphs = DecodeGraphs(self, max_logits or max_rows)

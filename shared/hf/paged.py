@@ -16,14 +16,16 @@ the query length (so no head is repeated). A `decode_kernel` (`triton_attention`
 takes the decode group instead and reads the pool where it lies, without the gather.
 
 `exact` (deterministic mode) attends each run alone instead, over exactly its own keys: a
-batched kernel gives a row other bits beside other rows or behind more padding (SDPA on this
-CPU, 6e-9 in float32; a plain matmul too once the key width changes), so batch invariance on
-torch costs a loop over the runs. The C kernels (`attention`) have it by construction and
-are deterministic mode's default on a CPU; on CUDA the decode kernel has it too.
+batched kernel can give a row other bits beside other rows or behind more padding (seen with
+SDPA on a CPU, in float32; a plain matmul too once the key width changes), so batch
+invariance on torch costs a loop over the runs — but for decode rows where the decode kernel
+runs, which has it by construction. The C kernels (`attention`) have it too and are
+deterministic mode's default on a CPU.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +38,8 @@ from spex.shared.hf.attention import Pass
 __all__ = [
     "NULL_SLOT",
     "PAGE",
+    "WIDTHS",
+    "bucket",
     "DecodeKernel",
     "Group",
     "KVPool",
@@ -46,6 +50,12 @@ __all__ = [
 
 PAGE = 16  # slots a page holds: the unit a segment grows by
 NULL_SLOT = 0  # in page 0, never handed out: where padded rows write and read
+WIDTHS = tuple(256 << i for i in range(10))  # a decode table's keys, bucketed: 256 to 131,072
+
+
+def bucket(n: int, sizes: tuple[int, ...] | list[int]) -> int:
+    """The smallest of `sizes` (ascending) that holds `n`, or `n` past the largest."""
+    return sizes[bisect.bisect_left(sizes, n)] if n <= sizes[-1] else n
 
 
 class KVPool:
@@ -193,11 +203,14 @@ class PagedAttention:
             (decode if n == 1 else prompt).append((row, keys, n))
             row += n
         slots = _to(np.concatenate(write), device)
-        if self.exact:
-            alone = [(first, n, _to(keys, device)) for first, keys, n in sorted(decode + prompt)]
-            return PagedPlan(slots, [], row, False, alone)
-        groups = [self._group(runs, device) for runs in (decode, prompt) if runs]
-        return PagedPlan(slots, groups, row, not prompt, [])
+        batched, alone_runs = [decode, prompt], []
+        if self.exact:  # each run alone, but decode rows where the decode kernel takes them
+            batched = [decode] if self.decode_kernel is not None else []
+            alone_runs = prompt if self.decode_kernel is not None else decode + prompt
+        alone = [(first, n, _to(keys, device)) for first, keys, n in alone_runs]
+        groups = [self._group(runs, device) for runs in batched if runs]
+        in_order = bool(decode) and not prompt and not alone
+        return PagedPlan(slots, groups, row, in_order, alone)
 
     def decode_arrays(self, batch: Pass[PagedSegment], size: int, width: int) -> dict[str, np.ndarray]:
         """A decode pass (one row a run) padded to `size` rows and `width` keys, as host arrays
@@ -234,6 +247,8 @@ class PagedAttention:
     def _group(self, runs: list[tuple[int, np.ndarray, int]], device: Any) -> Group:
         count, width = len(runs), max(len(keys) for _, keys, _ in runs)
         queries = max(n for _, _, n in runs)
+        if queries == 1 and self.decode_kernel is not None:  # a few table widths: a few kernel builds
+            width = bucket(width, WIDTHS)
         table = np.full((count, width), NULL_SLOT, dtype=np.int64)
         rows = np.zeros((count, queries), dtype=np.int64)
         seen = np.zeros((count, queries), dtype=np.int64)  # keys each query sees (padding: 1)
@@ -271,14 +286,12 @@ class PagedAttention:
         values.index_copy_(0, plan.write, v)
         if plan.in_order:
             return self.attend(q, keys, values, plan.groups[0])
-        if self.exact:
-            return torch.cat(
-                [self._alone(q[first : first + n], keys[at], values[at]) for first, n, at in plan.alone]
-            )
         out = q.new_empty(plan.rows, self.heads * self.head_dim)
         for group in plan.groups:
             got = self.attend(q, keys, values, group)
             out.index_copy_(0, group.dest, got if group.out is None else got[group.out])
+        for first, n, at in plan.alone:
+            out[first : first + n] = self._alone(q[first : first + n], keys[at], values[at])
         return out
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: Group) -> torch.Tensor:

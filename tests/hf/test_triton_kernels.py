@@ -99,3 +99,17 @@ def test_the_gpu_s_whole_forward_path_agrees_with_transformers(triton_attention,
     seqs = drive(runner)
     with torch.inference_mode():
         assert max(seqs.errors(model)) < 1e-4
+
+
+def test_in_exact_mode_decode_rows_go_to_the_kernel_and_keep_their_bits_beside_prompt_rows(triton_attention):
+    pool = KVPool(2, 3, 64, 512, torch.float32, "cpu")
+    attention = PagedAttention(pool, 9, 3, 64, triton_attention.TritonDecode(), exact=True)
+    data = kv_data(2, 3, 64, torch.float32)
+    q, k, v = rows_data(9, 3, 64, torch.float32)
+    batch, _ = paged_pass(pool, data)  # two decode rows, then prompt runs (each alone)
+    plan = attention.plan(batch)
+    assert len(plan.groups) == 1 and plan.groups[0].queries == 1 and len(plan.alone) == 3
+    together = attention(1, q, k, v, plan)
+    assert torch.allclose(together.double(), reference(1, data, q, k, v), atol=1e-5)
+    alone, _ = paged_pass(pool, data, RUNS[:1])
+    assert torch.equal(attention(1, q[:1], k[:1], v[:1], attention.plan(alone)), together[:1])
