@@ -9,13 +9,15 @@ copied in. Capturing is start-up work: `capture_s` counts it, and the engine lea
 its clock. A pool that grows moves its tensors, which the graphs point into: they are dropped
 and captured again. Passes with prompt rows run eagerly.
 
-`capture=False` runs the same padded pass without a graph (the tests on a CPU check the
-padding there: what a graph replays is exactly that computation).
+`capture=False` replays by running the same padded pass again over the same static inputs
+(the tests on a CPU check the padding, the refilling and the invalidation there: what a graph
+replays is exactly that computation).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 
 from spex.shared.hf.attention import Pass
-from spex.shared.hf.paged import NULL_SLOT, WIDTHS, PagedPlan, bucket
+from spex.shared.hf.paged import NULL_SLOT, WIDTHS, bucket
 
 __all__ = ["BATCHES", "DecodeGraphs"]
 
@@ -32,10 +34,9 @@ BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # rows a grap
 
 @dataclass
 class _Graph:
-    graph: Any  # torch.cuda.CUDAGraph, or None when not captured
+    replay: Callable[[], None]  # a captured CUDA graph's, or the same pass run again
     inputs: dict[str, torch.Tensor]  # ids, positions, and the plan's arrays, on the device
-    plan: PagedPlan
-    logits: torch.Tensor | None  # [rows, vocab] the replay's output
+    logits: torch.Tensor  # [rows, vocab] what a replay writes
 
 
 class DecodeGraphs:
@@ -46,6 +47,9 @@ class DecodeGraphs:
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.capture_s = 0.0
         self.version = runner.pool.version
+        # One memory pool for every graph: they replay one at a time, and a replay's logits
+        # are copied out before the next.
+        self.mempool = torch.cuda.graph_pool_handle() if capture else None
 
     def run(self, batch: Pass[Any]) -> torch.Tensor | None:
         """The pass's logits [rows, vocab] from a graph, or None when it is not a decode pass
@@ -62,43 +66,44 @@ class DecodeGraphs:
         arrays["ids"][:rows] = batch.tokens
         arrays["positions"] = np.zeros(size, dtype=np.int64)
         arrays["positions"][:rows] = batch.positions
-        if not self.capture:
-            plan = self.runner.attention.static_plan(arrays)
-            ids, positions = (
-                torch.from_numpy(arrays[k]).to(self.runner.device) for k in ("ids", "positions")
-            )
-            return self.runner.compute(ids, positions, plan, None)[:rows]
         if self.runner.pool.version != self.version:  # the pool moved: the graphs point at the old one
             self.graphs.clear()
             self.version = self.runner.pool.version
         graph = self.graphs.get((size, width)) or self._capture(size, width, arrays)
         for name, tensor in graph.inputs.items():
             tensor.copy_(torch.from_numpy(arrays[name]), non_blocking=True)
-        graph.graph.replay()
-        assert graph.logits is not None
+        graph.replay()
         return graph.logits[:rows].clone()  # the next replay overwrites it; a paused sequence keeps its row
 
     def _capture(self, size: int, width: int, arrays: dict[str, np.ndarray]) -> _Graph:
         start = time.perf_counter()
         device = self.runner.device
-        inputs = {name: torch.from_numpy(a).to(device) for name, a in arrays.items()}
+        inputs = {name: torch.from_numpy(a).to(device, copy=True) for name, a in arrays.items()}
         for name in ("write", "table"):  # what the capture's runs write and read: the null slot
             inputs[name].fill_(NULL_SLOT)
         plan = self.runner.attention.static_plan(
             {k: v for k, v in inputs.items() if k not in ("ids", "positions")}
         )
         args = (inputs["ids"], inputs["positions"], plan, None)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):  # warm-up off the capture: kernels built, handles made
-            for _ in range(2):
-                self.runner.compute(*args)
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        if self.capture:
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # warm-up off the capture: kernels built, handles made
+                for _ in range(2):
+                    self.runner.compute(*args)
+            torch.cuda.current_stream(device).wait_stream(side)
+            cuda_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(cuda_graph, pool=self.mempool):
+                logits = self.runner.compute(*args)
+            torch.cuda.synchronize(device)
+            graph = _Graph(cuda_graph.replay, inputs, logits)
+        else:
             logits = self.runner.compute(*args)
-        torch.cuda.synchronize(device)
+
+            def again() -> None:
+                logits.copy_(self.runner.compute(*args))
+
+            graph = _Graph(again, inputs, logits)
         self.capture_s += time.perf_counter() - start
-        captured = _Graph(graph, inputs, plan, logits)
-        self.graphs[(size, width)] = captured
-        return captured
+        self.graphs[(size, width)] = graph
+        return graph

@@ -83,13 +83,14 @@ class LlamaRunner:
             self.pool = KVPool(
                 len(self.layers), self.kv_heads, self.head_dim, kv_tokens, self.dtype, self.device
             )
-            kernel = _decode_kernel(self.device, self.dtype)
+            kernel = _decode_kernel(self.device, self.dtype, self.heads, self.kv_heads, self.head_dim)
             self.attention = PagedAttention(
                 self.pool, self.heads, self.kv_heads, self.head_dim, kernel, deterministic
             )
         self.kernels = self.pool is None and not isinstance(self.head, TorchLinear)
         silu = getattr(config, "hidden_act", None) == "silu"
-        self.elementwise = make_elementwise(self.device, self.dtype, self.layers[0].mlp.act_fn, silu)
+        shape = (self.heads, self.kv_heads, self.head_dim, config.intermediate_size)
+        self.elementwise = make_elementwise(self.device, self.dtype, self.layers[0].mlp.act_fn, silu, shape)
         if deterministic:
             self._pad_to_invariance(max_rows, max_logits or max_rows)
         self.graphs: Any = None
@@ -228,7 +229,7 @@ def _check_architecture(config: Any) -> None:
         raise ValueError(f"the hf engine attends over the whole context; this {kind} model slides a window")
 
 
-def _decode_kernel(device: torch.device, dtype: torch.dtype) -> Any:
+def _decode_kernel(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> Any:
     """The in-place decode attention where Triton runs (CUDA), else None (gather and SDPA)."""
     if device.type != "cuda":
         return None
@@ -237,7 +238,7 @@ def _decode_kernel(device: torch.device, dtype: torch.dtype) -> Any:
     except ImportError as exc:  # no Triton here: the gather path serves
         log.warning("no triton (%s): decode attention is gathered for SDPA", exc)
         return None
-    return triton_attention.decode_kernel(dtype, device)
+    return triton_attention.decode_kernel(dtype, device, heads, kv_heads, head_dim)
 
 
 _MEASURED: dict[tuple[Any, ...], int] = {}

@@ -162,12 +162,15 @@ class TritonDecode:
         return out
 
 
-def decode_kernel(dtype: torch.dtype, device: Any = "cuda") -> TritonDecode | None:
-    """The kernel, once it has computed what the gather path does on random rows here (its
-    first run on this device, dtype and Triton); else None, and the gather path runs."""
+def decode_kernel(
+    dtype: torch.dtype, device: Any = "cuda", heads: int = 8, kv_heads: int = 2, dim: int = 128
+) -> TritonDecode | None:
+    """The kernel, once it has computed what the gather path does on random rows of the
+    model's head layout here (its first build for this device, dtype and shape); else None,
+    and the gather path runs."""
     kernel = TritonDecode()
     try:
-        error = _check(kernel, dtype, torch.device(device))
+        error = _check(kernel, dtype, torch.device(device), heads, kv_heads, dim)
     except Exception as exc:  # noqa: BLE001 - a kernel that cannot run here is not used
         log.warning("triton decode attention unavailable (%s): the gather path runs instead", exc)
         return None
@@ -178,11 +181,13 @@ def decode_kernel(dtype: torch.dtype, device: Any = "cuda") -> TritonDecode | No
     return kernel
 
 
-def _check(kernel: TritonDecode, dtype: torch.dtype, device: torch.device) -> float:
+def _check(
+    kernel: TritonDecode, dtype: torch.dtype, device: torch.device, heads: int, kv_heads: int, dim: int
+) -> float:
     """The kernel's largest relative error against gathered keys and SDPA, over rows of
-    several lengths (one past a chunk) and a GQA head layout."""
+    several lengths (one past a chunk) in the given head layout."""
     gen = torch.Generator(device=device).manual_seed(0)
-    heads, kv_heads, dim, rows = 8, 2, 128, 3
+    rows = 3
     slots = 3 * CHUNK
     keys, values = (
         torch.randn(slots, kv_heads, dim, generator=gen, device=device).to(dtype) for _ in range(2)

@@ -133,12 +133,15 @@ class TritonElementwise:
         return out
 
 
-def checked(dtype: torch.dtype, device: Any) -> TritonElementwise | None:
-    """The fused kernels, once each has computed what torch's do on random rows here (in the
-    model's dtype: within a rounding); else None, and torch's run."""
+def checked(
+    dtype: torch.dtype, device: Any, shape: tuple[int, int, int, int] = (8, 2, 128, 3000)
+) -> TritonElementwise | None:
+    """The fused kernels, once each has computed what torch's do on random rows of the
+    model's `shape` (heads, KV heads, head dimension, MLP width) here (in the model's dtype:
+    within a rounding); else None, and torch's run."""
     fused = TritonElementwise()
     try:
-        error = _check(fused, dtype, torch.device(device))
+        error = _check(fused, dtype, torch.device(device), *shape)
     except Exception as exc:  # noqa: BLE001 - kernels that cannot run here are not used
         log.warning("triton fused elementwise unavailable (%s): torch's kernels run instead", exc)
         return None
@@ -150,13 +153,21 @@ def checked(dtype: torch.dtype, device: Any) -> TritonElementwise | None:
 
 
 @torch.inference_mode()
-def _check(fused: TritonElementwise, dtype: torch.dtype, device: torch.device) -> float:
-    """The largest relative error of the three against `TorchElementwise`, on a GQA q/k pair
+def _check(
+    fused: TritonElementwise,
+    dtype: torch.dtype,
+    device: torch.device,
+    heads: int,
+    kv_heads: int,
+    d: int,
+    width: int,
+) -> float:
+    """The largest relative error of the three against `TorchElementwise`, on a q/k pair
     sliced from one fused projection (as the forward pass slices them)."""
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     gen = torch.Generator(device=device).manual_seed(0)
-    rows, heads, kv_heads, d = 5, 8, 2, 128
+    rows = 5
 
     def rand(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, device=device).to(dtype)
@@ -183,7 +194,7 @@ def _check(fused: TritonElementwise, dtype: torch.dtype, device: torch.device) -
     head_norm.weight.data = rand(d)
     q = qk(projection.clone())[0]
     errors.append(_error(ref.norm(q.clone(), head_norm), fused.norm(q, head_norm)))
-    gate_up = rand(rows, 2 * 3000)
+    gate_up = rand(rows, 2 * width)
     errors.append(_error(fused.silu_mul(gate_up), ref.silu_mul(gate_up)))
     return max(errors)
 

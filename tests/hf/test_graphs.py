@@ -53,3 +53,26 @@ def test_a_pass_with_prompt_rows_or_past_the_largest_bucket_is_not_padded():
             three.add([seqs.head_kv, seqs.piece_kv[i], seqs.own[i]], 0, [seqs.tokens[i][0]])
         assert graphs.run(three) is None  # 3 rows, buckets up to 2
         assert graphs.sizes == [1, 2]
+
+
+def test_a_pool_that_grows_drops_the_graphs_and_a_bucket_is_captured_once():
+    model = small_model("llama")
+    runner = LlamaRunner(model, kv_tokens=64)
+    runner.graphs = graphs = DecodeGraphs(runner, max_batch=8, capture=False)
+    plain = LlamaRunner(model, kv_tokens=4096)
+    passes = [{"pieces": [0, 1, 2]}, {"decodes": [0, 1]}, {"decodes": [1, 0]}]
+    mine, theirs = Sequences(runner, 3), Sequences(plain, 3)
+    with torch.inference_mode():
+        for seqs in (mine, theirs):
+            seqs.prefill_head()
+            for rows in passes:
+                seqs.run(rows.get("pieces", ()), rows.get("decodes", ()))
+        assert list(graphs.graphs) == [(2, 256)]  # two passes, one bucket: captured once
+        version = runner.pool.version
+        runner.new_segment(64 * 16)  # past the pool: it grows and moves
+        assert runner.pool.version > version
+        for seqs in (mine, theirs):
+            seqs.run(decodes=[2, 1, 0])
+        assert list(graphs.graphs) == [(4, 256)]  # the old ones dropped, the new one captured
+    for a, b in zip(mine.logits, theirs.logits):
+        assert a.keys() == b.keys() and all(torch.allclose(a[p], b[p], atol=1e-5) for p in a)

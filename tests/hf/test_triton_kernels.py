@@ -57,7 +57,9 @@ def test_a_long_row_spans_chunks_and_keeps_its_bits_alone_in_a_batch_and_behind_
 
 
 def test_the_self_check_passes_a_right_kernel_and_turns_a_wrong_one_away(triton_attention, monkeypatch):
-    assert triton_attention._check(triton_attention.TritonDecode(), torch.float32, torch.device("cpu")) < 1e-5
+    kernel, cpu = triton_attention.TritonDecode(), torch.device("cpu")
+    assert triton_attention._check(kernel, torch.float32, cpu, 8, 2, 128) < 1e-5
+    assert triton_attention._check(kernel, torch.float32, cpu, 6, 1, 80) < 1e-5  # the model's own layout
     assert isinstance(triton_attention.decode_kernel(torch.float32, "cpu"), triton_attention.TritonDecode)
 
     def off_by_a_bit(self, *args):
@@ -72,7 +74,9 @@ def test_the_fused_elementwise_kernels_match_torch_s_and_a_wrong_one_is_turned_a
     from spex.shared.hf import triton_elementwise
 
     assert (
-        triton_elementwise._check(triton_elementwise.TritonElementwise(), torch.float32, torch.device("cpu"))
+        triton_elementwise._check(
+            triton_elementwise.TritonElementwise(), torch.float32, torch.device("cpu"), 6, 2, 80, 96
+        )
         < 1e-5
     )
     assert isinstance(triton_elementwise.checked(torch.float32, "cpu"), triton_elementwise.TritonElementwise)
