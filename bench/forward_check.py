@@ -133,13 +133,15 @@ def drive(runner: LlamaRunner, passes: list[dict[str, list[int]]] = PASSES, coun
     return seqs
 
 
-def check(device: str = "cpu", dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def check(
+    device: str = "cpu", dtype: torch.dtype = torch.float32, cuda_graphs: bool = True
+) -> dict[str, Any]:
     """Per architecture on `device`: the path that ran, the largest logit difference from
     transformers, and (where CUDA graphs replay decode passes) from the same passes run eagerly."""
     out: dict[str, Any] = {}
     for kind in ARCHITECTURES:
         model = small_model(kind, dtype, device)
-        runner = LlamaRunner(model, kv_tokens=64)
+        runner = LlamaRunner(model, kv_tokens=64, cuda_graphs=cuda_graphs)
         seqs = drive(runner)
         with torch.inference_mode():
             row: dict[str, Any] = {"path": runner.path, "vs_transformers": max(seqs.errors(model))}

@@ -8,13 +8,14 @@ fetched beside the working tree. The stages, each guarded (one that fails leaves
 results) and each written to DIR as it ends (a run cut short returns what it had):
 
 1. `forward`: the engine's forward pass against transformers' own on small models of each
-   architecture, in float32 on the device (`forward_check`): the Triton kernel and the CUDA
-   graphs met before anything is timed. Graphs that disagree with the eager pass are turned off
-   for the rest of the check (and it says so).
+   architecture, in float32 and bfloat16 on the device (`forward_check`): the Triton kernels
+   and the CUDA graphs met before anything is timed. Graphs that fail or disagree with the
+   eager pass are turned off for the rest of the check (and it says so).
 2. `models`: the catalog's Llemma-7B (Llama-2-7B's shape) and R1-Qwen3-8B (GQA) as configs;
    their random bf16 weights are built on the GPU as each is loaded.
 3. `profile <shape>`: the decode step by batch × context on each (`hf_profile`): the
-   measured profile the simulator, the TPOT governor and the budget then read.
+   measured profile the simulator, the TPOT governor and the budget then read. The 7B's
+   first, then its cells; the other shape's last (no cell waits on it).
 4. `bench <cell>`: baseline against SPEX on the 7B shape, synthetic content (the workload's
    token counts), interleaved pairs, the governor holding primary TPOT to +5% by the measured
    profile: rStar-10 and REBASE-16 at B=1 and B=4.
@@ -48,6 +49,7 @@ __all__ = ["DRY_RUN", "GPU", "Plan", "main", "run_check"]
 CELLS = (("rstar", 10, 1), ("rebase", 16, 1), ("rstar", 10, 4), ("rebase", 16, 4))
 BENCH_SHAPE = "Llemma-7B"  # the paper's Llemma setting: the cells run on its shape
 FORWARD_TOLERANCE = 1e-3  # float32 logits against transformers' (the CPU's agree within 1e-4)
+BF16_TOLERANCE = 0.1  # bfloat16's: roundings in another order (the CPU's agree within 0.1)
 GRAPH_TOLERANCE = 1e-4  # a replayed decode pass against the same pass run eagerly
 FIRST_CELL_S = 60.0  # the first cell (rStar-10 B=1): a warm-up and 3 pairs at the simulator's H200 makespans
 
@@ -151,21 +153,42 @@ def catalog_gpu(name: str) -> str:
 
 
 def forward(check: Check) -> dict[str, Any]:
-    """The forward pass against transformers on the device; CUDA graphs off if they disagree."""
+    """The forward pass against transformers on the device, in float32 and bfloat16; CUDA
+    graphs off for the rest of the check if they fail or disagree with the eager pass."""
+    import torch
+
     from spex.bench.forward_check import check as forward_check
 
-    rows = forward_check(check.plan.device)
+    rows: dict[str, Any] = {}
+    for dtype, tolerance in ((torch.float32, FORWARD_TOLERANCE), (torch.bfloat16, BF16_TOLERANCE)):
+        name = str(dtype).removeprefix("torch.")
+        try:
+            got = forward_check(check.plan.device, dtype, check.plan.cuda_graphs)
+        except Exception as exc:
+            if not check.plan.cuda_graphs:
+                raise
+            check.say(f"  {name} with CUDA graphs failed ({type(exc).__name__}: {exc}): trying without them")
+            _graphs_off(check)
+            got = forward_check(check.plan.device, dtype, cuda_graphs=False)
+        for kind, row in got.items():
+            check.say(f"  {kind} {name}: {row}")
+            rows[f"{kind} {name}"] = row | {"tolerance": tolerance}
+        if any(
+            row.get("graphs_vs_eager", 0.0) > GRAPH_TOLERANCE * tolerance / FORWARD_TOLERANCE
+            for row in got.values()
+        ):
+            check.say("  CUDA graphs disagree with the eager pass: the rest of the check runs without them")
+            _graphs_off(check)
     check.summary["forward"] = rows
-    for kind, row in rows.items():
-        check.say(f"  {kind}: {row}")
-    if any(row.get("graphs_vs_eager", 0.0) > GRAPH_TOLERANCE for row in rows.values()):
-        check.plan = replace(check.plan, cuda_graphs=False)
-        check.summary["plan"]["cuda_graphs"] = False
-        check.say("  CUDA graphs disagree with the eager pass: the rest of the check runs without them")
-    bad = [kind for kind, row in rows.items() if not row["vs_transformers"] <= FORWARD_TOLERANCE]
+    bad = [key for key, row in rows.items() if not row["vs_transformers"] <= row["tolerance"]]
     if bad:
         raise RuntimeError(f"the forward pass is off transformers' for {', '.join(bad)} (see summary.json)")
     return rows
+
+
+def _graphs_off(check: Check) -> None:
+    check.plan = replace(check.plan, cuda_graphs=False)
+    check.summary["plan"]["cuda_graphs"] = False
 
 
 def build_models(check: Check, models_dir: Path) -> dict[str, Path]:
@@ -243,43 +266,51 @@ def bench_cell(check: Check, cell: tuple[str, int, int], model: Path, profile_fi
 
 
 def run_check(plan: Plan, out: Path) -> dict[str, Any]:
+    """The stages in order: the forward pass, the models, the 7B shape's profile and its cells
+    (each measured, then predicted), the other shape's profile last (no cell waits on it)."""
     out.mkdir(parents=True, exist_ok=True)
     check = Check(out, plan)
     check.say(f"environment: {check.summary['environment']}")
     check.stage("forward", partial(forward, check))
     models_dir = Path(tempfile.mkdtemp(prefix="spex-gpu-check-"))  # not under `out`: eight files come back
     models = check.stage("models", lambda: build_models(check, models_dir))
+    if models is None:
+        return finish(check, {})
     profiles: dict[str, Path] = {}
-    for name in SHAPES:
-        if models is not None:
-            path = check.stage(
-                f"profile {name}", partial(profile, check, name, models[name]), estimate_s=60.0
-            )
-            if path is not None:
-                profiles[name] = path
-    if models is not None and BENCH_SHAPE in profiles:
-        for cell in CELLS:
-            key = f"{cell[0]}-{cell[1]} B={cell[2]}"
-            estimate = max(check.durations, default=FIRST_CELL_S)
-            began = time.monotonic()
-            real = check.stage(
-                f"bench {key}",
-                partial(bench_cell, check, cell, models[BENCH_SHAPE], profiles[BENCH_SHAPE], sim=False),
-                estimate,
-            )
-            if real is None:
-                continue
-            check.durations.append(time.monotonic() - began)
-            sim = check.stage(
-                f"predict {key}",
-                partial(bench_cell, check, cell, models[BENCH_SHAPE], profiles[BENCH_SHAPE], sim=True),
-            )
-            check.cells[key] = {"real": real, "simulated": sim}
+    for name in [BENCH_SHAPE, *(n for n in SHAPES if n != BENCH_SHAPE)]:
+        path = check.stage(f"profile {name}", partial(profile, check, name, models[name]), estimate_s=60.0)
+        if path is not None:
+            profiles[name] = path
+        if name == BENCH_SHAPE and path is not None:
+            cells(check, models[name], path)
+    return finish(check, profiles)
+
+
+def cells(check: Check, model: Path, profile_file: Path) -> None:
+    """Each cell measured, then predicted; the table and the aims rewritten after each."""
+    for cell in CELLS:
+        key = f"{cell[0]}-{cell[1]} B={cell[2]}"
+        estimate = max(check.durations, default=FIRST_CELL_S)
+        began = time.monotonic()
+        real = check.stage(
+            f"bench {key}", partial(bench_cell, check, cell, model, profile_file, sim=False), estimate
+        )
+        if real is None:
+            continue
+        check.durations.append(time.monotonic() - began)
+        sim = check.stage(f"predict {key}", partial(bench_cell, check, cell, model, profile_file, sim=True))
+        check.cells[key] = {"real": real, "simulated": sim}
+        check.summary["cells"] = cell_rows(check.cells)
+        check.summary["aims"] = aims(check.cells, profile_file)
+        check.write()
+
+
+def finish(check: Check, profiles: dict[str, Path]) -> dict[str, Any]:
     check.summary["cells"] = cell_rows(check.cells)
     check.summary["aims"] = aims(check.cells, profiles.get(BENCH_SHAPE))
     check.write()
     where = str(check.summary["environment"].get("gpu", "this CPU (a dry run)"))
-    check.stage("plot", lambda: plot(profiles, check.cells, out / "gpu-check.png", where))
+    check.stage("plot", lambda: plot(profiles, check.cells, check.out / "gpu-check.png", where))
     print_table(check.summary)
     return check.summary
 

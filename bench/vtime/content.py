@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -141,6 +142,7 @@ def _hf_generator(cfg: BenchConfig) -> Engine:
         if runner.pool is None or runner.pool.free_pages == runner.pool.pages - 1:  # the last run closed
             return HFEngine(model, tokenizer, config, runner)
     _HF_LOADED.clear()
+    gc.collect()  # the last model (and its KV pool) let go before this one is built
     engine = HFEngine(
         load_lm(str(cfg.model), cfg.device, cfg.dtype or None), load_tokenizer(str(cfg.model)), config
     )
