@@ -88,8 +88,12 @@ def _prompt(engine: Any, head: str, context: int) -> str:
 
 
 def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> tuple[float, float]:
-    """(time per output token, time to the first token) of one run of the cell."""
+    """(time per output token, time to the first token) of one run of the cell. The time per
+    token is the mean step while all `batch` sequences decode and no prompt rows ride along:
+    after the last first token, before the first finish (a GPU cell's prompts may take several
+    passes, and a sequence done with its own decodes beside the others' prompts meanwhile)."""
     done: list[Any] = []
+    engine.trace = []
     for i in range(batch):
         rid = f"{tag}/{i}"
         text = _prompt(engine, rid, context)
@@ -102,9 +106,14 @@ def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> t
         raise RuntimeError(f"cell {tag}: {engine.waiting} of {batch} requests could not be admitted at once")
     while len(done) < batch:
         done += engine.advance_to(float("inf"))
-    tpots = [(c.time_s - c.first_token_s) / (c.generated - 1) for c in done if c.first_token_s is not None]
-    firsts = [c.first_token_s - c.arrival_s for c in done if c.first_token_s is not None]
-    return statistics.fmean(tpots), statistics.fmean(firsts)
+    trace, engine.trace = engine.trace, None
+    together = max(c.first_token_s for c in done)
+    first_done = min(c.time_s for c in done)
+    steps = [t1 - t0 for t0, t1, n in trace if n == batch and t0 >= together and t1 < first_done]
+    if not steps:
+        raise RuntimeError(f"cell {tag}: no step with all {batch} sequences decoding (too few tokens?)")
+    firsts = [c.first_token_s - c.arrival_s for c in done]
+    return statistics.fmean(steps), statistics.fmean(firsts)
 
 
 def measure_hf(

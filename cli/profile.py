@@ -104,8 +104,8 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"--model: {args.model!r} is not a model directory (no config.json)")
     if args.against is not None:
         check_url(args.against, "--against")
-    if args.new_tokens < 2 or args.repeats < 1:
-        raise ValueError("--new-tokens must be at least 2 and --repeats at least 1")
+    if args.new_tokens < 3 or args.repeats < 1:  # a decode step with every sequence in it and none finishing
+        raise ValueError("--new-tokens must be at least 3 and --repeats at least 1")
     from spex.shared.hf.devices import check_device
 
     check_device(args.device)
