@@ -19,13 +19,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from spex.shared.hf.attention import Pass
-from spex.shared.hf.paged import NULL_SLOT, WIDTHS, bucket
+from spex.shared.hf.paged import NULL_SLOT, WIDTHS, PagedAttention, bucket
+
+if TYPE_CHECKING:
+    from spex.shared.hf.llama import LlamaRunner
 
 __all__ = ["BATCHES", "DecodeGraphs"]
 
@@ -40,13 +43,15 @@ class _Graph:
 
 
 class DecodeGraphs:
-    def __init__(self, runner: Any, max_batch: int, capture: bool = True) -> None:
-        self.runner = runner
+    def __init__(
+        self, runner: LlamaRunner, attention: PagedAttention, max_batch: int, capture: bool = True
+    ) -> None:
+        self.runner, self.attention, self.pool = runner, attention, attention.pool
         self.sizes = [b for b in BATCHES if b < max_batch] + [max_batch]
         self.capture = capture
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.capture_s = 0.0
-        self.version = runner.pool.version
+        self.version = attention.pool.version
         # One memory pool for every graph: they replay one at a time, and a replay's logits
         # are copied out before the next.
         self.mempool = torch.cuda.graph_pool_handle() if capture else None
@@ -61,14 +66,14 @@ class DecodeGraphs:
         if longest > WIDTHS[-1]:
             return None
         size, width = bucket(rows, self.sizes), bucket(longest, WIDTHS)
-        arrays = self.runner.attention.decode_arrays(batch, size, width)
+        arrays = self.attention.decode_arrays(batch, size, width)
         arrays["ids"] = np.zeros(size, dtype=np.int64)
         arrays["ids"][:rows] = batch.tokens
         arrays["positions"] = np.zeros(size, dtype=np.int64)
         arrays["positions"][:rows] = batch.positions
-        if self.runner.pool.version != self.version:  # the pool moved: the graphs point at the old one
+        if self.pool.version != self.version:  # the pool moved: the graphs point at the old one
             self.graphs.clear()
-            self.version = self.runner.pool.version
+            self.version = self.pool.version
         graph = self.graphs.get((size, width)) or self._capture(size, width, arrays)
         for name, tensor in graph.inputs.items():
             tensor.copy_(torch.from_numpy(arrays[name]), non_blocking=True)
@@ -81,9 +86,7 @@ class DecodeGraphs:
         inputs = {name: torch.from_numpy(a).to(device, copy=True) for name, a in arrays.items()}
         for name in ("write", "table"):  # what the capture's runs write and read: the null slot
             inputs[name].fill_(NULL_SLOT)
-        plan = self.runner.attention.static_plan(
-            {k: v for k, v in inputs.items() if k not in ("ids", "positions")}
-        )
+        plan = self.attention.static_plan({k: v for k, v in inputs.items() if k not in ("ids", "positions")})
         args = (inputs["ids"], inputs["positions"], plan, None)
         if self.capture:
             side = torch.cuda.Stream(device)

@@ -34,6 +34,8 @@ def _fused(modules: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor |
 class PackedLinear:
     """`modules` fused, their weights packed once for `spex_linear`: x [rows, in] -> [rows, out]."""
 
+    rows = 1  # batch-invariant at any row count: never padded
+
     def __init__(self, library: ctypes.CDLL, modules: list[torch.nn.Linear]) -> None:
         weight, self.bias = _fused(modules)
         self.fn = library.spex_linear

@@ -25,16 +25,19 @@ Two ways to run it, chosen by the model's device and dtype:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from spex.shared.hf.attention import Pass, Segment, make_attention
+from spex.shared.hf.attention import KernelAttention, Pass, Segment, make_attention
 from spex.shared.hf.elementwise import TorchElementwise, make_elementwise
 from spex.shared.hf.linear import TorchLinear, invariant_rows, make_linear
 from spex.shared.hf.paged import KVPool, PagedAttention, PagedSegment
 
 __all__ = ["ARCHITECTURES", "LlamaRunner"]
+
+if TYPE_CHECKING:
+    from spex.shared.hf.graphs import DecodeGraphs
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +79,11 @@ class LlamaRunner:
         ]
         self.head = make_linear([model.lm_head])
         self.pool: KVPool | None = None
-        self.attention: Any = make_attention(
-            self.heads, self.kv_heads, self.head_dim, self.dtype, self.device
-        )
-        if self.attention is None:
+        c_attention = make_attention(self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
+        self.attention: KernelAttention | PagedAttention
+        if c_attention is not None:
+            self.attention = c_attention
+        else:
             self.pool = KVPool(
                 len(self.layers), self.kv_heads, self.head_dim, kv_tokens, self.dtype, self.device
             )
@@ -93,19 +97,20 @@ class LlamaRunner:
         self.elementwise = make_elementwise(self.device, self.dtype, self.layers[0].mlp.act_fn, silu, shape)
         if deterministic:
             self._pad_to_invariance(max_rows, max_logits or max_rows)
-        self.graphs: Any = None
+        self.graphs: DecodeGraphs | None = None
         # Deterministic mode replays only where the decode kernel runs: a graph's padded
         # decode pass on the gather path would give a row other bits than an eager pass.
-        invariant = not deterministic or (self.pool is not None and self.attention.decode_kernel is not None)
-        if cuda_graphs and self.pool is not None and self.device.type == "cuda" and invariant:
+        paged = self.attention if isinstance(self.attention, PagedAttention) else None
+        invariant = not deterministic or (paged is not None and paged.decode_kernel is not None)
+        if cuda_graphs and paged is not None and self.device.type == "cuda" and invariant:
             from spex.shared.hf.graphs import DecodeGraphs
 
-            self.graphs = DecodeGraphs(self, max_logits or max_rows)
+            self.graphs = DecodeGraphs(self, paged, max_logits or max_rows)
 
     @property
     def rows(self) -> int:
         """The fewest rows the linear layers see (1: no padding)."""
-        return max(getattr(op, "rows", 1) for op in [*(op for ops in self.ops for op in ops), self.head])
+        return max(op.rows for op in [*(op for ops in self.ops for op in ops), self.head])
 
     @property
     def paged(self) -> bool:
@@ -116,7 +121,7 @@ class LlamaRunner:
         """Which forward pass runs: the C kernels, or torch's with its decode attention (the
         Triton kernel in place, or gathered for SDPA), its norms, rotary embedding and
         activation (fused Triton kernels, or torch's), and whether CUDA graphs replay it."""
-        if self.pool is None:
+        if not isinstance(self.attention, PagedAttention):
             return "C kernels"
         decode = "Triton in place" if self.attention.decode_kernel is not None else "gathered for SDPA"
         fused = ", fused elementwise" if not isinstance(self.elementwise, TorchElementwise) else ""
@@ -156,17 +161,14 @@ class LlamaRunner:
         """Run the pass's rows (writing their keys and values into their segments): the
         logits [len(logits_of), vocab] of the rows `logits_of`, float32."""
         logits = None
-        if self.graphs is not None and len(logits_of) == batch.rows:
+        every = logits_of == list(range(batch.rows))
+        if self.graphs is not None and every:
             logits = self.graphs.run(batch)
         if logits is None:
-            want = (
-                None
-                if len(logits_of) == batch.rows
-                else torch.tensor(logits_of, dtype=torch.long, device=self.device)
-            )
+            want = None if every else torch.tensor(logits_of, dtype=torch.long, device=self.device)
             ids = torch.tensor(batch.tokens, device=self.device)
             positions = torch.tensor(batch.positions, device=self.device)
-            logits = self.compute(ids, positions, self.attention.plan(batch), want)
+            logits = self.compute(ids, positions, self.attention.plan(batch), want)  # type: ignore[arg-type]
         batch.finish()
         if self.device.type == "cuda":  # the pass's time is this step's, not the next read's
             torch.cuda.synchronize(self.device)

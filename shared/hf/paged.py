@@ -302,7 +302,7 @@ class PagedAttention:
             return self.decode_kernel(queries, keys, values, group.table, group.lengths)
         folded = queries.view(runs, n, kv, g, d).transpose(1, 2).reshape(runs, kv, n * g, d)
         width = group.table.shape[1]
-        at = group.table.view(-1)  # index_select: advanced indexing was 8x slower on a CPU
+        at = group.table.view(-1)  # index_select: advanced indexing is several times slower on a CPU
         k = (
             keys.index_select(0, at).view(runs, width, kv, d).transpose(1, 2)
         )  # [runs, kv_heads, keys, head_dim]

@@ -23,7 +23,7 @@ def test_a_padded_decode_pass_gives_each_sequence_the_logits_of_the_unpadded_one
     ]
     plain = drive(LlamaRunner(model), passes, count=5)
     padded_runner = LlamaRunner(model)
-    padded_runner.graphs = DecodeGraphs(padded_runner, max_batch=16, capture=False)
+    padded_runner.graphs = DecodeGraphs(padded_runner, padded_runner.attention, max_batch=16, capture=False)
     calls = []
     run = padded_runner.graphs.run
     padded_runner.graphs.run = lambda batch: calls.append(batch.rows) or run(batch)
@@ -37,7 +37,7 @@ def test_a_padded_decode_pass_gives_each_sequence_the_logits_of_the_unpadded_one
 
 def test_a_pass_with_prompt_rows_or_past_the_largest_bucket_is_not_padded():
     runner = LlamaRunner(small_model("llama"))
-    graphs = DecodeGraphs(runner, max_batch=2, capture=False)
+    graphs = DecodeGraphs(runner, runner.attention, max_batch=2, capture=False)
     seqs = Sequences(runner, 3)
     from spex.shared.hf.attention import Pass
 
@@ -58,7 +58,7 @@ def test_a_pass_with_prompt_rows_or_past_the_largest_bucket_is_not_padded():
 def test_a_pool_that_grows_drops_the_graphs_and_a_bucket_is_captured_once():
     model = small_model("llama")
     runner = LlamaRunner(model, kv_tokens=64)
-    runner.graphs = graphs = DecodeGraphs(runner, max_batch=8, capture=False)
+    runner.graphs = graphs = DecodeGraphs(runner, runner.attention, max_batch=8, capture=False)
     plain = LlamaRunner(model, kv_tokens=4096)
     passes = [{"pieces": [0, 1, 2]}, {"decodes": [0, 1]}, {"decodes": [1, 0]}]
     mine, theirs = Sequences(runner, 3), Sequences(plain, 3)
