@@ -21,16 +21,17 @@ one still fills the GPU.
 
 from __future__ import annotations
 
-import logging
+from functools import partial
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
+from spex.shared.hf.selfcheck import passes
+
 __all__ = ["CHUNK", "TritonDecode", "decode_kernel"]
 
-log = logging.getLogger(__name__)
 
 CHUNK = 256  # keys one program reads
 BLOCK = 64  # keys it reads at a time
@@ -169,16 +170,8 @@ def decode_kernel(
     model's head layout here (its first build for this device, dtype and shape); else None,
     and the gather path runs."""
     kernel = TritonDecode()
-    try:
-        error = _check(kernel, dtype, torch.device(device), heads, kv_heads, dim)
-    except Exception as exc:  # noqa: BLE001 - a kernel that cannot run here is not used
-        log.warning("triton decode attention unavailable (%s): the gather path runs instead", exc)
-        return None
-    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
-    if not error <= tolerance:
-        log.warning("triton decode attention off by %.3g: the gather path runs instead", error)
-        return None
-    return kernel
+    check = partial(_check, kernel, dtype, torch.device(device), heads, kv_heads, dim)
+    return kernel if passes("triton decode attention", "the gather path", check, dtype, 1e-4) else None
 
 
 def _check(

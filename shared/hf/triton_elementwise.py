@@ -10,7 +10,7 @@ Triton's interpreter, in float32.
 
 from __future__ import annotations
 
-import logging
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,10 +18,9 @@ import triton
 import triton.language as tl
 
 from spex.shared.hf.elementwise import TorchElementwise
+from spex.shared.hf.selfcheck import passes
 
 __all__ = ["TritonElementwise", "checked"]
-
-log = logging.getLogger(__name__)
 
 
 @triton.jit
@@ -140,16 +139,8 @@ def checked(
     model's `shape` (heads, KV heads, head dimension, MLP width) here (in the model's dtype:
     within a rounding); else None, and torch's run."""
     fused = TritonElementwise()
-    try:
-        error = _check(fused, dtype, torch.device(device), *shape)
-    except Exception as exc:  # noqa: BLE001 - kernels that cannot run here are not used
-        log.warning("triton fused elementwise unavailable (%s): torch's kernels run instead", exc)
-        return None
-    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
-    if not error <= tolerance:
-        log.warning("triton fused elementwise off by %.3g: torch's kernels run instead", error)
-        return None
-    return fused
+    check = partial(_check, fused, dtype, torch.device(device), *shape)
+    return fused if passes("triton fused elementwise", "torch's kernels", check, dtype, 1e-5) else None
 
 
 @torch.inference_mode()
