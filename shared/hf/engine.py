@@ -26,7 +26,7 @@ a CUDA graph is a server's start-up work, not a step's: its time is left out of 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +39,14 @@ from spex.shared.engine.api import (
     EngineLoad,
     EngineRequest,
     EngineStats,
-    StopReason,
 )
-from spex.shared.hf.attention import KV, Pass
+from spex.shared.hf.attention import Pass
 from spex.shared.hf.kvcache import Entry, PrefixCache
 from spex.shared.hf.llama import LlamaRunner
 from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
 from spex.shared.hf.paged import PAGE
 from spex.shared.hf.sampling import sample
+from spex.shared.hf.sequence import Sequence
 from spex.shared.hf.stepped import SteppedEngine
 from spex.shared.roofline.measured import MeasuredProfile
 
@@ -64,48 +64,6 @@ class HFConfig:
     cuda_graphs: bool = True  # on CUDA: decode passes replayed from graphs (`graphs`)
 
 
-@dataclass(eq=False)
-class _Seq:
-    req: EngineRequest
-    seq: int
-    arrival_s: float
-    pieces: list[tuple[int, ...]]  # the prompt's token ids, piece by piece
-    entries: list[Entry] = field(default_factory=list)  # its pieces in the cache, locked
-    own: KV | None = None  # the generated tokens' KV, after the prompt's
-    next_logits: torch.Tensor | None = None
-    ids: list[int] = field(default_factory=list)  # generated tokens
-    logprobs: list[float] = field(default_factory=list)
-    text: str = ""
-    stop_reason: StopReason = ""
-    cached_tokens: int = 0
-    first_token_s: float | None = None
-    short_text: int = 0  # characters of `text` written before the step's minimum length
-    abort_s: float | None = None  # when an abort arrived (it takes effect at the next step)
-
-    @property
-    def placed(self) -> bool:
-        return bool(self.entries)
-
-    @property
-    def prefilled(self) -> bool:
-        return self.next_logits is not None
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(len(p) for p in self.pieces)
-
-    @property
-    def context(self) -> int:
-        return self.prompt_tokens + len(self.ids)
-
-    @property
-    def past_tokens(self) -> int:
-        return 0 if self.own is None else self.own.length
-
-    def segments(self) -> list[KV]:
-        return [e.kv for e in self.entries]
-
-
 class HFEngine(SteppedEngine):
     def __init__(
         self, model: Any, tokenizer: Any, config: HFConfig | None = None, runner: LlamaRunner | None = None
@@ -120,9 +78,9 @@ class HFEngine(SteppedEngine):
         self.cache = PrefixCache()
         self.stats = EngineStats()
         self.trace: list[tuple[float, float, int]] | None = None
-        self._waiting: list[_Seq] = []
-        self._running: list[_Seq] = []
-        self._by_rid: dict[str, _Seq] = {}
+        self._waiting: list[Sequence] = []
+        self._running: list[Sequence] = []
+        self._by_rid: dict[str, Sequence] = {}
         self._seq = 0
         self._piece_ids: dict[str, tuple[int, ...]] = {}
         self._pending: dict[Entry, int] = {}  # prompt pieces being computed: rows done
@@ -163,7 +121,7 @@ class HFEngine(SteppedEngine):
         if not self._running and not self._waiting:
             self.clock_s = max(self.clock_s, now_s)  # an idle engine starts at the arrival
         self._seq += 1
-        s = _Seq(req, self._seq, now_s, pieces)
+        s = Sequence(req, self._seq, now_s, pieces)
         self._by_rid[req.rid] = s
         self._waiting.append(s)
 
@@ -251,7 +209,7 @@ class HFEngine(SteppedEngine):
         """One scheduler iteration; the engine's clock advances by its measured duration."""
         start, startup_s = time.perf_counter(), self.runner.startup_s
         aborted = [s for s in self._running if s.abort_s is not None and s.abort_s <= self.clock_s]
-        done: list[tuple[_Seq, CompletionReason]] = [(s, "abort") for s in aborted]
+        done: list[tuple[Sequence, CompletionReason]] = [(s, "abort") for s in aborted]
         for s, _ in done:
             self._running.remove(s)
         self._admit()
@@ -281,7 +239,7 @@ class HFEngine(SteppedEngine):
                 s.first_token_s = self.clock_s
         return [self._finish(s, self.clock_s, reason) for s, reason in done]
 
-    def _account(self, t0: float, dt: float, prefilled: bool, decoding: list[_Seq]) -> None:
+    def _account(self, t0: float, dt: float, prefilled: bool, decoding: list[Sequence]) -> None:
         st = self.stats
         st.busy_s += dt
         if prefilled:
@@ -296,7 +254,7 @@ class HFEngine(SteppedEngine):
         st.peak_kv_tokens = max(st.peak_kv_tokens, self.held_tokens)
 
     def _account_primary(
-        self, dt: float, pass_s: float, decoding: list[_Seq], batch: Pass[Any], primary_rows: list[int]
+        self, dt: float, pass_s: float, decoding: list[Sequence], batch: Pass[Any], primary_rows: list[int]
     ) -> None:
         """A step that gave primaries a token, as measured and as it would have taken without
         the speculative sequences in it: the pass scaled by the measured curve from all its
@@ -349,7 +307,7 @@ class HFEngine(SteppedEngine):
             self._running.append(s)
             self._ready(s)  # its pieces may have been computed while it waited
 
-    def _victim_for(self, s: _Seq) -> _Seq | None:
+    def _victim_for(self, s: Sequence) -> Sequence | None:
         victims = [r for r in self._running if r.req.priority > s.req.priority and r.abort_s is None]
         return max(victims, key=lambda r: (r.req.priority, r.seq)) if victims else None
 
@@ -373,7 +331,7 @@ class HFEngine(SteppedEngine):
         return True
 
     @staticmethod
-    def _own_tokens(s: _Seq) -> int:
+    def _own_tokens(s: Sequence) -> int:
         """What a sequence's own segment holds: every token it may make, and one more."""
         return max(s.req.max_new_tokens, s.req.output_tokens) + 1
 
@@ -387,7 +345,7 @@ class HFEngine(SteppedEngine):
             self._piece_ids[piece] = ids
         return ids
 
-    def _found(self, s: _Seq) -> list[Entry]:
+    def _found(self, s: Sequence) -> list[Entry]:
         """The longest run of the prompt's first pieces the cache holds (computed or not)."""
         found: list[Entry] = []
         for ids in s.pieces:
@@ -397,7 +355,7 @@ class HFEngine(SteppedEngine):
             found.append(entry)
         return found
 
-    def _place(self, s: _Seq, found: list[Entry]) -> None:
+    def _place(self, s: Sequence, found: list[Entry]) -> None:
         """The prompt's entries: `found` (locked), then a new one for each piece after them."""
         entries = list(found)
         for ids in s.pieces[len(found) :]:
@@ -413,13 +371,13 @@ class HFEngine(SteppedEngine):
         self.stats.prompt_tokens += s.prompt_tokens
         self.stats.cached_tokens += s.cached_tokens
 
-    def _ready(self, s: _Seq) -> None:
+    def _ready(self, s: Sequence) -> None:
         """A sequence whose every piece is computed decodes from its last piece's logits."""
         if s.next_logits is None and all(e.last_logits is not None for e in s.entries):
             s.next_logits = s.entries[-1].last_logits
 
     # ------------------------------------------------------------------ the pass
-    def _plan(self, continuing: list[_Seq]) -> tuple[Pass[Any], list[tuple[int, Any]], list[int]]:
+    def _plan(self, continuing: list[Sequence]) -> tuple[Pass[Any], list[tuple[int, Any]], list[int]]:
         """The step's pass: a row for each continuing sequence's newest token, then prompt rows
         for the sequences still waiting on pieces, primaries first, up to `prefill_tokens`
         (a piece runs in the same pass as the one before it only once that one completes in
@@ -478,7 +436,7 @@ class HFEngine(SteppedEngine):
                     self._ready(s)
 
     # ------------------------------------------------------------------ sampling
-    def _sample(self, seqs: list[_Seq]) -> list[_Seq]:
+    def _sample(self, seqs: list[Sequence]) -> list[Sequence]:
         """A token for each sequence from its logits, all in one batch (`sampling`): the
         sequences that go on."""
         if not seqs:
@@ -487,60 +445,16 @@ class HFEngine(SteppedEngine):
         tokens, logprobs = sample(
             logits, [s.req.temperature for s in seqs], [s.req.seed for s in seqs], [len(s.ids) for s in seqs]
         )
-        return [s for s, token, lp in zip(seqs, tokens, logprobs, strict=True) if self._take(s, token, lp)]
+        return [
+            s
+            for s, token, lp in zip(seqs, tokens, logprobs, strict=True)
+            if s.take(token, lp, self.tokenizer, self._eos)
+        ]
 
-    def _take(self, s: _Seq, token: int, logprob: float) -> bool:
-        """The sequence's next token: False when the sequence is done."""
-        s.ids.append(token)
-        s.logprobs.append(logprob)
-        if s.req.output_tokens > 0:  # exactly this many (the synthetic content mode)
-            if len(s.ids) >= s.req.output_tokens:
-                s.stop_reason = "length"
-                s.text = self.tokenizer.decode(s.ids, skip_special_tokens=True)
-                return False
-            return True
-        if token in self._eos:
-            s.stop_reason = "eos"
-            s.text = self.tokenizer.decode(s.ids[:-1], skip_special_tokens=True)
-            return False
-        s.text = self.tokenizer.decode(s.ids, skip_special_tokens=True)
-        # A stop string counts after the step's first words (a step is never empty) and once
-        # the step has its minimum length: one that ends before that is passed over.
-        if len(s.ids) <= min(s.req.min_tokens, s.req.max_new_tokens - 1):
-            s.short_text = len(s.text)
-            return True
-        start = len(s.text) - len(s.text.lstrip())
-        found = (s.text.find(stop, max(start, s.short_text - len(stop) + 1)) for stop in s.req.stop)
-        cut = min((i for i in found if i >= 0), default=-1)
-        if cut >= 0:
-            s.text, s.stop_reason = s.text[:cut], "stop"
-            return False
-        if len(s.ids) >= s.req.max_new_tokens:
-            s.stop_reason = "length"
-            return False
-        return True
-
-    def _finish(self, s: _Seq, now_s: float, reason: CompletionReason) -> Completion:
+    def _finish(self, s: Sequence, now_s: float, reason: CompletionReason) -> Completion:
         if s.entries:
             self.cache.unlock(s.entries)
         if s.own is not None:
             s.own.release()
         self._by_rid.pop(s.req.rid, None)
-        placed = s.placed
-        s.own, s.entries, s.next_logits = None, [], None
-        logprobs = s.logprobs or [0.0]
-        return Completion(
-            rid=s.req.rid,
-            time_s=now_s,
-            generated=len(s.ids),
-            prompt_tokens=s.prompt_tokens if placed else 0,
-            cached_tokens=s.cached_tokens,
-            reason=reason,
-            arrival_s=s.arrival_s,
-            first_token_s=s.first_token_s,
-            priority=s.req.priority,
-            text=s.text,
-            stop_reason=s.stop_reason,
-            logprob_mean=sum(logprobs) / len(logprobs),
-            logprob_min=min(logprobs),
-        )
+        return s.finish(now_s, reason)

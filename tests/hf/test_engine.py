@@ -135,14 +135,14 @@ def test_a_stop_string_ending_before_the_minimum_length_is_passed_over(min_token
     import torch
 
     from spex.shared.content.prompts import stop_strings
-    from spex.shared.hf.engine import _Seq
+    from spex.shared.hf.sequence import Sequence
 
     engine = HFEngine.__new__(HFEngine)
     engine.tokenizer, engine._eos = CharTokenizer(), set()
     text = "1. a\n2. b\n3. c\n4. d"
     req = EngineRequest("r", (("q", 1),), "o", UNTIL_STOP, 64, 0, 0, 0.0, stop_strings("numbered"), ("q",))
     req.min_tokens = min_tokens
-    s = _Seq(req, 1, 0.0, [(1,)])
+    s = Sequence(req, 1, 0.0, [(1,)])
     for ch in text:
         s.next_logits = torch.nn.functional.one_hot(torch.tensor(ord(ch)), 128).float()
         if not engine._sample([s]):
