@@ -69,7 +69,11 @@ class Plan:
 
 
 GPU = Plan("cuda", False, (1, 2, 4, 8, 16, 32, 64), (512, 1024, 2048, 4096), 32, 1, 3, None, 480.0)
-DRY_RUN = Plan("cpu", True, (1, 2, 4), (32, 64), 4, 1, 1, 8, 600.0)
+DRY_RUN = Plan("cpu", True, (1, 2, 4), (32, 64), 4, 1, 1, 8, 600.0, cuda_graphs=False)
+DRY_NOTE = (
+    "A DRY RUN: the check's stages on this CPU with tiny shapes, one pair a cell. Its figures "
+    "test the check; they say nothing about a GPU."
+)
 
 
 class Check:
@@ -79,6 +83,7 @@ class Check:
         self.out, self.plan = out, plan
         self.start = time.monotonic()
         self.summary: dict[str, Any] = {"plan": asdict(plan), "stages": {}, "environment": environment(plan)}
+        self.summary["note"] = DRY_NOTE if plan.tiny else ""
         self.cells: dict[str, Any] = {}
         self.durations: list[float] = []
 
@@ -234,7 +239,11 @@ def profile(check: Check, name: str, model: Path) -> Path:
     return path
 
 
-def bench_cell(check: Check, cell: tuple[str, int, int], model: Path, profile_file: Path, sim: bool) -> dict:
+def bench_cell(
+    check: Check, cell: tuple[str, int, int], model: Path, profile_file: Path | None, sim: bool
+) -> dict[str, Any]:
+    """The cell, baseline against SPEX: on the engine (interleaved pairs), or in the simulator
+    stepping as `profile_file` says (the catalog profile's timing where None)."""
     from spex.bench.pairs import compare_pairs
     from spex.bench.vtime import BenchConfig
     from spex.shared.sim.workload import WorkloadKnobs
@@ -259,7 +268,7 @@ def bench_cell(check: Check, cell: tuple[str, int, int], model: Path, profile_fi
         cuda_graphs=plan.cuda_graphs,
         mode="spex",
         tpot_target=0.05,
-        profile_file=str(profile_file),
+        profile_file=None if profile_file is None else str(profile_file),
     )
     cfg.validate()
     return compare_pairs(cfg, 1 if sim else plan.pairs).to_json()
@@ -271,6 +280,8 @@ def run_check(plan: Plan, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     check = Check(out, plan)
     check.say(f"environment: {check.summary['environment']}")
+    if check.summary["note"]:
+        check.say(check.summary["note"])
     check.stage("forward", partial(forward, check))
     models_dir = Path(tempfile.mkdtemp(prefix="spex-gpu-check-"))  # not under `out`: eight files come back
     models = check.stage("models", lambda: build_models(check, models_dir))
@@ -299,16 +310,22 @@ def cells(check: Check, model: Path, profile_file: Path) -> None:
             continue
         check.durations.append(time.monotonic() - began)
         sim = check.stage(f"predict {key}", partial(bench_cell, check, cell, model, profile_file, sim=True))
-        check.cells[key] = {"real": real, "simulated": sim}
-        check.summary["cells"] = cell_rows(check.cells)
-        check.summary["aims"] = aims(check.cells, profile_file)
-        check.write()
+        catalog = bench_cell(check, cell, model, None, sim=True)  # deterministic, under a second
+        check.cells[key] = {"real": real, "simulated": sim, "catalog": catalog}
+        report(check, {BENCH_SHAPE: profile_file})
+
+
+def report(check: Check, profiles: dict[str, Path]) -> None:
+    """The table and the aims, written (after each cell, and at the end)."""
+    check.summary["cells"] = cell_rows(check.cells)
+    check.summary["aims"] = aims(
+        check.cells, profiles, catalog_gpu(str(check.summary["environment"].get("gpu", "")))
+    )
+    check.write()
 
 
 def finish(check: Check, profiles: dict[str, Path]) -> dict[str, Any]:
-    check.summary["cells"] = cell_rows(check.cells)
-    check.summary["aims"] = aims(check.cells, profiles.get(BENCH_SHAPE))
-    check.write()
+    report(check, profiles)
     where = str(check.summary["environment"].get("gpu", "this CPU (a dry run)"))
     check.stage("plot", lambda: plot(profiles, check.cells, check.out / "gpu-check.png", where))
     print_table(check.summary)

@@ -36,12 +36,19 @@ COMMANDS: dict[str, tuple[AddParser, Command]] = {
 
 class _Help(argparse.HelpFormatter):
     """argparse's help, with each option's default where it has one (None and False mean
-    "not given": the setting's own default applies, which its help says)."""
+    "not given": the setting's own default applies, which its help says; a switch, taking no
+    value, says what it does instead — `--no-x`'s default True is x's, not the switch's)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if "default" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        switch = action.nargs == 0
+        if (
+            "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+            or switch
+        ):
             return text
         return f"{text} (default: %(default)s)".strip()
 

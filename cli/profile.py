@@ -46,7 +46,7 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--batches", default=None, help="default sim 1,2,4,…,256; hf 1,4,8,16")
     pr.add_argument("--contexts", default=None, help="default sim 128,512,1024,2048; hf 128,512,2048")
     pr.add_argument("--slack", type=float, default=0.10, help="step growth that still counts as flat")
-    pr.add_argument("--new-tokens", type=int, default=32, help="hf: tokens each request makes")
+    pr.add_argument("--new-tokens", type=int, default=32, help="tokens each request makes (hf: at least 3)")
     pr.add_argument("--repeats", type=int, default=3, help="hf: runs per cell (the median is kept)")
     pr.add_argument(
         "--dtype",
@@ -104,8 +104,12 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"--model: {args.model!r} is not a model directory (no config.json)")
     if args.against is not None:
         check_url(args.against, "--against")
-    if args.new_tokens < 3 or args.repeats < 1:  # a decode step with every sequence in it and none finishing
-        raise ValueError("--new-tokens must be at least 3 and --repeats at least 1")
+    if args.new_tokens < 3:
+        raise ValueError(
+            "--new-tokens: at least 3 (a cell's step is timed with every request decoding, none done)"
+        )
+    if args.repeats < 1:
+        raise ValueError("--repeats: at least 1")
     from spex.shared.hf.devices import check_device
 
     check_device(args.device)

@@ -312,7 +312,6 @@ async def _result(client: IngressClient, args: argparse.Namespace, console: Cons
     return 0
 
 
-
 async def _submit(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
     from spex.shared.content.datasets import load_questions
 

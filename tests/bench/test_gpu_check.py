@@ -35,9 +35,17 @@ def test_the_dry_run_runs_every_stage_and_returns_its_files(tmp_path):
     for row in rows.values():
         assert row["lossless"] and row["same_trees_as_simulated"], row
         assert row["speedup"] > 0 and row["simulated_speedup"] > 0
-    assert {a["aim"].split(" ")[0] for a in summary["aims"]} >= {"7B", "rstar-10", "rebase-16"}
+    assert {a["aim"].split(" ")[0] for a in summary["aims"]} == {
+        "Llemma-7B",
+        "R1-Qwen3-8B",
+        "rstar-10",
+        "rebase-16",
+    }
+    steps = [a for a in summary["aims"] if " step at batch 16" in a["aim"]]
+    assert all("roofline gives" in a["why"] and "not measured" in a["why"] for a in steps)  # no batch 16 here
+    assert "DRY RUN" in summary["note"] and all("catalog_speedup" in r for r in rows.values())
     log = (tmp_path / "gpu-check.log").read_text()
-    assert "bench rebase-16 B=4: ok" in log and "aims:" in log
+    assert "bench rebase-16 B=4: ok" in log and "aims (the issue's):" in log and "DRY RUN" in log
 
 
 def test_a_failed_stage_is_reported_and_the_others_go_on(tmp_path, monkeypatch):
