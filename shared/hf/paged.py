@@ -195,11 +195,8 @@ class PagedAttention:
         prompt: list[tuple[int, np.ndarray, int]] = []
         row = 0
         for segments, start, n in batch.runs:
-            last = segments[-1]
-            keys = np.concatenate(
-                [*(s.slots()[: s.length] for s in segments[:-1]), last.slots()[: start + n]]
-            )
-            write.append(last.slots()[start : start + n])
+            keys = _key_slots(segments, start + n)
+            write.append(segments[-1].slots()[start : start + n])
             (decode if n == 1 else prompt).append((row, keys, n))
             row += n
         slots = _to(np.concatenate(write), device)
@@ -221,11 +218,8 @@ class PagedAttention:
         table = np.full((size, width), NULL_SLOT, dtype=np.int64)
         lengths = np.ones(size, dtype=np.int32)
         for i, (segments, start, _) in enumerate(batch.runs):
-            last = segments[-1]
-            keys = np.concatenate(
-                [*(s.slots()[: s.length] for s in segments[:-1]), last.slots()[: start + 1]]
-            )
-            write[i], table[i, : len(keys)], lengths[i] = last.slots()[start], keys, len(keys)
+            keys = _key_slots(segments, start + 1)
+            write[i], table[i, : len(keys)], lengths[i] = segments[-1].slots()[start], keys, len(keys)
         out: dict[str, np.ndarray] = {"write": write, "table": table, "lengths": lengths}
         if self.decode_kernel is None:
             visible = np.arange(width)[None, :] < lengths[:, None]
@@ -284,20 +278,22 @@ class PagedAttention:
         keys, values = self.pool.keys[layer], self.pool.values[layer]
         keys.index_copy_(0, plan.write, k)
         values.index_copy_(0, plan.write, v)
-        if plan.in_order:
+        if plan.in_order:  # the decode rows are the pass's rows, in order: no gather of q
             return self.attend(q, keys, values, plan.groups[0])
         out = q.new_empty(plan.rows, self.heads * self.head_dim)
         for group in plan.groups:
-            got = self.attend(q, keys, values, group)
+            got = self.attend(q.index_select(0, group.rows), keys, values, group)
             out.index_copy_(0, group.dest, got if group.out is None else got[group.out])
         for first, n, at in plan.alone:
             out[first : first + n] = self._alone(q[first : first + n], keys[at], values[at])
         return out
 
-    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: Group) -> torch.Tensor:
-        """One group's attention: [runs × queries, heads × head_dim]."""
+    def attend(
+        self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: Group
+    ) -> torch.Tensor:
+        """One group's attention, its queries [runs × queries, heads, head_dim] in the group's
+        order (`group.rows` of the pass): [runs × queries, heads × head_dim]."""
         runs, n, kv, g, d = group.runs, group.queries, self.kv_heads, self.group, self.head_dim
-        queries = q.index_select(0, group.rows)
         if n == 1 and self.decode_kernel is not None:
             return self.decode_kernel(queries, keys, values, group.table, group.lengths)
         folded = queries.view(runs, n, kv, g, d).transpose(1, 2).reshape(runs, kv, n * g, d)
@@ -320,6 +316,12 @@ class PagedAttention:
             attn_mask=causal, enable_gqa=True,
         )[0]  # fmt: skip
         return out.transpose(0, 1).reshape(n, -1)
+
+
+def _key_slots(segments: list[PagedSegment], end: int) -> np.ndarray:
+    """The pool slots a run's row sees: every segment before the last in full, then the last's
+    first `end` positions."""
+    return np.concatenate([*(s.slots()[: s.length] for s in segments[:-1]), segments[-1].slots()[:end]])
 
 
 def _to(array: np.ndarray, device: Any) -> torch.Tensor:
