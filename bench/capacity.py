@@ -87,7 +87,7 @@ async def _allocator_round_s(url: str, queries: int, workers: int) -> dict[str, 
         for i in range(queries):
             qid = f"q{i:06d}"
             event = QueryStatsEvent(
-                msg_id=f"s/{qid}", query_id=qid, candidates=1 + i % 7, hit_rate=(hit + i * 0.01) % 1.0,
+                msg_id=f"s/{qid}", query_id=qid, running=[], offers=[(hit + i * 0.01) % 1.0] * (1 + i % 7),
                 prefix_tokens=512 + i % 1024, active_jobs=i % 3, worker=f"gen-{i % workers}",
             )  # fmt: skip
             allocator.latest[qid] = (now, event)

@@ -10,14 +10,13 @@ Each cell is run `repeats` times; the median is reported.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from spex.shared.content.prompts import filler
 from spex.shared.engine.api import Completion, EngineRequest
+from spex.shared.roofline.measured import Cell, profile_json
 from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
 
@@ -27,21 +26,6 @@ START_WAIT_S = 60.0  # how long a server that does not answer is waited for
 # The request-cost probe's prompt: two of vLLM's 128-token blocks and a few tokens more (a
 # block cache recomputes only those; SGLang's radix cache only the last one).
 PROBE_CONTEXT = 260
-
-
-@dataclass(frozen=True)
-class Cell:
-    batch: int
-    context: int
-    tpot_s: float  # median over repeats of the mean time per output token
-    tokens_per_s: float  # batch / tpot_s
-    # Median over repeats of the mean time to the first token of `batch` fresh prompts:
-    # their prefill and one step (what the simulator's prefill rate is read from).
-    first_token_s: float = 0.0
-
-    @property
-    def step_ms(self) -> float:
-        return self.tpot_s * 1e3
 
 
 def measure_server(
@@ -177,8 +161,7 @@ async def _tokens_per_word(
 
 def write_report(cells: list[Cell], meta: dict[str, Any], path: Path, plot: bool = True) -> None:
     """The cells as JSON at `path`, and (with `plot`) a plot of tokens/s by batch beside it (.png)."""
-    rows = [{**asdict(c), "step_ms": c.step_ms} for c in cells]
-    path.write_text(json.dumps({"meta": meta, "cells": rows}, indent=2))
+    path.write_text(profile_json(cells, meta))
     if plot:
         plot_cells(cells, str(meta.get("engine", "")), path.with_suffix(".png"))
 

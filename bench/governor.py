@@ -1,5 +1,7 @@
-"""The TPOT governor over a run, plotted from a results file: its slack, the speculative pool
-it gave, and the primary TPOT growth it measured, against the target.
+"""The TPOT governor over a run, plotted from a results file: its slack, the speculative jobs
+admitted and what stopped admission there (the slack, the useful-rate test of the throughput
+objective, the KV or batch limit, or the candidates running out), and the primary TPOT growth
+it measured, against the target.
 
     python -m spex.bench.governor RESULTS.json --plot governor.png
 
@@ -13,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from spex.bench.results import pair_records
 
 __all__ = ["plot", "runs", "summary"]
+
+BOUND_MARKERS = {"slack": "v", "rate": "x", "limit": "s", "demand": "."}  # what stopped admission
 
 
 def runs(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -35,7 +40,10 @@ def summary(run: dict[str, Any]) -> str:
     median = f"{growth[len(growth) // 2]:+.0%}" if growth else "—"
     pools = [row[2] for row in trace]
     target = run.get("tpot_target")
+    bounds = Counter(str(row[5]) for row in trace if len(row) > 5)
+    why = ", ".join(f"{k} {v}" for k, v in bounds.most_common())
     return (
+        f"objective {run.get('objective', 'slo')}, bound by {why or 'unrecorded'}; "
         f"target {'fixed slack' if target is None else f'+{target:.0%}'}: window growth median {median}, "
         f"slack at the end {run['slack_end'][0]:.2f}, pool {min(pools, default=0)}–{max(pools, default=0)}, "
         f"primary TPOT {run['primary_tpot_ms']:.0f} ms"
@@ -57,6 +65,10 @@ def plot(report: dict[str, Any], path: Path, title: str = "") -> None:
         label = f"run {i + 1}"
         top.step(t, [row[1] for row in trace], where="post", color=f"C{i}", label=label)
         mid.step(t, [row[2] for row in trace], where="post", color=f"C{i}")
+        for bound, marker in BOUND_MARKERS.items():
+            rows = [row for row in trace if len(row) > 5 and row[5] == bound]
+            mid.plot([r[0] for r in rows], [r[2] for r in rows], marker, color=f"C{i}", ms=3,
+                     label=bound if i == 0 and rows else None)  # fmt: skip
         seen: dict[int, tuple[float, float]] = {}  # window -> (first row's time, its growth)
         for row in trace:
             if row[3] is not None:
@@ -68,7 +80,9 @@ def plot(report: dict[str, Any], path: Path, title: str = "") -> None:
         low.axhline(target * 100, color="k", lw=1, ls="--", label=f"target +{target:.0%}")
         low.legend(fontsize=8)
     top.set_ylabel("slack")
-    mid.set_ylabel("speculative pool")
+    mid.set_ylabel("speculative jobs admitted")
+    if mid.get_legend_handles_labels()[0]:
+        mid.legend(fontsize=7, title="bound by", title_fontsize=7, loc="upper right")
     low.set_ylabel("primary TPOT growth, %")
     low.set_xlabel("time in the run (s)")
     top.legend(fontsize=8)

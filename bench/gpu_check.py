@@ -207,7 +207,8 @@ def build_models(check: Check, models_dir: Path) -> dict[str, Path]:
 
 def profile(check: Check, name: str, model: Path) -> Path:
     from spex.bench.engine_speed import write_report
-    from spex.bench.hf_profile import measure_hf, profile_engine
+    from spex.bench.hf_profile import profile_engine
+    from spex.shared.hf.sweep import measure_hf
 
     plan = check.plan
     batches, contexts = list(plan.batches), list(plan.contexts)

@@ -115,7 +115,8 @@ def plot(profiles: dict[str, Path], cells: dict[str, Any], path: Path, where: st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from spex.bench.engine_speed import Cell, plot_cells
+    from spex.bench.engine_speed import plot_cells
+    from spex.shared.roofline.measured import Cell
 
     fig, axes = plt.subplots(1, len(profiles) + 1, figsize=(5 * (len(profiles) + 1), 4))
     axes = list(axes) if len(profiles) else [axes]

@@ -98,7 +98,7 @@ def _jobs(questions: int, seed: int) -> list[tuple[str, BenchConfig, list[tuple[
         base = BenchConfig(batch_size=batch, questions=questions, seed=seed, profile=PROFILES[0][0], mix=MIX)
         spex = replace(base, mode="spex")
         variants = [
-            ("t3_off", spex),  # T1 + the TPOT governor + T2's utility split
+            ("t3_off", spex),  # T1 + the TPOT governor + T2's division by value
             ("t1_only", replace(spex, t2=False)),  # T1 + the governor, the pool split evenly
             ("unbudgeted", replace(spex, t2=False, tpot_budget=False)),  # T1 with what the KV holds
         ]
@@ -243,7 +243,7 @@ def _markdown(report: dict[str, Any]) -> str:
         f"**T2 measured for what it is** ({PROFILES[0][0]}; each question runs one of {mix}): speedup "
         "(primary TPOT ratio) of T1 with no budget (speculation takes what the KV pool holds), T1 "
         "held to +5% TPOT by the governor (the pool split evenly), and T1 with the governor and T2's "
-        "utility split; the largest pool divided",
+        "division by value; the largest pool divided",
         "",
         "| B | T1, no budget | T1 + governor | T1 + governor + split | split / even | pool peak |",
         "|---|---|---|---|---|---|",

@@ -58,6 +58,9 @@ class OraclePredictor:
     def spec_distance(self, node: Node) -> int:
         return self.algorithm.spec_distance(node)
 
+    def spec_likelihood(self, node: Node) -> float:
+        return 1.0  # it predicts only nodes of the final tree
+
 
 @dataclass
 class TreeRecorder:

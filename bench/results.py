@@ -107,11 +107,13 @@ class RunSummary:
     cancel_latency_p50_s: float | None
     spec_pool_peak: int
     slack_end: list[float]  # each worker's TPOT slack at the end (the governor's, or the fixed one)
-    # Worker 0's governor over the run: [time s, slack, pool, TPOT growth of the last window
-    # closed, windows closed] each time the slack or the pool moved (`bench.governor` plots it).
-    governor_trace: list[list[float | None]]
+    # Worker 0's governor over the run: [time s, slack, speculative jobs admitted, TPOT growth
+    # of the last window closed, windows closed, what bound the admission ("slack", "rate",
+    # "limit", "demand")] each time one of the first three or the bound moved (`bench.governor`).
+    governor_trace: list[list[float | str | None]]
     server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
     tpot_target: float | None  # what the governor held primary TPOT growth to (None: a fixed slack, or none)
+    objective: str  # what speculation was admitted for: "slo" or "throughput"
     profile_file: str | None  # the measured step curve it budgeted by (None: the catalog's or static)
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
@@ -277,11 +279,12 @@ def summarize(res: BenchResult) -> RunSummary:
         spec_pool_peak=res.pool_peak,
         slack_end=[round(s, 4) for s in res.slack],
         governor_trace=[
-            [round(t, 3), round(slack, 4), pool, None if g is None else round(g, 4), windows]
-            for t, slack, pool, g, windows in res.governor
+            [round(t, 3), round(slack, 4), pool, None if g is None else round(g, 4), windows, bound]
+            for t, slack, pool, g, windows, bound in res.governor
         ],
         server=dict(getattr(res.gen, "server_info", {})),
         tpot_target=cfg.tpot_target if cfg.tpot_slack is None and cfg.tpot_budget else None,
+        objective=cfg.objective,
         profile_file=cfg.profile_file,
         wall_s=res.wall_s,
         sim_speed=_ratio(span, res.wall_s, 0.0),

@@ -25,6 +25,7 @@ from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import PredictorFactory, algorithm_predictor
+from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.roofline.hardware import list_profiles
 from spex.shared.runtime.settings import without_password
 from spex.shared.sim.workload import WorkloadKnobs, knob_table, load_knobs
@@ -113,7 +114,13 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
         default="sglang",
         help="sim engine: sglang (priority admission only) or paused (per-step pausing too)",
     )
-    b.add_argument("--temperature", type=float, default=0.5, help="T2 softmax temperature τ")
+    b.add_argument(
+        "--objective",
+        choices=list(OBJECTIVES),
+        default="slo",
+        help="what speculation is admitted for: slo (primary TPOT within --tpot-target, the serving "
+        "default) or throughput (expected useful tokens per second: offline searches)",
+    )
 
 
 def _driver_args(b: argparse.ArgumentParser) -> None:
@@ -363,7 +370,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         tpot_slack=args.tpot_slack,
         tpot_budget=args.tpot_budget,
         scheduling=args.scheduling,
-        temperature=args.temperature,
+        objective=args.objective,
         backend=args.engine,
         model=args.model,
         prm=args.prm,

@@ -16,7 +16,7 @@ from spex.bench.vtime.config import SERVERS, check_url
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, parse_profile
 
 if TYPE_CHECKING:
-    from spex.bench.engine_speed import Cell
+    from spex.shared.roofline.measured import Cell
 
 __all__ = ["add_profile_parser", "profile_command"]
 
@@ -116,7 +116,8 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
     import torch
 
     from spex.bench.engine_speed import write_report
-    from spex.bench.hf_profile import measure_hf, profile_engine
+    from spex.bench.hf_profile import profile_engine
+    from spex.shared.hf.sweep import measure_hf
 
     engine = profile_engine(
         args.model,

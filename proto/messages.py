@@ -225,11 +225,15 @@ class BudgetUpdateEvent(Message, frozen=True):
 class QueryStatsEvent(Message, frozen=True):
     """A coordinator's view of one query, for the budget allocator."""
 
-    candidates: int  # C_q: distinct speculative branches it could issue now
-    hit_rate: float  # P_q: recent fraction of speculative results used
-    prefix_tokens: int  # S_KV(q): KV a speculative branch would reuse
+    # The value of each speculative job it has in flight, and of each new candidate it could
+    # issue now in its predictor's order, as if it ran alone on its engine: the probability
+    # that its search uses it (calibrated by its hits) times what a use saves.
+    running: list[float]
+    offers: list[float]
+    prefix_tokens: int  # the context each of its sequences decodes over
     active_jobs: int
     worker: str = ""  # the generator its jobs are routed to ("" unrouted: any worker's)
+    algorithm: str = ""  # its search's (what a use saves depends on how many share the engine)
 
 
 class WorkerLoadEvent(Message, frozen=True):

@@ -77,6 +77,7 @@ __all__ = [
     "submitted_key",
     "use_partitions",
     "worker_jobs",
+    "worker_curve",
     "worker_load",
 ]
 
@@ -248,6 +249,9 @@ submitted_key = ClientName("submitted:<id>")  # <client>/<client key> -> query i
 query_sent = QueryName("{q:<id>}:sent")  # hash: ids of the messages published for it (idempotent publish)
 query_cancelled = QueryName("{q:<id>}:cancelled")  # hash: its jobs cancelled (a queued one never starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness
+# JSON: the step curve a generator's engine was measured at (`spex profile --json`'s format),
+# which the allocator budgets that worker by; absent: the catalog profile (SPEX_PROFILE).
+worker_curve = Name("worker:<id>:curve")
 ALLOCATOR_LEASE = "allocator:lease"  # the one active budget allocator
 ALLOCATOR_STATUS = "allocator:status"  # JSON: its governors' slack and pools, for watchers (TTL)
 GEN_WORKERS = "gen:workers"  # zset: generator worker -> its last load report (ms); kept while

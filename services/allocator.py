@@ -1,10 +1,14 @@
 """Budget allocator (T2): one active instance under a lease turns the coordinators' per-query
-stats into speculative shares (`spex.shared.core.spec.budget.allocate`) and publishes them to
-each query's inbox. Coordinators fall back to a static local share while none is published.
+stats (the values of their speculative jobs and candidates) into speculative shares and
+publishes them to each query's inbox. Coordinators fall back to a static local share while
+none is published.
 
-Each worker's pool is its roofline's spare capacity at a slack that a `TpotGovernor` steers,
-per worker, from the step times its generator reports, so speculation grows primary TPOT by
-SPEX_TPOT_TARGET (SPEX_TPOT_FIXED=1: SPEX_TPOT_SLACK as it is)."""
+Each worker's queries are admitted by the controller (`spex.shared.roofline.admission`) under
+SPEX_OBJECTIVE, on the step curve the worker published (measured at its start, or from
+SPEX_PROFILE_FILE) or else the catalog's SPEX_PROFILE, at the worker's live load. Under `slo`
+the slack is what a `TpotGovernor` steers, per worker, from the step times its generator
+reports, so speculation grows primary TPOT by SPEX_TPOT_TARGET (SPEX_TPOT_FIXED=1:
+SPEX_TPOT_SLACK as it is)."""
 
 from __future__ import annotations
 
@@ -26,11 +30,14 @@ from spex.proto.names import (
     query_inbox,
     query_request,
     spread,
+    worker_curve,
     worker_load,
 )
-from spex.shared.core.spec.budget import Demand, allocate
+from spex.shared.core.search import ALGORITHMS
+from spex.shared.roofline.admission import FLAT, Admission, Offer, admit, divide
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
+from spex.shared.roofline.measured import MeasuredProfile, parse_measured
 from spex.shared.runtime.bus import Bus, read_streams
 from spex.shared.runtime.metrics import GOVERNOR_SLACK, SPEC_BUDGET, SPEC_POOL
 from spex.shared.runtime.service import loop_forever, run_service
@@ -50,8 +57,6 @@ class Allocator:
         self.settings = settings
         profile = parse_profile(settings.profile)
         self.profile = profile
-        self.weight_bytes = profile.model.resident_bytes
-        self.kv_bytes = profile.model.kv_bytes_per_token
         # k_total: the engine's roofline knee at a typical node context (+10% step time).
         self.k_total = 1 + spare_concurrency(profile, 1, 512, 512, 0.10)
         self.latest: dict[str, tuple[float, QueryStatsEvent]] = {}
@@ -59,7 +64,7 @@ class Allocator:
         self.rounds = 0
         self._last = dict.fromkeys(spread(QUERY_STATS), "$")  # each part: where we are
         self.governors: dict[str, TpotGovernor] = {}  # per worker
-        self._slack_bound: dict[str, bool] = {}  # the slack set its last pool (not KV)
+        self.curves: dict[str, MeasuredProfile | None] = {}  # per live worker: its published curve
         self._gauged: set[str] = set()  # workers whose gauges this allocator set
         self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
@@ -82,7 +87,6 @@ class Allocator:
             g.feed(w.primary_steps, w.primary_step_s, w.primary_alone_s)
         for gone in set(self.governors) - set(loads):
             del self.governors[gone]
-            self._slack_bound.pop(gone, None)
 
     async def run(self, stop: asyncio.Event) -> None:
         await loop_forever(stop, self._round, self.log, lambda: None)
@@ -131,23 +135,32 @@ class Allocator:
                 out.append(load)
         return out
 
-    def _pool(self, stats: list[QueryStatsEvent], loads: list[WorkerLoadEvent]) -> int:
-        """Σ over `loads`' generators of what their roofline and KV leave for speculation (the
-        same rule as the virtual-time bench); a static k_total while none reports its load."""
-        spec_ctx = sum(min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS) for m in stats) / len(stats)
-        if not loads:
-            return max(0, self.k_total - sum(m.active_jobs for m in stats))
-        total = 0
-        for w in loads:
-            spare = spare_concurrency(self.profile, w.primary, w.primary_ctx, spec_ctx, self.slack(w.worker))
-            room = kv_room(self.profile, w.kv_held, w.spec, MAX_STEP_TOKENS)
-            self._slack_bound[w.worker] = spare < room  # the slack, not the KV pool, sets it
-            total += min(spare, room)
-        return total
+    def _offer(self, m: QueryStatsEvent, sharing: int = 1) -> Offer:
+        """A query's speculative jobs and candidates on an engine `sharing` queries share, its
+        telemetry clamped to sane ranges (at most MAX_CANDIDATES of each, values in [0, 1], a
+        NaN counted as 0)."""
+        prefix = min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS)
+        search = ALGORITHMS.get(m.algorithm)
+        scale = search.spec_saving(sharing) / search.spec_saving(1) if search is not None else 1.0
+        return Offer(m.query_id, _values(m.running, scale), _values(m.offers, scale), float(prefix))
+
+    def _admit(self, w: WorkerLoadEvent, offers: list[Offer]) -> Admission:
+        """Worker `w`'s admission of `offers` under the objective, on its curve (the one it
+        published, or the catalog's for the simulated engine) at its live load, within its KV
+        room; a real engine with no curve takes whatever its batch has room for."""
+        capacity = w.kv_capacity if w.kv_capacity > 0 else self.profile.kv_capacity_tokens
+        room = kv_room(capacity, w.kv_held, w.spec, MAX_STEP_TOKENS)
+        curve = self.curves.get(w.worker) or (self.profile if self.settings.engine == "sim" else None)
+        if curve is None:  # a real engine with no curve: its batch is the pool
+            room = min(room, max(0, self.settings.max_running - w.primary))
+            return admit(FLAT, w.primary, w.primary_ctx, offers, "throughput", limit=room)
+        objective = self.settings.objective
+        return admit(curve, w.primary, w.primary_ctx, offers, objective, self.slack(w.worker), room)
 
     async def _publish(self) -> None:
-        """Each worker's spare capacity goes to the queries routed to it (prefix affinity);
-        queries not routed to a live worker share what the other workers leave."""
+        """Each worker's controller admits the candidates of the queries routed to it (prefix
+        affinity); queries not routed to a live worker share, in value order, what the other
+        workers would admit; with no worker reporting, a static k_total."""
         if not self.latest:  # nothing speculates: nothing granted, no pool used
             SPEC_BUDGET.set(0)
             for worker in self._gauged:
@@ -155,6 +168,7 @@ class Allocator:
             return
         stats = [m for _, m in self.latest.values()]
         loads = {w.worker: w for w in await self._worker_loads()}
+        await self._fetch_curves(loads)
         if not self.settings.tpot_fixed:
             self._govern(loads)
         groups: dict[str, list[QueryStatsEvent]] = {}
@@ -163,17 +177,25 @@ class Allocator:
         shares: dict[str, int] = {}
         pools: dict[str, int] = {}
         for worker, members in groups.items():
-            mine = [loads[worker]] if worker else [w for name, w in loads.items() if name not in groups]
-            # Unplaced queries get what the workers nobody is placed on leave — nothing when
-            # every live worker has its own queries (not the static k_total on top).
-            pool = self._pool(members, mine) if mine or not loads else 0
-            demands = [_demand(m, self.kv_bytes) for m in members]
-            shares |= allocate(demands, pool, self.weight_bytes)
-            demand = sum(d.candidates for d in demands)
-            for w in mine:
+            offers = [self._offer(m, len(members)) for m in members]
+            running = sum(len(o.running) for o in offers)
+            demand = running + sum(len(o.candidates) for o in offers)
+            if worker:
+                admission = self._admit(loads[worker], offers)
+                shares |= admission.shares
+                pools[worker] = running + admission.admitted
+                self._note(worker, demand, pools[worker], admission.bound)
+                continue
+            # Unplaced queries get what the workers nobody is placed on would admit — nothing
+            # when every live worker has its own queries (not the static k_total on top).
+            idle = [w for name, w in loads.items() if name not in groups]
+            if idle:
+                pool = running + sum(self._admit(w, offers).admitted for w in idle)
+            else:
+                pool = 0 if loads else max(0, self.k_total - sum(m.active_jobs for m in members))
+            shares |= divide(offers, pool)
+            for w in idle:
                 pools[w.worker] = pool
-                if w.worker in self.governors:
-                    self.governors[w.worker].note_pool(demand, pool, self._slack_bound.get(w.worker, False))
         self.rounds += 1
         await self._report(loads, pools, sum(shares.values()))
         updates: list[tuple[str, Message]] = []
@@ -192,6 +214,28 @@ class Allocator:
             batch = updates[start : start + PUBLISH_BATCH]
             await self.bus.publish_many(batch, require=lambda message: query_request(message.query_id))
 
+    def _note(self, worker: str, demand: int, pool: int, bound: str) -> None:
+        """Tell `worker`'s governor what its admission met: the slack may rise only if it bound."""
+        if worker in self.governors:
+            self.governors[worker].note_pool(demand, pool, bound == "slack")
+
+    async def _fetch_curves(self, loads: dict[str, WorkerLoadEvent]) -> None:
+        """The step curve each live worker published (`worker_curve`), read once per worker;
+        one that does not parse is logged and the catalog profile used for that worker."""
+        for gone in set(self.curves) - set(loads):
+            del self.curves[gone]
+        for name in loads:
+            if name in self.curves:
+                continue
+            raw: Any = await self.r.get(home(worker_curve(name)))
+            curve = None
+            if raw is not None:
+                try:
+                    curve = parse_measured(raw, f"worker {name}'s curve")
+                except ValueError as exc:
+                    self.log.warning("worker_curve_malformed", worker=name, error=str(exc))
+            self.curves[name] = curve
+
     async def _report(self, loads: dict[str, WorkerLoadEvent], pools: dict[str, int], granted: int) -> None:
         """The governors' slack and the pools, as gauges and for the ingress's overview (a
         key that expires when no allocator is active)."""
@@ -204,8 +248,19 @@ class Allocator:
             SPEC_POOL.remove(gone)
         self._gauged = set(slack)
         SPEC_BUDGET.set(granted)
-        status = {"slack": slack, "pool": pools, "granted": granted, "tpot_target": self.settings.tpot_target}
+        status = {
+            "slack": slack, "pool": pools, "granted": granted, "tpot_target": self.settings.tpot_target,
+            "objective": self.settings.objective, "curve": {w: self._curve_name(w) for w in loads},
+        }  # fmt: skip
         await self.r.set(ALLOCATOR_STATUS, json.dumps(status), px=int(self.settings.lease_s * 3000))
+
+    def _curve_name(self, worker: str) -> str:
+        curve = self.curves.get(worker)
+        if curve is not None:
+            return curve.name
+        if self.settings.engine == "sim":
+            return f"catalog {self.settings.profile}"
+        return "none: the batch is the pool"
 
     def _clear_gauges(self) -> None:
         if self._gauged:
@@ -219,12 +274,8 @@ MAX_CANDIDATES = 1024  # more speculative branches than any engine runs for one 
 MAX_PREFIX_TOKENS = 10_000_000
 
 
-def _demand(m: QueryStatsEvent, kv_bytes: float) -> Demand:
-    """A query's demand, its telemetry clamped to sane ranges (a NaN hit rate counts as 0)."""
-    hit_rate = m.hit_rate if 0.0 <= m.hit_rate <= 1.0 else (1.0 if m.hit_rate > 1.0 else 0.0)
-    candidates = min(max(0, m.candidates), MAX_CANDIDATES)
-    prefix = min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS)
-    return Demand(m.query_id, candidates, hit_rate, prefix * kv_bytes)
+def _values(values: list[float], scale: float) -> tuple[float, ...]:
+    return tuple(min(1.0, v) * scale if v > 0.0 else 0.0 for v in values[:MAX_CANDIDATES])
 
 
 def main() -> int:

@@ -46,6 +46,7 @@ from spex.proto.names import (
     worker_jobs,
     worker_load,
 )
+from spex.services.step_curve import publish_curve
 from spex.shared.content.prompts import prompt_pieces, stop_strings
 from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
@@ -112,6 +113,10 @@ class Generator(JobWorker[_GenJob]):
         self._promoted: OrderedDict[str, int] = OrderedDict()
         self._report = client.register_script(REPORT)
         self._forget = client.register_script(FORGET)
+
+    async def prepare(self) -> None:
+        await publish_curve(self.bus.r, self.settings, self.engine, self.log)  # before the engine's thread
+        await super().prepare()
 
     def summary(self) -> dict[str, int]:
         return {"jobs_done": self.done, "jobs_aborted": self.aborted, "dead_lettered": self.bus.dead_lettered}

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from spex.services.step_curve import describe
 from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import ENV, Settings, without_password
 from spex.shared.runtime.supervisor import Supervisor
@@ -189,6 +190,7 @@ def up(
         say(f"[bold]spex up[/]: {where}; services: {', '.join(supervisor.children)}")
         base = f"http://{settings.http_host}:{settings.http_port}"
         say(f"HTTP ingress: {base}/v1/questions (live view: {base}/, OpenAI API: {base}/v1)")
+        say(f"speculation: objective {settings.objective}; step curve: {describe(settings)}")
         say(f"logs: {logs}" + ("" if data_dir is not None else " (removed when this stops)"))
         if ports:
             say("metrics: " + ", ".join(f"{n} :{p}" for n, p in ports.items()))

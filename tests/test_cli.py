@@ -46,6 +46,9 @@ def spex(*args, check=True):
         (["bench", "--min-step-tokens", "300"], "min_step_tokens"),
         (["bench", "--max-step-tokens", "0"], "step_token_cap"),
         (["up", "--min-step-tokens", "-1"], "SPEX_MIN_STEP_TOKENS"),
+        (["up", "--profile-file", "/no/such.json"], "--profile-file"),
+        (["up", "--objective", "latency"], "--objective"),
+        (["bench", "--objective", "latency"], "--objective"),
         (["demo", "--questions", "0"], "--questions"),
         (["up", "--engine", "sglang", "--engine-url", "http://a:1,http://b:2"], "SPEX_ENGINE_URL"),
     ],
@@ -286,9 +289,13 @@ def test_the_governors_trace_is_recorded_and_plotted(tmp_path):
     assert times == sorted(times) and all(0 <= row[1] <= 4.0 and row[2] >= 0 for row in trace)
     assert trace[-1][1] == pytest.approx(r["spex"]["slack_end"][0], abs=1e-4)
     assert any(row[3] is not None for row in trace)  # windows closed, their growth measured
+    assert {row[5] for row in trace} <= {"slack", "rate", "limit", "demand"}
+    assert r["spex"]["objective"] == "slo"
     proc = subprocess.run(
         [sys.executable, "-m", "spex.bench.governor", str(out), "--plot", str(png)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("target +5%: window growth median") and png.stat().st_size > 0
+    assert proc.stdout.startswith("objective slo, bound by slack")
+    assert "target +5%: window growth median" in proc.stdout
+    assert png.stat().st_size > 0

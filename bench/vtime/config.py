@@ -14,6 +14,7 @@ from spex.shared.core.search import SearchConfig, make_algorithm
 from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.tree import Tree
+from spex.shared.roofline.admission import OBJECTIVES, Objective
 from spex.shared.roofline.hardware import Profile, parse_profile
 from spex.shared.roofline.measured import load_measured, measured_sim_profile
 from spex.shared.sim.engine import EngineConfig
@@ -73,7 +74,7 @@ class BenchConfig:
     # --- SPEX
     mode: str = "baseline"  # a benchmark runs the plain search unless asked
     t1: bool = True  # intra-query speculation
-    t2: bool = True  # softmax budget across queries (else an even split)
+    t2: bool = True  # the budget across queries by value (else the same pool split evenly)
     early_stop: EarlyStop = field(default_factory=EarlyStop)  # T3
     max_amplification: float | None = None
     k_total: int | None = None  # static concurrency cap; None: the live roofline pool
@@ -82,8 +83,11 @@ class BenchConfig:
     tpot_target: float = 0.05
     tpot_slack: float | None = None
     tpot_budget: bool = True  # False: no TPOT budget at all, speculation bounded by the KV room only
+    # What speculation is admitted for (`roofline.admission`): "slo", primary TPOT within the
+    # target; "throughput", expected useful tokens per second.
+    objective: Objective = "slo"
+    max_offers: int = 64  # new speculative candidates a query offers per budget round
     scheduling: str = "sglang"  # the sim engine's scheduling ("paused": per-step pausing too)
-    temperature: float = 0.5  # τ of the T2 softmax
     cache_nodes: int = 256
     # --- scale-out (simulated engines only)
     # A mixed workload: each question runs one of these (algorithm, target) searches, drawn
@@ -122,8 +126,8 @@ class BenchConfig:
             raise ValueError(f"tpot_slack: must be at least 0, not {self.tpot_slack}")
         if self.scheduling not in SCHEDULINGS:
             raise ValueError(f"scheduling: must be one of {', '.join(SCHEDULINGS)}, not {self.scheduling!r}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature: must be positive, not {self.temperature}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective: must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
         if self.early_stop.alpha <= 0:
             raise ValueError(f"early_stop_alpha: must be positive, not {self.early_stop.alpha}")
         self._validate_engines()

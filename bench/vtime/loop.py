@@ -34,10 +34,10 @@ from spex.shared.core.commands import (
 )
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.routing import SHARED, Load, Ring, route
-from spex.shared.core.spec.budget import Demand, allocate, even_split, hit_rate_estimate
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
 from spex.shared.engine.api import Completion, Engine, EngineFailed
-from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
+from spex.shared.roofline.admission import FLAT, Admission, Objective, Offer, admit, divide, even_split
+from spex.shared.roofline.capacity import StepCurve, TpotGovernor, kv_room
 from spex.shared.roofline.measured import load_measured
 from spex.shared.sim.engine import SimEngine
 
@@ -109,7 +109,6 @@ class _Run:
         self.metrics = RunMetrics(self.gen.trace is not None, exact_rewards=cfg.content == "synthetic")
         start = cfg.tpot_slack if cfg.tpot_slack is not None else 0.10
         self.governors = [TpotGovernor(cfg.tpot_target, start) for _ in self.gens]
-        self._slack_bound = [False] * len(self.gens)  # the slack set the last pool (not KV)
         self.interpreters: dict[type, Callable[[Any, str, float], int]] = {  # one per Command type
             GenerateCommand: self._generate,
             ScoreCommand: self._score,
@@ -304,40 +303,38 @@ class _Run:
         return 0
 
     # ------------------------------------------------------------------ T2
-    def _pool(self, w: int, machines: list[QueryMachine]) -> int:
-        """Speculative jobs worker `w`'s engine can take now, for the queries `machines` routed
-        to it: the roofline's spare capacity at its slack, within the KV room."""
+    def _room(self, w: int) -> tuple[StepCurve, int, bool]:
+        """Worker `w`'s step curve, the speculative jobs its KV (or batch) holds at most, and
+        whether the objective decides on that curve (False: no budget, or a static pool: filled
+        as it is)."""
         book, gen = self.books[w], self.gens[w]
-        k_total = self.cfg.k_total
         real = not isinstance(gen, SimEngine)
-        if k_total is None and real and self.measured is None:
-            k_total = self.cfg.max_running  # no model of this engine's step time: its batch is the pool
-        self._slack_bound[w] = False
-        if k_total is not None:
-            return max(0, k_total - book.primary_in_flight)
-        if not self.cfg.tpot_budget:  # speculation unbudgeted: what the KV (or the batch) holds
-            if real:
-                return max(0, self.cfg.max_running - book.primary_in_flight)
-            return kv_room(self.profile, gen.held_tokens, book.speculative_jobs, self.config.max_step_tokens)
-        contexts = [m.context_tokens for m in machines]
-        if real and self.measured is not None:  # the measured curve, within the engine's batch
-            free = max(0, self.cfg.max_running - book.primary_in_flight)
-            spare = spare_concurrency(
-                self.measured, book.primary_in_flight, book.primary_ctx, sum(contexts) / len(contexts),
-                self._slack(w), limit=free,
-            )  # fmt: skip
-            self._slack_bound[w] = spare < free
-            return spare
-        spare = spare_concurrency(
-            self.profile,
-            book.primary_in_flight,
-            book.primary_ctx,
-            sum(contexts) / len(contexts),
-            self._slack(w),
+        batch_room = max(0, self.cfg.max_running - book.primary_in_flight)
+        if self.cfg.k_total is not None:
+            return FLAT, max(0, self.cfg.k_total - book.primary_in_flight), False
+        if real:  # the measured curve, within the engine's batch; none: its batch is the pool
+            curve = self.measured if self.measured is not None else FLAT
+            return curve, batch_room, self.measured is not None and self.cfg.tpot_budget
+        room = kv_room(
+            self.profile.kv_capacity_tokens,
+            gen.held_tokens,
+            book.speculative_jobs,
+            self.config.max_step_tokens,
         )
-        room = kv_room(self.profile, gen.held_tokens, book.speculative_jobs, self.config.max_step_tokens)
-        self._slack_bound[w] = spare < room  # the slack, not the KV pool, sets this pool
-        return min(spare, room)
+        return self.profile, room, self.cfg.tpot_budget
+
+    def _admit(self, w: int, offers: list[Offer]) -> Admission:
+        """Worker `w`'s admission of `offers` under the run's objective."""
+        book = self.books[w]
+        curve, limit, budgeted = self._room(w)
+        objective: Objective
+        if not budgeted:  # every candidate worth anything, up to the limit
+            curve, objective = FLAT, "throughput"
+        else:
+            objective = self.cfg.objective
+        return admit(
+            curve, book.primary_in_flight, book.primary_ctx, offers, objective, self._slack(w), limit
+        )
 
     def _slack(self, w: int) -> float:
         return self.cfg.tpot_slack if self.cfg.tpot_slack is not None else self.governors[w].slack
@@ -353,8 +350,9 @@ class _Run:
                 gen.spec_step_slack = self.governors[w].slack  # for scheduling="paused"
 
     def _rebudget(self, now: float) -> None:
-        """T2: divide each worker's speculative pool among the queries routed to it (with
-        affinity), or the workers' summed pool among all queries (without)."""
+        """T2: each worker's controller admits the speculative candidates of the queries routed
+        to it (with affinity); without, each worker's admission of all of them sets a pool,
+        and the workers' summed pool is shared in value order."""
         if not self.cfg.speculating or not self.machines:
             return
         self._govern()
@@ -368,41 +366,40 @@ class _Run:
             groups = {-1: list(self.machines)}
         shares: dict[str, int] = {}
         for w, qids in groups.items():
-            machines = [self.machines[q] for q in qids]
+            offers = [self._offer(q, len(qids)) for q in qids]
             workers = range(len(self.gens)) if w < 0 else [w]
-            pool = sum(self._pool(i, machines) for i in workers)
+            admissions = [self._admit(i, offers) for i in workers]
+            running = sum(len(o.running) for o in offers)
+            pool = running + sum(a.admitted for a in admissions)
+            share = admissions[0].shares if w >= 0 else divide(offers, pool)
+            if not self.cfg.t2:  # the ablation: the same pool split evenly
+                share = even_split(offers, pool)
             self.metrics.pool_peak = max(self.metrics.pool_peak, pool)
             if 0 in workers:
-                self._trace_governor(now, pool)
-            share, demands = self._divide(qids, pool)
-            self.metrics.count_shares(share, demands)
+                self._trace_governor(now, pool, admissions[0].bound)
+            self.metrics.count_shares(share, [o.query_id for o in offers if o.running or o.candidates])
             shares |= share
-            demand = sum(d.candidates for d in demands)
-            for i in workers:
-                self.governors[i].note_pool(demand, pool, self._slack_bound[i])
+            demand = running + sum(len(o.candidates) for o in offers)
+            for i, a in zip(workers, admissions, strict=True):
+                self.governors[i].note_pool(demand, pool, a.bound == "slack")
         for qid, machine in list(self.machines.items()):
             commands = machine.on_budget(shares[qid], now)
             if commands:
                 self._execute(qid, commands, now)
 
-    def _trace_governor(self, now: float, pool: int) -> None:
-        """A row of worker 0's governor trace when its slack or pool moved (the pool of the
-        group it is in: all workers' together without affinity)."""
-        trace, slack, governor = self.metrics.governor, self._slack(0), self.governors[0]
-        if not trace or trace[-1][1:3] != (slack, pool):
-            trace.append((now, slack, pool, governor.last_growth, governor.windows))
+    def _offer(self, qid: str, sharing: int) -> Offer:
+        """Query `qid`'s speculative jobs in flight and new candidates, with their values on
+        an engine `sharing` queries share."""
+        m = self.machines[qid]
+        running, new = m.spec_offers(self.cfg.max_offers, sharing)
+        return Offer(qid, tuple(running), tuple(new), float(m.context_tokens))
 
-    def _divide(self, qids: list[str], pool: int) -> tuple[dict[str, int], list[Demand]]:
-        """Each query's share of `pool`, and what each asked for (C_q: the branches it could use)."""
-        kv = self.profile.model.kv_bytes_per_token
-        demands = []
-        for qid in qids:
-            m = self.machines[qid]
-            rate = hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued)
-            demands.append(Demand(qid, m.spec_candidates(pool), rate, m.context_tokens * kv))
-        if self.cfg.t2:
-            return allocate(demands, pool, self.profile.model.resident_bytes, self.cfg.temperature), demands
-        return even_split(demands, pool), demands
+    def _trace_governor(self, now: float, pool: int, bound: str) -> None:
+        """A row of worker 0's governor trace when its slack, pool or bound moved (the pool of
+        the group it is in: all workers' together without affinity)."""
+        trace, slack, governor = self.metrics.governor, self._slack(0), self.governors[0]
+        if not trace or (trace[-1][1], trace[-1][2], trace[-1][5]) != (slack, pool, bound):
+            trace.append((now, slack, pool, governor.last_growth, governor.windows, bound))
 
 
 def run_bench(

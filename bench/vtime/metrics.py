@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from spex.bench.vtime.bookkeeping import GenJob
 from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine, QueryStats
-from spex.shared.core.spec.budget import Demand
 from spex.shared.sim.engine import Completion
 
 __all__ = ["CriticalPath", "GovernorRow", "QueryRecord", "RunMetrics", "SpecTotals"]
 
 Trace = list[tuple[float, float, int]]  # (start, end, batch) per decode run
-GovernorRow = tuple[float, float, int, float | None, int]  # (time, slack, pool, growth, windows)
+# (time, slack, speculative jobs admitted, growth, windows, what bound the admission)
+GovernorRow = tuple[float, float, int, float | None, int, str]
 
 
 @dataclass
@@ -89,10 +89,9 @@ class RunMetrics:
         # (width, issued, last generated) per multi-node need; None: not traced (B > 1)
         self._needs: list[tuple[int, float, float]] | None = [] if trace_levels else None
 
-    def count_shares(self, shares: dict[str, int], demands: Sequence[Demand]) -> None:
-        """One budget round: each query that could speculate counts a round, and a starved one
-        if it got nothing while another query got more than one branch."""
-        wanting = [d.query_id for d in demands if d.candidates > 0]
+    def count_shares(self, shares: dict[str, int], wanting: Sequence[str]) -> None:
+        """One budget round: each query that could speculate (`wanting`) counts a round, and a
+        starved one if it got nothing while another query got more than one branch."""
         self.share_rounds += len(wanting)
         if any(n > 1 for n in shares.values()):
             self.starved_rounds += sum(1 for q in wanting if shares.get(q, 0) == 0)

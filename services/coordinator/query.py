@@ -14,7 +14,6 @@ from spex.proto import QueryStatsEvent, SubmitQuestionRequest
 from spex.shared.content.grading import equivalent, grade
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SearchConfig
-from spex.shared.core.spec.budget import hit_rate_estimate
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.core.view import TreeWatch
@@ -28,6 +27,7 @@ COUNTED = (
     "tokens_generated", "spec_tokens", "spec_tokens_consumed",
 )  # fmt: skip
 LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
+MAX_OFFERS = 64  # new speculative candidates a query offers the allocator per report
 
 
 @dataclass
@@ -78,13 +78,16 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
 
 
 def stats(query: HeldQuery, worker: str) -> QueryStatsEvent:
-    """What the budget allocator needs of a speculating query (C_q, P_q, S_KV, load)."""
+    """What the budget allocator needs of a speculating query: its speculative jobs' and
+    candidates' values, its context, its load."""
     m = query.machine
+    running, offers = m.spec_offers(MAX_OFFERS)
     return QueryStatsEvent(
         msg_id=f"stats/{query.query_id}/{time.monotonic_ns()}",
         query_id=query.query_id,
-        candidates=m.spec_candidates(64),
-        hit_rate=hit_rate_estimate(m.stats.spec_adopted, m.stats.spec_issued),
+        running=[round(p, 4) for p in running],
+        offers=[round(p, 4) for p in offers],
+        algorithm=m.config.algorithm,
         prefix_tokens=m.context_tokens,
         active_jobs=m.jobs_in_flight,
         worker=worker,

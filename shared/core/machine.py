@@ -74,6 +74,7 @@ class _Job:
     speculative: bool
     adopted: bool = False
     distance: int = 0  # how far ahead the prediction reached (algorithm-defined)
+    prior: float = 0.0  # the predictor's probability that the search asks for it
 
 
 @dataclass
@@ -121,6 +122,8 @@ class QueryMachine:
         self._settled = False  # housekeeping ran after the last event (a repeat would do nothing)
         self.events = 0  # events that changed the query's state (a version for its readers)
         self.adopted: set[str] = set()  # tree nodes the search got from speculation (hits)
+        self._priors: dict[str, float] = {}  # speculative node issued -> its prior
+        self._prior_sum = 0.0  # Σ prior of every speculative job issued
 
     # ------------------------------------------------------------------ the SpecView
     def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
@@ -138,13 +141,33 @@ class QueryMachine:
     def spec_in_flight(self) -> int:
         return sum(1 for j in self._jobs.values() if j.speculative and not j.adopted)
 
-    def spec_candidates(self, limit: int) -> int:
-        """C_q: distinct speculative branches this query can use now — those in flight plus
-        the new ones its predictor offers (up to `limit` in all)."""
+    def spec_offers(self, limit: int, sharing: int = 1) -> tuple[list[float], list[float]]:
+        """What T2 weighs: the value of each of this query's speculative jobs in flight, and of
+        each of up to `limit` new candidates (in the predictor's order) — the probability that
+        the search uses it (the predictor's prior times `calibration`) times what a use saves
+        on an engine `sharing` queries share (`spec_saving`)."""
         if not self.speculation.enabled or self.done:
-            return 0
-        running = self.spec_in_flight
-        return running + len(self._predict(max(0, limit - running)))
+            return [], []
+        c, saving = self.calibration, self.algorithm.spec_saving(sharing)
+        running = [
+            min(1.0, job.prior * c) * saving
+            for job in self._jobs.values()
+            if job.speculative and not job.adopted
+        ]
+        new = [
+            min(1.0, self._predictor.spec_likelihood(n) * c) * saving for n in self._predict(max(0, limit))
+        ]
+        return running, new
+
+    @property
+    def calibration(self) -> float:
+        """The query's measured hits over what the priors of its decided speculative jobs
+        expected (a job still in flight, or generated and waiting in the cache, is not decided
+        yet), with one expected hit of prior weight: 1 until the query has evidence."""
+        pending = {n for n, j in self._jobs.items() if j.speculative and not j.adopted}
+        pending |= {h.id for h in self._cache if h.generated}
+        expected = self._prior_sum - sum(self._priors.get(n, 0.0) for n in pending)
+        return (self.stats.spec_adopted + 1.0) / (max(0.0, expected) + 1.0)
 
     def _predict(self, k: int) -> list[Node]:
         """The predictor's `k` likeliest nodes, remembered until the query's state changes
@@ -338,6 +361,9 @@ class QueryMachine:
         job = _Job(f"{node.id}.{attempt}", speculative=priority != PRIMARY)
         if job.speculative:
             job.distance = self._predictor.spec_distance(node)
+            job.prior = min(1.0, max(0.0, self._predictor.spec_likelihood(node)))
+            self._priors[node.id] = job.prior
+            self._prior_sum += job.prior
             self.stats.spec_by_distance.setdefault(job.distance, [0, 0])[0] += 1
             priority = spec_priority(job.distance)
         self._jobs[node.id] = job

@@ -7,7 +7,7 @@ result is a pure function of node identity, serving a handle gives the search ex
 generating the node would have — the lossless promise.
 
 What to generate ahead is the predictor's choice. By default it is the search algorithm's own
-hooks (`SearchAlgorithm.predict`, `.spec_alive`, `.spec_distance`); a driver may inject
+hooks (`SearchAlgorithm.predict`, `.spec_alive`, `.spec_distance`, `.spec_likelihood`); a driver may inject
 another (the oracle bound in `spex.bench.oracle` passes one that knows the final tree).
 """
 
@@ -56,6 +56,10 @@ class Predictor(Protocol):
 
     def spec_distance(self, node: Node) -> int:
         """How far ahead a prediction reaches (for hit-rate-by-distance reports)."""
+        ...
+
+    def spec_likelihood(self, node: Node) -> float:
+        """The prior probability, in [0, 1], that the search asks for predicted node `node`."""
         ...
 
 

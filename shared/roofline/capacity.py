@@ -12,8 +12,6 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from spex.shared.roofline.hardware import Profile
-
 __all__ = ["KV_HEADROOM", "StepCurve", "TpotGovernor", "kv_room", "spare_concurrency"]
 
 KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
@@ -50,10 +48,11 @@ def spare_concurrency(
     return lo
 
 
-def kv_room(profile: Profile, kv_held: int, spec_jobs: int, max_step_tokens: int) -> int:
-    """Speculative jobs the KV pool allows: never so many that speculation would bring more
-    than KV_HEADROOM of it into use (each job may hold up to `max_step_tokens`)."""
-    headroom = int(KV_HEADROOM * profile.kv_capacity_tokens) - kv_held
+def kv_room(kv_capacity_tokens: int, kv_held: int, spec_jobs: int, max_step_tokens: int) -> int:
+    """Speculative jobs a KV pool of `kv_capacity_tokens` allows: never so many that
+    speculation would bring more than KV_HEADROOM of it into use (each job may hold up to
+    `max_step_tokens`)."""
+    headroom = int(KV_HEADROOM * kv_capacity_tokens) - kv_held
     return max(0, (headroom + spec_jobs * max_step_tokens) // max_step_tokens)
 
 

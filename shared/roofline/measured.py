@@ -33,14 +33,44 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from spex.shared.roofline.hardware import Profile
 
-__all__ = ["MeasuredProfile", "MeasuredSimProfile", "load_measured", "measured_sim_profile"]
+__all__ = [
+    "Cell",
+    "MeasuredProfile",
+    "MeasuredSimProfile",
+    "load_measured",
+    "measured_sim_profile",
+    "parse_measured",
+    "profile_json",
+]
+
+
+@dataclass(frozen=True)
+class Cell:
+    batch: int
+    context: int
+    tpot_s: float  # median over repeats of the mean time per output token
+    tokens_per_s: float  # batch / tpot_s
+    # Median over repeats of the mean time to the first token of `batch` fresh prompts:
+    # their prefill and one step (what the simulator's prefill rate is read from).
+    first_token_s: float = 0.0
+
+    @property
+    def step_ms(self) -> float:
+        return self.tpot_s * 1e3
+
+
+def profile_json(cells: list[Cell], meta: dict[str, Any]) -> str:
+    """The profile file's text (what `parse_measured` reads): `meta` and the cells."""
+    rows = [{**asdict(c), "step_ms": c.step_ms} for c in cells]
+    return json.dumps({"meta": meta, "cells": rows}, indent=2)
 
 
 @dataclass(frozen=True)
@@ -87,17 +117,27 @@ def _along(xs: tuple[int, ...], ys: list[float], x: float) -> float:
 
 
 def load_measured(path: str | Path) -> MeasuredProfile:
-    """A profile file written by `spex profile --engine hf --json`; a bad one is a one-line
-    ValueError naming the file."""
+    """A profile file written by `spex profile --json`; a bad one is a one-line ValueError
+    naming the file."""
     where = f"--profile-file {str(path)!r}"
     try:
-        report = json.loads(Path(path).read_text())
-        cells = {(_whole(c["batch"]), _whole(c["context"])): float(c["tpot_s"]) for c in report["cells"]}
-        name = str(report.get("meta", {}).get("engine", Path(path).stem))
+        text = Path(path).read_text()
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{where}: not a profile from `spex profile --engine hf --json` ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return parse_measured(text, where, Path(path).stem)
+
+
+def parse_measured(text: str | bytes, where: str, name: str = "measured") -> MeasuredProfile:
+    """A profile in `spex profile --json`'s format; a bad one is a one-line ValueError that
+    starts with `where`."""
+    try:
+        report = json.loads(text)
+        cells = {(_whole(c["batch"]), _whole(c["context"])): float(c["tpot_s"]) for c in report["cells"]}
+        name = str(report.get("meta", {}).get("engine", name))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{where}: not a profile from `spex profile --json` ({exc})") from None
     batches = tuple(sorted({b for b, _ in cells}))
     contexts = tuple(sorted({c for _, c in cells}))
     if not cells or min(batches) < 1 or min(contexts) < 1:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
+from spex.shared.roofline.admission import OBJECTIVES, Objective
 
 __all__ = ["ENGINES", "ENV", "Settings", "parse_targets", "without_password"]
 
@@ -34,6 +35,21 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_BACKLOG_LIMIT": ("backlog_limit", "ingress backlog above which submissions are refused"),
     "SPEX_TPOT_TARGET": ("tpot_target", "primary TPOT growth speculation is held to (0.05 = +5%)"),
     "SPEX_TPOT_SLACK": ("tpot_slack", "roofline slack the governor starts from (0.10 = 10%)"),
+    "SPEX_OBJECTIVE": (
+        "objective",
+        "what speculation is admitted for: slo (primary TPOT within SPEX_TPOT_TARGET) or throughput "
+        "(expected useful tokens per second, for offline searches)",
+    ),
+    "SPEX_PROFILE_FILE": (
+        "profile_file",
+        "a real engine's step curve from `spex profile --json`, which its generator publishes for the "
+        "allocator (empty: measured at the generator's start and cached)",
+    ),
+    "SPEX_STARTUP_SWEEP": (
+        "startup_sweep",
+        "1: a real engine with no SPEX_PROFILE_FILE measures its step curve at start; "
+        "0: its batch is the pool",
+    ),
     "SPEX_TPOT_FIXED": ("tpot_fixed", "1: keep SPEX_TPOT_SLACK fixed instead of steering it"),
     "SPEX_OTLP_ENDPOINT": ("otlp_endpoint", "send OpenTelemetry spans to this OTLP/HTTP collector"),
     "SPEX_TREE_EVENTS": ("tree_events", "1: coordinators publish each query's tree as it grows (0: off)"),
@@ -86,6 +102,8 @@ RANGES = {
     "backlog_limit": "1 to 10,000,000",
     "tpot_slack": "0 to 100",
     "tpot_target": "0 to 10",
+    "objective": " or ".join(OBJECTIVES),
+    "profile_file": "a file that exists",
     "engine_timeout_s": "1 to 86,400",
     "worker_slots": "1 to 4096",
     "sampling_temperature": "0 to 10",
@@ -117,6 +135,9 @@ class Settings:
     tpot_target: float = 0.05
     tpot_slack: float = 0.10
     tpot_fixed: bool = False
+    objective: Objective = "slo"
+    profile_file: str = ""
+    startup_sweep: bool = True
     tree_events: bool = True
     otlp_endpoint: str = ""
     metrics_port: int = 0
@@ -169,6 +190,8 @@ class Settings:
             "backlog_limit": 1 <= self.backlog_limit <= 10_000_000,
             "tpot_slack": 0 <= self.tpot_slack <= 100,
             "tpot_target": 0 <= self.tpot_target <= 10,
+            "objective": self.objective in OBJECTIVES,
+            "profile_file": not self.profile_file or os.path.isfile(self.profile_file),
             "metrics_port": 0 <= self.metrics_port < 65536,
             "http_port": 0 < self.http_port < 65536,
             "log_level": self.log_level in ("debug", "info", "warning", "error"),

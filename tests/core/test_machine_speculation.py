@@ -96,3 +96,21 @@ def test_speculative_priority_follows_the_distance_hit_rates_fall_with(algorithm
         assert all(c.priority == spec_priority(c.node.depth) for c in spec)
     assert len({c.priority for c in spec}) > 2  # a real spread, not one low priority for all
     assert spec_priority(1) < spec_priority(2) < spec_priority(10**6) == MAX_SPEC_PRIORITY
+
+
+@pytest.mark.parametrize(("algorithm", "target"), [("rstar", 10), ("rest", 6), ("rebase", 16), ("ets", 16)])
+def test_offers_are_values_the_measured_hits_calibrate(algorithm, target):
+    """Each query offers its speculative jobs and candidates with values in [0, 1]; a
+    query's calibration is its hits over what its priors expected of the jobs decided."""
+    seen: list[tuple[list[float], list[float], float]] = []
+    machine, _ = drive(algorithm, target, 3, speculate=True, after_event=lambda m: seen.append(
+        (*m.spec_offers(8), m.calibration)))  # fmt: skip
+    values = [v for running, new, _ in seen for v in running + new]
+    assert values and all(0.0 <= v <= 1.0 for v in values)
+    assert max(values) <= machine.algorithm.spec_saving(1) == 1.0  # alone on its engine
+    assert machine.algorithm.spec_saving(16) == (1.0 if machine.algorithm.family == "dfs" else 0.53125)
+    # Until a job is decided the calibration is 1; by the end the hits have moved it.
+    assert seen[0][2] == 1.0 and seen[-1][2] != 1.0
+    assert machine.spec_offers(8) == ([], [])  # a finished query offers nothing
+    if machine.algorithm.family == "dfs":  # the next rollout's nodes are near-certain
+        assert max(values) == pytest.approx(1.0, abs=0.35)

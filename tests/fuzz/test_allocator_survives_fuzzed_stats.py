@@ -104,8 +104,8 @@ def _stats(qid: str) -> QueryStatsEvent:
     return QueryStatsEvent(
         msg_id=f"stats/{qid}/warm-up",
         query_id=qid,
-        candidates=2,
-        hit_rate=0.5,
+        running=[0.5],
+        offers=[0.5, 0.5],
         prefix_tokens=100,
         active_jobs=1,
     )

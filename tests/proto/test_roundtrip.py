@@ -71,7 +71,7 @@ SAMPLES = [
     ),
     (query_inbox("q00001"), ScoreResult(**ENV, job_id="j", node_id="n", reward=0.75)),
     (query_inbox("q00001"), BudgetUpdateEvent(**ENV, share=3, k_total=25)),
-    (QUERY_STATS, QueryStatsEvent(**ENV, candidates=4, hit_rate=0.5, prefix_tokens=900, active_jobs=2)),
+    (QUERY_STATS, QueryStatsEvent(**ENV, running=[0.9], offers=[0.8, 0.5], prefix_tokens=900, active_jobs=2)),
     (ANSWERS, AnswerResult(**ENV, answer="4", correct=True, nodes=40, tokens_generated=3000, latency_s=12.5)),
     # Keys that hold one message.
     (reply_key("q00001"), AnswerResult(**ENV, answer=None, nodes=3)),

@@ -101,6 +101,21 @@ class SearchAlgorithm(ABC):
         node's depth)."""
         return node.depth
 
+    spec_decay = 0.8  # the prior's factor per rollout (or round) further ahead
+
+    @classmethod
+    def spec_saving(cls, sharing: int) -> float:
+        """What a used speculative token saves, in primary tokens, on an engine `sharing`
+        queries share: a depth-first search's next rollout waits on each of its nodes, so a
+        hit shortens it by its whole length."""
+        return 1.0
+
+    def spec_likelihood(self, node: Node) -> float:
+        """The prior probability that the search asks for speculative node `node`, which the
+        query calibrates by its measured hits: a depth-first search is all but certain to
+        ask for what its next simulated rollout (distance 1) wants, less for each one after."""
+        return self.spec_decay ** max(0, self.spec_distance(node) - 1)
+
 
 def apply_params(defaults: object, params: dict[str, float]) -> object:
     """Override dataclass `defaults` with `params`, rejecting unknown names."""

@@ -1,1 +1,1 @@
-"""Speculation policy modules: T2 budget allocation and T3 early termination (pure)."""
+"""T3, early termination (pure); T2's admission and division live in `spex.shared.roofline.admission`."""

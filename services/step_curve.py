@@ -1,0 +1,61 @@
+"""The step curve a generator's engine is budgeted by, published for the allocator.
+
+A real engine's curve comes from SPEX_PROFILE_FILE (`spex profile --json`), or else, for the
+in-process engine, from a short sweep of the engine itself at the generator's start, cached
+per model, engine settings and machine (`spex.shared.hf.sweep.startup_curve`). The simulated
+engine's curve is its catalog profile, which the allocator reads from SPEX_PROFILE itself; a
+server with no profile file publishes none, and its batch is the pool. `describe` says which,
+in the words `spex up` prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from spex.proto.names import home, worker_curve
+from spex.shared.roofline.measured import parse_measured
+from spex.shared.runtime.settings import Settings
+
+__all__ = ["CURVE_TTL_S", "describe", "publish_curve"]
+
+CURVE_TTL_S = 7 * 86_400  # a curve outlives no worker by long (a restarted one writes it again)
+SWEEP_CACHE = "~/.cache/spex/profiles"
+
+
+def describe(settings: Settings) -> str:
+    """Which step curve speculation is budgeted by, in one phrase."""
+    if settings.engine == "sim":
+        return f"the catalog's simulated {settings.profile}"
+    if settings.profile_file:
+        return f"the measured curve in {settings.profile_file}"
+    if settings.engine == "hf" and settings.startup_sweep:
+        return f"measured by the generator at its start (cached in {SWEEP_CACHE})"
+    return "none: the engine's batch is the pool (give SPEX_PROFILE_FILE from `spex profile --json`)"
+
+
+async def publish_curve(r: aioredis.Redis, settings: Settings, engine: Any, log: Any) -> None:
+    """Publish this worker's curve under `worker_curve`, measuring it first if it must; a
+    profile file that does not parse is a one-line ValueError naming it."""
+    text = None
+    if settings.profile_file:
+        text = Path(settings.profile_file).read_text()
+        parse_measured(text, f"SPEX_PROFILE_FILE {settings.profile_file!r}")
+        log.info("step_curve", source="profile_file", path=settings.profile_file)
+    elif settings.engine == "hf" and settings.startup_sweep:
+        from spex.shared.hf.sweep import startup_curve
+
+        inner = engine.engine  # the HFEngine in its ThreadedEngine, not yet started
+        start = time.perf_counter()
+        text, path, measured = await asyncio.to_thread(startup_curve, inner, settings.model, SWEEP_CACHE)
+        took = round(time.perf_counter() - start, 2)
+        log.info("step_curve", source="startup_sweep", path=str(path), measured_now=measured, took_s=took)
+    key = home(worker_curve(settings.consumer))
+    if text is None:
+        await r.delete(key)  # an earlier run's curve under this name is not this engine's
+        return
+    await r.set(key, text, ex=CURVE_TTL_S)

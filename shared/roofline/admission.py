@@ -1,0 +1,175 @@
+"""Which speculative candidates one engine runs: the cost-aware admission controller.
+
+Every query offers its speculative candidates, each with its value `p`: the probability that
+its search will use it (`spex.shared.core.speculation`, calibrated by the query's measured
+hits) times what a use saves (`SearchAlgorithm.spec_saving`), and the context it decodes
+over. The controller admits them in order of expected value (p) over marginal cost — the step
+time one more sequence adds on the engine's step curve (simulated roofline or measured, batch
+× context) at its live load — under one of two objectives:
+
+- `slo` (the serving default): admit while a decode step costs at most (1 + slack) × what
+  the primary sequences alone cost, the slack a `TpotGovernor` steers so primary TPOT grows by
+  its target. The room is the same as before; it now goes to the likeliest candidates first.
+- `throughput`: admit while the expected useful tokens per second rise. A primary sequence
+  yields a useful token a step, a candidate its value `p`; one more sequence is
+  worth running while (worth + p) / step(n + 1) > worth / step(n). On a flat curve that fills
+  to the knee; on a steep one it takes only likely candidates; with every primary waiting on a
+  reward (worth 0) anything likely at all is worth the step.
+
+Speculative jobs already running stay in the batch whatever is decided (a lower share never
+cancels them), so they are counted first. Then each query's first candidate, likeliest first
+(the per-query floor: no query that can speculate starves while the objective admits), then
+the rest by value. A query's candidates are taken in its own order (its predictor's), so a
+query's values are made non-increasing before they are merged.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from spex.shared.roofline.capacity import StepCurve
+
+__all__ = [
+    "FLAT",
+    "OBJECTIVES",
+    "PRIMARY_WORTH",
+    "Admission",
+    "Objective",
+    "Offer",
+    "admit",
+    "divide",
+    "even_split",
+]
+
+PRIMARY_WORTH = 1.0  # a primary sequence's token, in the units of a candidate's value
+
+Objective = Literal["slo", "throughput"]
+OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
+
+
+class _Flat:
+    """A step that costs the same at any batch: an engine with no curve to budget by."""
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        return 1.0 if batch > 0 else 0.0
+
+
+FLAT = _Flat()
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One query's speculative candidates on an engine."""
+
+    query_id: str
+    running: tuple[float, ...]  # p of its speculative jobs in flight
+    candidates: tuple[float, ...]  # p of the new ones its predictor offers, in its order
+    context: float  # tokens each of its sequences decodes over
+
+
+@dataclass
+class Admission:
+    shares: dict[str, int]  # speculative jobs each query may have in flight (running included)
+    admitted: int  # new candidates admitted
+    offered: int  # new candidates offered
+    bound: str  # what stopped admission: "demand", "slack", "rate" or "limit"
+    expected_useful: float = 0.0  # Σ p of the speculative jobs the engine will run
+
+
+def admit(
+    curve: StepCurve,
+    primary: int,
+    primary_ctx: float,
+    offers: list[Offer],
+    objective: Objective,
+    slack: float = 0.05,
+    limit: int = 1 << 20,
+) -> Admission:
+    """Shares of the engine's speculative room for `offers`, beside `primary` sequences whose
+    contexts sum to `primary_ctx`; `limit` caps the speculative jobs in all (the KV room or
+    the engine's batch). See the module docstring."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
+    shares = {o.query_id: len(o.running) for o in offers}
+    batch, ctx = primary, primary_ctx
+    worth = PRIMARY_WORTH * primary  # what a step yields, in speculative tokens' worth
+    running = 0
+    for o in offers:
+        batch += len(o.running)
+        ctx += len(o.running) * o.context
+        worth += sum(o.running)
+        running += len(o.running)
+    offered = sum(len(o.candidates) for o in offers)
+    if primary:
+        base = curve.decode_step_s(primary, primary_ctx)
+    else:  # nothing to slow down: the room is what one typical sequence's step allows
+        contexts = [o.context for o in offers if o.candidates or o.running]
+        base = curve.decode_step_s(1, sum(contexts) / len(contexts)) if contexts else 0.0
+    budget = (1 + slack) * base
+    out = Admission(shares, 0, offered, "demand", worth - PRIMARY_WORTH * primary)
+    for query_id, p, context in _in_value_order(offers):
+        if running + out.admitted >= limit:
+            out.bound = "limit"
+            break
+        after = curve.decode_step_s(batch + 1, ctx + context)
+        if objective == "slo":
+            if after > budget:
+                out.bound = "slack"
+                break
+        elif p <= 0.0 or (batch and worth * after >= (worth + p) * curve.decode_step_s(batch, ctx)):
+            out.bound = "rate"  # it would lower the useful rate; a later (floor-ordered) one may not
+            continue
+        shares[query_id] += 1
+        out.admitted += 1
+        batch, ctx, worth = batch + 1, ctx + context, worth + p
+        out.expected_useful += p
+    return out
+
+
+def _in_value_order(offers: list[Offer]) -> list[tuple[str, float, float]]:
+    """(query, p, context) of every new candidate in admission order: each query's first one,
+    likeliest first (the floor), then a merge of the rest by value. Within a query the values
+    are made non-increasing, so its candidates come in its own order."""
+    heads: list[tuple[float, str, float]] = []
+    tails: list[tuple[float, int, str, float]] = []  # (-p, position, query, context)
+    for o in offers:
+        level = 1.0
+        for i, p in enumerate(o.candidates):
+            level = min(level, max(0.0, p))
+            if i == 0:
+                heads.append((-level, o.query_id, o.context))
+            else:
+                tails.append((-level, i, o.query_id, o.context))
+    heads.sort()
+    heapq.heapify(tails)
+    order = [(q, -neg, ctx) for neg, q, ctx in heads]
+    while tails:
+        neg, _, q, ctx = heapq.heappop(tails)
+        order.append((q, -neg, ctx))
+    return order
+
+
+def divide(offers: list[Offer], pool: int) -> dict[str, int]:
+    """`pool` speculative jobs (those running included) shared in value order with the floor:
+    the division `admit` makes, for a pool set elsewhere (several engines' summed room, a
+    static k_total)."""
+    running = sum(len(o.running) for o in offers)
+    return admit(FLAT, 0, 0.0, offers, "throughput", limit=max(0, pool - running)).shares
+
+
+def even_split(offers: list[Offer], pool: int) -> dict[str, int]:
+    """The ablation of T2's division: `pool` split evenly, one at a time, among the queries
+    that can use more, each capped by what it offers (its jobs running and its candidates)."""
+    shares = {o.query_id: 0 for o in offers}
+    caps = {o.query_id: len(o.running) + len(o.candidates) for o in offers}
+    left = max(0, pool)
+    while left > 0:
+        open_ = [q for q in shares if shares[q] < caps[q]]
+        if not open_:
+            break
+        for q in open_[:left]:
+            shares[q] += 1
+            left -= 1
+    return shares
