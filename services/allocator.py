@@ -34,7 +34,7 @@ from spex.proto.names import (
     worker_load,
 )
 from spex.shared.core.search import ALGORITHMS
-from spex.shared.roofline.admission import FLAT, Admission, Offer, admit, divide
+from spex.shared.roofline.admission import Admission, Offer, admit, divide
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.roofline.measured import MeasuredProfile, parse_measured
@@ -146,14 +146,10 @@ class Allocator:
 
     def _admit(self, w: WorkerLoadEvent, offers: list[Offer]) -> Admission:
         """Worker `w`'s admission of `offers` under the objective, on its curve (the one it
-        published, or the catalog's for the simulated engine) at its live load, within its KV
-        room; a real engine with no curve takes whatever its batch has room for."""
+        published, else the catalog's SPEX_PROFILE) at its live load, within its KV room."""
         capacity = w.kv_capacity if w.kv_capacity > 0 else self.profile.kv_capacity_tokens
         room = kv_room(capacity, w.kv_held, w.spec, MAX_STEP_TOKENS)
-        curve = self.curves.get(w.worker) or (self.profile if self.settings.engine == "sim" else None)
-        if curve is None:  # a real engine with no curve: its batch is the pool
-            room = min(room, max(0, self.settings.max_running - w.primary))
-            return admit(FLAT, w.primary, w.primary_ctx, offers, "throughput", limit=room)
+        curve = self.curves.get(w.worker) or self.profile
         objective = self.settings.objective
         return admit(curve, w.primary, w.primary_ctx, offers, objective, self.slack(w.worker), room)
 
@@ -256,11 +252,7 @@ class Allocator:
 
     def _curve_name(self, worker: str) -> str:
         curve = self.curves.get(worker)
-        if curve is not None:
-            return curve.name
-        if self.settings.engine == "sim":
-            return f"catalog {self.settings.profile}"
-        return "none: the batch is the pool"
+        return curve.name if curve is not None else f"catalog {self.settings.profile}"
 
     def _clear_gauges(self) -> None:
         if self._gauged:

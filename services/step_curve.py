@@ -2,10 +2,10 @@
 
 A real engine's curve comes from SPEX_PROFILE_FILE (`spex profile --json`), or else, for the
 in-process engine, from a short sweep of the engine itself at the generator's start, cached
-per model, engine settings and machine (`spex.shared.hf.sweep.startup_curve`). The simulated
-engine's curve is its catalog profile, which the allocator reads from SPEX_PROFILE itself; a
-server with no profile file publishes none, and its batch is the pool. `describe` says which,
-in the words `spex up` prints.
+per model, engine settings and machine (`spex.shared.hf.sweep.startup_curve`). A worker that
+publishes none (the simulated engine; a server with no profile file) is budgeted by the
+catalog's SPEX_PROFILE, which the allocator reads itself — for a server, a guess. `describe`
+says which, in the words `spex up` prints.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ def describe(settings: Settings) -> str:
         return f"the measured curve in {settings.profile_file}"
     if settings.engine == "hf" and settings.startup_sweep:
         return f"measured by the generator at its start (cached in {SWEEP_CACHE})"
-    return "none: the engine's batch is the pool (give SPEX_PROFILE_FILE from `spex profile --json`)"
+    return (
+        f"the catalog's {settings.profile}, a guess for this engine (measure one: `spex profile "
+        "--engine vllm|sglang --json F`, then --profile-file F)"
+    )
 
 
 async def publish_curve(r: aioredis.Redis, settings: Settings, engine: Any, log: Any) -> None:

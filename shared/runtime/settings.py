@@ -43,12 +43,12 @@ ENV: dict[str, tuple[str, str]] = {
     "SPEX_PROFILE_FILE": (
         "profile_file",
         "a real engine's step curve from `spex profile --json`, which its generator publishes for the "
-        "allocator (empty: measured at the generator's start and cached)",
+        "allocator (empty: the in-process engine's is measured at its start, cached)",
     ),
     "SPEX_STARTUP_SWEEP": (
         "startup_sweep",
-        "1: a real engine with no SPEX_PROFILE_FILE measures its step curve at start; "
-        "0: its batch is the pool",
+        "1: the in-process engine with no SPEX_PROFILE_FILE measures its step curve at start "
+        "(cached); 0: the catalog's SPEX_PROFILE budgets it",
     ),
     "SPEX_TPOT_FIXED": ("tpot_fixed", "1: keep SPEX_TPOT_SLACK fixed instead of steering it"),
     "SPEX_OTLP_ENDPOINT": ("otlp_endpoint", "send OpenTelemetry spans to this OTLP/HTTP collector"),
