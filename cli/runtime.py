@@ -113,8 +113,8 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
     u.add_argument(
         "--profile-file",
         default=None,
-        help="a real engine's step curve from `spex profile --json` (default: measured at the "
-        "generator's start, cached)",
+        help="a real engine's step curve from `spex profile --json` (default: the in-process engine's "
+        "is measured at the generator's start, cached; a server's is the catalog's SPEX_PROFILE)",
     )
 
 

@@ -160,16 +160,18 @@ def divide(offers: list[Offer], pool: int) -> dict[str, int]:
 
 
 def even_split(offers: list[Offer], pool: int) -> dict[str, int]:
-    """The ablation of T2's division: `pool` split evenly, one at a time, among the queries
-    that can use more, each capped by what it offers (its jobs running and its candidates)."""
-    shares = {o.query_id: 0 for o in offers}
+    """The ablation of T2's division: the same `pool` (those running included), what is left
+    after the jobs already running split evenly, one at a time, among the queries that can use
+    more (those with the fewest first), each capped by what it offers. (A share below a query's running jobs would not stop
+    them: the pool would be exceeded.)"""
+    shares = {o.query_id: len(o.running) for o in offers}
     caps = {o.query_id: len(o.running) + len(o.candidates) for o in offers}
-    left = max(0, pool)
+    left = max(0, pool - sum(shares.values()))
     while left > 0:
-        open_ = [q for q in shares if shares[q] < caps[q]]
+        open_ = sorted((q for q in shares if shares[q] < caps[q]), key=lambda q: shares[q])
         if not open_:
             break
-        for q in open_[:left]:
+        for q in open_[:left]:  # the fewest first
             shares[q] += 1
             left -= 1
     return shares

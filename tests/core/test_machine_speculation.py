@@ -108,7 +108,7 @@ def test_offers_are_values_the_measured_hits_calibrate(algorithm, target):
     values = [v for running, new, _ in seen for v in running + new]
     assert values and all(0.0 <= v <= 1.0 for v in values)
     assert max(values) <= machine.algorithm.spec_saving(1) == 1.0  # alone on its engine
-    assert machine.algorithm.spec_saving(16) == (1.0 if machine.algorithm.family == "dfs" else 0.53125)
+    assert machine.algorithm.spec_saving(16) == (1.0 if machine.algorithm.family == "dfs" else 0.25)
     # Until a job is decided the calibration is 1; by the end the hits have moved it.
     assert seen[0][2] == 1.0 and seen[-1][2] != 1.0
     assert machine.spec_offers(8) == ([], [])  # a finished query offers nothing

@@ -90,6 +90,9 @@ def test_divide_and_even_split_share_a_pool_set_elsewhere():
     assert divide(offers, 3) == {"a": 1, "b": 2}
     assert even_split(offers, 3) == {"a": 2, "b": 1}
     assert divide(offers, 0) == even_split(offers, 0) == {"a": 0, "b": 0}
+    # Running jobs stay whatever the pool: what is left goes to the query with fewest first.
+    busy = [offer("a", 0.5, running=(0.5, 0.5)), offer("b", 0.5, 0.5)]
+    assert even_split(busy, 3) == {"a": 2, "b": 1} and even_split(busy, 1) == {"a": 2, "b": 0}
 
 
 def test_an_unknown_objective_is_refused():

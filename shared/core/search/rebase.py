@@ -158,11 +158,12 @@ class LevelSearch(SearchAlgorithm):
     def spec_saving(cls, sharing: int) -> float:
         """A level waits on its slowest node, so a hit shortens it only when the level's
         speculation covers that node too: all but certain for a query alone on its engine
-        (its next level is a few nodes), about half the time once many queries share it.
-        (Counted whole at any load, the throughput objective filled the simulated A6000 past
-        the point where ETS-16 at B=16 ran slower than without speculation; counted half at
-        any load, it left REBASE-4 alone on this CPU at 1.04× where whole gave 1.22×.)"""
-        return 0.5 + 0.5 / max(1, sharing)
+        (its next level is a few nodes), less the more queries share the engine's room. The
+        rule, 1/√sharing, is fitted, not derived: counted whole at any load, the throughput
+        objective filled the simulated A6000 past the point where ETS-16 at B=16 ran slower
+        than without speculation; counted half at any load, it left REBASE-4 alone on a CPU
+        engine far below what whole gave."""
+        return 1.0 / math.sqrt(max(1, sharing))
 
     def spec_alive(self, node: Node) -> bool:
         """A speculative node lives while its nearest tree ancestor's children are undecided:
