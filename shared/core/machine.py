@@ -164,8 +164,9 @@ class QueryMachine:
         """The query's measured hits over what the priors of its decided speculative jobs
         expected (a job still in flight, or generated and waiting in the cache, is not decided
         yet), with one expected hit of prior weight: 1 until the query has evidence."""
-        pending = {n for n, j in self._jobs.items() if j.speculative and not j.adopted}
-        pending |= {h.id for h in self._cache if h.generated}
+        # In a fixed order (a set's would vary by process, and a float sum with it).
+        pending = [n for n, j in self._jobs.items() if j.speculative and not j.adopted]
+        pending += [h.id for h in self._cache if h.generated and h.id not in self._jobs]
         expected = self._prior_sum - sum(self._priors.get(n, 0.0) for n in pending)
         return (self.stats.spec_adopted + 1.0) / (max(0.0, expected) + 1.0)
 
