@@ -44,7 +44,7 @@ def summary(run: dict[str, Any]) -> str:
     why = ", ".join(f"{k} {v}" for k, v in bounds.most_common())
     return (
         f"objective {run.get('objective', 'slo')}, bound by {why or 'unrecorded'}; "
-        f"target {'fixed slack' if target is None else f'+{target:.0%}'}: window growth median {median}, "
+        f"target {'none' if target is None else f'+{target:.0%}'}: window growth median {median}, "
         f"slack at the end {run['slack_end'][0]:.2f}, pool {min(pools, default=0)}–{max(pools, default=0)}, "
         f"primary TPOT {run['primary_tpot_ms']:.0f} ms"
     )

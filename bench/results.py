@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from spex.bench.vtime import BenchResult
+from spex.bench.vtime import BenchConfig, BenchResult
 from spex.shared.core.ids import digest
 
 __all__ = [
@@ -112,7 +112,9 @@ class RunSummary:
     # "limit", "demand")] each time one of the first three or the bound moved (`bench.governor`).
     governor_trace: list[list[float | str | None]]
     server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
-    tpot_target: float | None  # what the governor held primary TPOT growth to (None: a fixed slack, or none)
+    # What the governor held primary TPOT growth to (None: a fixed slack, no budget, or the
+    # throughput objective, which holds none)
+    tpot_target: float | None
     objective: str  # what speculation was admitted for: "slo" or "throughput"
     profile_file: str | None  # the measured step curve it budgeted by (None: the catalog's or static)
     # --- wall clock (the only fields that differ between equal runs)
@@ -209,6 +211,11 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def _governed(cfg: BenchConfig) -> bool:
+    """The governor held primary TPOT to the target: the slo objective, steered, budgeted."""
+    return cfg.tpot_slack is None and cfg.tpot_budget and cfg.objective == "slo"
+
+
 def summarize(res: BenchResult) -> RunSummary:
     cfg, recs, gens, spec, span = res.config, res.records, res.gens, res.spec, res.makespan_s
     latencies = [r.latency_s for r in recs]
@@ -283,7 +290,7 @@ def summarize(res: BenchResult) -> RunSummary:
             for t, slack, pool, g, windows, bound in res.governor
         ],
         server=dict(getattr(res.gen, "server_info", {})),
-        tpot_target=cfg.tpot_target if cfg.tpot_slack is None and cfg.tpot_budget else None,
+        tpot_target=cfg.tpot_target if _governed(cfg) else None,
         objective=cfg.objective,
         profile_file=cfg.profile_file,
         wall_s=res.wall_s,

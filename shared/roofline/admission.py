@@ -162,8 +162,8 @@ def divide(offers: list[Offer], pool: int) -> dict[str, int]:
 def even_split(offers: list[Offer], pool: int) -> dict[str, int]:
     """The ablation of T2's division: the same `pool` (those running included), what is left
     after the jobs already running split evenly, one at a time, among the queries that can use
-    more (those with the fewest first), each capped by what it offers. (A share below a query's running jobs would not stop
-    them: the pool would be exceeded.)"""
+    more (those with the fewest first), each capped by what it offers. (A share below a
+    query's running jobs would not stop them: the pool would be exceeded.)"""
     shares = {o.query_id: len(o.running) for o in offers}
     caps = {o.query_id: len(o.running) + len(o.candidates) for o in offers}
     left = max(0, pool - sum(shares.values()))

@@ -24,7 +24,8 @@ def test_two_processes_with_different_string_hashing_count_alike():
     runs = []
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        proc = subprocess.run([sys.executable, "-c", RUN], capture_output=True, text=True, env=env, timeout=300)
+        cmd = [sys.executable, "-c", RUN]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode == 0, proc.stderr
         runs.append(json.loads(proc.stdout))
     assert runs[0] == runs[1]
