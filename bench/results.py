@@ -1,4 +1,4 @@
-"""Benchmark results: the DESIGN §7 metrics of a run (`RunSummary`), the side-by-side record
+"""Benchmark results: the metrics of a run (`RunSummary`), the side-by-side record
 of a baseline and a SPEX run of the same workload (`Comparison`), and the results file.
 
 Both are typed records whose fields are the results file's keys; `to_json` gives the dict

@@ -2,8 +2,7 @@
 
 `spex.answer` forwards a question to the SPEX ingress and returns the answer. Celery stays off
 the hot path: the search itself runs on the services over Redis Streams (Celery's redelivery
-by visibility timeout and its list-based queues are wrong for long GPU jobs; see
-`../shared/reference/redis_streams.md` §2). Run a worker with
+by visibility timeout and its list-based queues are wrong for long GPU jobs). Run a worker with
 `celery -A spex.services.celery_adapter worker --pool=solo`, with `SPEX_REDIS_URL` set.
 """
 

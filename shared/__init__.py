@@ -1,4 +1,4 @@
-"""Library code shared by the SPEX services and drivers, in layers (not the `../shared/` docs).
+"""Library code shared by the SPEX services and drivers, in layers.
 
 - `core`: the pure search core — node ids, the tree, the query state machine and its
   commands, the speculative cache, the search algorithms and the T2/T3 policies. No I/O.

@@ -2,7 +2,7 @@
 
 Tests put it between a service and Redis (`FaultProxy(host, port).start().url()`), then cut and
 restore the link to act out a network partition. toxiproxy (a Go binary) is not available here,
-so this is a small stdlib-only stand-in (see ../shared/reference/redis_streams.md §4, "Fault tools").
+so this is a small stdlib-only stand-in.
 
 Modes:
 - "pass": bytes go through both ways; each chunk waits `set_latency` seconds first.

@@ -1,4 +1,4 @@
-"""What the virtual-time driver measures while it runs (DESIGN §7): per-query records, primary
+"""What the virtual-time driver measures while it runs: per-query records, primary
 TPOT, tokens, speculation totals, cancellation latency, the critical path, and the BFS level
 batches at B = 1."""
 

@@ -1,6 +1,6 @@
 """GPU and model catalogs, and the calibrated step-time model of an SGLang-like engine.
 
-One decode or prefill step of a continuous-batching engine costs (DESIGN §3)::
+One decode or prefill step of a continuous-batching engine costs::
 
     t_step = t_overhead + max( (W_bytes + Σ ctx_i · kv_bytes_per_token) / (BW · η_bw),
                                (2 · N_params · new_tokens + attention_flops) / (PEAK · η_flop) )
@@ -8,7 +8,7 @@ One decode or prefill step of a continuous-batching engine costs (DESIGN §3)::
 with ``t_overhead = overhead_ms + overhead_per_seq_ms · batch`` and
 ``attention_flops = Σ_i 4 · n_layers · d_model · ctx_i`` per new token.
 
-Calibration (one set per GPU family, `../shared/reference/calibration.md` §2–3):
+Calibration (one set per GPU family, fitted to the published measurements each names):
 
 - *Ampere GDDR6* (RTX A6000, A40): η_bw 0.86, η_flop 0.60, 1.0 ms + 30 µs/seq. Anchored on
   Qwen2.5-7B/A6000 under vLLM (21.9 / 27.5 / 53.1 ms at bs 1 / 64 / 256); bs-1 decode of

@@ -1,7 +1,7 @@
 """The message bus: Redis Streams with consumer groups, at-least-once delivery, owner-checked
 acknowledgement, heartbeats, reclaim of a dead consumer's entries, and a dead-letter stream.
 
-Semantics (measured on Redis 6.2 and 7.0, `../shared/reference/redis_streams.md`):
+Semantics (measured on Redis 6.2 and 7.0; the tests in `tests/runtime/bus` hold them):
 
 - Each entry has one field, `e`: a MessagePack `proto` message. Decoding failures (bad bytes,
   unknown type, unknown protocol version) go to `dlq:<stream>` at once, with the reason.

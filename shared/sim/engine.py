@@ -1,4 +1,5 @@
-"""A continuous-batching GPU engine in virtual time (DESIGN §3), modelled on SGLang.
+"""A continuous-batching GPU engine in virtual time, modelled on SGLang; its steps cost what
+`spex.shared.roofline.hardware` says.
 
 Each step prefills (extends) admitted requests — uncached prompt tokens only, at most
 `chunked_prefill_tokens` per step — and, with `mixed_chunk` (SGLang's --enable-mixed-chunk),

@@ -1,4 +1,4 @@
-"""The synthetic reasoning workload (DESIGN §4): what the simulated LLM writes and what the
+"""The synthetic reasoning workload: what the simulated LLM writes and what the
 simulated reward models say, deterministic from (world seed, query, node identity).
 
 - A query has a difficulty in [0, 1], Kumaraswamy(α, β) distributed (Beta-like, with a

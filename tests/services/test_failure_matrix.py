@@ -1,4 +1,4 @@
-"""The failure matrix (`../shared/reference/redis_streams.md` §4, issue #9): every fault on
+"""The failure matrix (issue #9): every fault on
 real service processes and a real Redis (AOF, every write fsynced), each asserting that every
 question is answered exactly once with the tree of the fault-free (virtual-time) run.
 

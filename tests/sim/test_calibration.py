@@ -1,5 +1,5 @@
 """Simulator fidelity: the simulated decode step is within 15% of published measurements
-(`../shared/reference/calibration.md` §3), with one calibration per GPU family."""
+(listed in `shared/roofline/hardware.py`), with one calibration per GPU family."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The engine's decode steps cost what the DESIGN §3 formula says."""
+"""The engine's decode steps cost what the formula in `shared/roofline/hardware.py` says."""
 
 import pytest
 
@@ -9,7 +9,7 @@ from tests.sim.conftest import req, run_all
 
 
 def formula_ms(gpu, model, batch, ctx_sum):
-    """DESIGN §3, written out independently of the engine code."""
+    """That formula, written out independently of the engine code."""
     cal = gpu.calibration
     mem = (model.read_bytes + ctx_sum * model.kv_bytes_per_token) / (gpu.bandwidth_gbs * 1e9 * cal.eta_bw)
     flops = 2 * model.matmul_params * batch + 4 * model.n_layers * model.d_model * ctx_sum
