@@ -34,7 +34,6 @@ from spex.shared.roofline.capacity import StepCurve
 __all__ = [
     "FLAT",
     "OBJECTIVES",
-    "PRIMARY_WORTH",
     "Admission",
     "Objective",
     "Offer",
@@ -42,8 +41,6 @@ __all__ = [
     "divide",
     "even_split",
 ]
-
-PRIMARY_WORTH = 1.0  # a primary sequence's token, in the units of a candidate's value
 
 Objective = Literal["slo", "throughput"]
 OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
@@ -94,7 +91,7 @@ def admit(
         raise ValueError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
     shares = {o.query_id: len(o.running) for o in offers}
     batch, ctx = primary, primary_ctx
-    worth = PRIMARY_WORTH * primary  # what a step yields, in speculative tokens' worth
+    worth = float(primary)  # the useful tokens a step yields: one a primary, p a candidate
     running = 0
     for o in offers:
         batch += len(o.running)
@@ -108,7 +105,7 @@ def admit(
         contexts = [o.context for o in offers if o.candidates or o.running]
         base = curve.decode_step_s(1, sum(contexts) / len(contexts)) if contexts else 0.0
     budget = (1 + slack) * base
-    out = Admission(shares, 0, offered, "demand", worth - PRIMARY_WORTH * primary)
+    out = Admission(shares, 0, offered, "demand", worth - primary)
     for query_id, p, context in _in_value_order(offers):
         if running + out.admitted >= limit:
             out.bound = "limit"
