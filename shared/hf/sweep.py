@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,30 +83,31 @@ def measure_hf(
     engine: Any,
     batches: list[int],
     contexts: list[int],
-    new_tokens: int = 32,
+    new_tokens: int | Callable[[int, int], int] = 32,
     repeats: int = 3,
     on_cell: Any = None,
+    grid: list[tuple[int, int]] | None = None,
 ) -> tuple[list[Cell], list[tuple[int, int]]]:
-    """Each batch × context cell that fits on `engine` (an HFEngine with max_running ≥ the
-    batch): the cells measured, and (batch, context) of those skipped. `on_cell(cell)` is
-    called after each (progress)."""
+    """Each batch × context cell (or each (batch, context) of `grid`) that fits on `engine`
+    (an HFEngine with max_running ≥ the batch): the cells measured, and (batch, context) of
+    those skipped. `new_tokens`: a count, or a function of (batch, context) giving one.
+    `on_cell(cell)` is called after each (progress)."""
+    tokens = new_tokens if callable(new_tokens) else lambda _b, _c: new_tokens
     cells, skipped = [], []
     # Unrecorded, a cell of the first shape: the first run of a shape is slow (kernels built,
     # caches filled), and one repeat would keep it.
-    _cell(engine, batches[0], contexts[0], new_tokens, "warm")
-    for context in contexts:
-        for batch in batches:
-            if not fits(engine, batch, context, new_tokens):
-                skipped.append((batch, context))
-                continue
-            runs = [
-                _cell(engine, batch, context, new_tokens, f"{batch}x{context}/{r}") for r in range(repeats)
-            ]
-            tpot, first = statistics.median(t for t, _ in runs), statistics.median(f for _, f in runs)
-            cells.append(Cell(batch, context, tpot, batch / tpot, first))
-            engine.cache.evict(engine.cache.evictable_tokens)  # no cell reuses another's prompts
-            if on_cell is not None:
-                on_cell(cells[-1])
+    _cell(engine, batches[0], contexts[0], tokens(batches[0], contexts[0]), "warm")
+    for batch, context in grid or [(b, c) for c in contexts for b in batches]:
+        n = tokens(batch, context)
+        if not fits(engine, batch, context, n):
+            skipped.append((batch, context))
+            continue
+        runs = [_cell(engine, batch, context, n, f"{batch}x{context}/{r}") for r in range(repeats)]
+        tpot, first = statistics.median(t for t, _ in runs), statistics.median(f for _, f in runs)
+        cells.append(Cell(batch, context, tpot, batch / tpot, first))
+        engine.cache.evict(engine.cache.evictable_tokens)  # no cell reuses another's prompts
+        if on_cell is not None:
+            on_cell(cells[-1])
     return cells, skipped
 
 
@@ -122,26 +124,16 @@ def startup_curve(engine: Any, model_dir: str | Path, cache_dir: str | Path) -> 
     def new_tokens(batch: int, context: int) -> int:
         return -(-batch * (context + HEAD_TOKENS) // engine.config.prefill_tokens) + STARTUP_STEPS
 
-    _cell(engine, 1, STARTUP_CONTEXTS[0], new_tokens(1, STARTUP_CONTEXTS[0]), "warm")
-    cells: list[Cell] = []
-    skipped: list[list[int]] = []
     short, long = STARTUP_CONTEXTS
     grid = [(b, short) for b in batches] + [(b, long) for b in STARTUP_LONG_BATCHES if b in batches]
-    for batch, context in grid:
-        n = new_tokens(batch, context)
-        if not fits(engine, batch, context, n):
-            skipped.append([batch, context])
-            continue
-        tpot, first = _cell(engine, batch, context, n, f"sweep/{batch}x{context}")
-        cells.append(Cell(batch, context, tpot, batch / tpot, first))
-        engine.cache.evict(engine.cache.evictable_tokens)
+    cells, skipped = measure_hf(engine, batches, [short], new_tokens, repeats=1, grid=grid)
     engine.stats = type(engine.stats)()  # the governor's counters start at the first job
     meta = {
         "engine": f"{Path(model_dir).name}@hf ({_dtype(engine)}, {engine.config.device}, start-up sweep)",
         "steps_beyond_prefill": STARTUP_STEPS,
         "repeats": 1,
         "kv_capacity_tokens": engine.capacity_tokens,
-        "skipped": skipped,
+        "skipped": [list(cell) for cell in skipped],
     }
     text = profile_json(cells, meta)
     path.parent.mkdir(parents=True, exist_ok=True)
