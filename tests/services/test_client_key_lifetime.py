@@ -16,8 +16,8 @@ def test_a_retry_after_the_ttl_of_a_question_still_searched_is_the_same_query(re
     ttl_s = 2
 
     async def go():
-        # Slow enough (~8 s) that the search outlasts the TTL: the key must not expire under it.
-        cluster = Cluster(redis_url, "inprocess", time_scale=0.25, result_ttl_s=ttl_s)
+        # Slow enough (~8 s here) that the search outlasts the TTL: the key must not expire under it.
+        cluster = Cluster(redis_url, "inprocess", time_scale=0.5, result_ttl_s=ttl_s)
         await cluster.start_all()
         r = cluster.client.r
         try:
