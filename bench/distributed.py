@@ -109,7 +109,7 @@ async def coordinator_events_per_s(live: Settings, cfg: BenchConfig) -> tuple[fl
         await coord.adopt(req)
     elapsed = time.perf_counter() - start
     await client.aclose()
-    return coord.events / elapsed, coord.events
+    return coord.driver.events / elapsed, coord.driver.events
 
 
 PILOT_SCALE = 0.002  # wall s per simulated s of the pilot: Python overhead dominates it

@@ -1,8 +1,10 @@
 """The coordinator's two type → handler tables, pure functions both (tested without Redis):
 
 - `EVENT_HANDLERS`: an inbox message → the query machine's commands;
-- `COMMAND_HANDLERS`: a command → the effects the service performs, in order (publish a message,
-  mark a job cancelled, write the answer).
+- `COMMAND_HANDLERS`: a command → the effects the service performs, in order (dispatch a job to
+  the generators, publish a message, mark a job cancelled, write the answer). The service
+  writes them as returned: what an answer records of I/O (its latency, its grade) comes in
+  with `Outgoing`.
 
 Message ids are built from job and node identities, so a re-run of the same commands (a
 replay after a takeover) produces the same ids, and the idempotent publish drops the copies.
@@ -30,7 +32,7 @@ from spex.proto import (
     Split,
     SubmitQuestionRequest,
 )
-from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
+from spex.proto.names import GEN_CONTROL, SCORE_JOBS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, stop_strings
 from spex.shared.core.commands import (
     CancelCommand,
@@ -50,11 +52,13 @@ __all__ = [
     "COMMAND_HANDLERS",
     "EVENT_HANDLERS",
     "Answer",
+    "Dispatch",
     "Effect",
     "MarkCancelled",
     "Outgoing",
     "Publish",
     "effects",
+    "failed",
 ]
 
 # ---------------------------------------------------------------------------- events in
@@ -109,6 +113,17 @@ class Outgoing:
     temperature: float = DEFAULT_TEMPERATURE  # real content: the generator's sampling temperature
     split: Split = DEFAULT_SPLIT  # real content: where a step ends
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
+    # Measured by the service before commands that end the query become effects:
+    latency_s: float = 0.0  # since the query was adopted here
+    correct: bool | None = None  # the answer graded against the request's reference (None: ungraded)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Send a job to the generator workers; the service's router picks its stream (the
+    query's worker while it has room, else the shared pool)."""
+
+    message: GenerateRequest
 
 
 @dataclass(frozen=True)
@@ -128,14 +143,12 @@ class MarkCancelled:
 
 @dataclass(frozen=True)
 class Answer:
-    """Write the query's answer (fenced by the lease) and let the query go. The service stamps
-    `latency_s` as it writes (a measurement of I/O time, not the machine's to know) and grades
-    the answer against the request's reference (math-verify, off the event loop)."""
+    """Write the query's answer (fenced by the lease) and let the query go."""
 
     message: AnswerResult
 
 
-Effect = Publish | MarkCancelled | Answer
+Effect = Dispatch | Publish | MarkCancelled | Answer
 
 
 def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
@@ -166,7 +179,7 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         split=q.split,
         min_tokens=q.min_step_tokens if q.content == "real" else 0,
     )
-    return [Publish(gen_jobs(DEFAULT_POOL), message)]
+    return [Dispatch(message)]
 
 
 def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
@@ -227,8 +240,20 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         cancelled=m.cancelled,
         spec_issued=m.stats.spec_issued,
         spec_adopted=m.stats.spec_adopted,
+        latency_s=q.latency_s,
+        correct=q.correct,
     )
     return [Answer(message)]
+
+
+def failed(q: Outgoing, reason: str) -> Answer:
+    """The query cannot go on (a job it needs cannot be sent): its answer, failed."""
+    req = q.request
+    message = AnswerResult(
+        msg_id=f"{req.query_id}/answer", query_id=req.query_id, trace_id=req.trace_id, epoch=q.epoch,
+        answer=None, error=f"failed: {reason}", latency_s=q.latency_s, correct=q.correct,
+    )  # fmt: skip
+    return Answer(message)
 
 
 def _texts(node: Node | None) -> list[str]:

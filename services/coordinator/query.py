@@ -4,6 +4,7 @@ machine is built, what the allocator hears of it, and its answer graded."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,15 +20,18 @@ from spex.shared.core.speculation import SpecPolicy
 from spex.shared.core.view import TreeWatch
 from spex.shared.runtime.settings import Settings
 
-__all__ = ["COUNTED", "LOCAL_SHARE", "HeldQuery", "Unpublishable", "graded", "new_machine", "stats"]
+__all__ = ["LOCAL_SHARE", "HeldQuery", "Phase", "Unpublishable", "graded", "new_machine", "stats"]
 
-# QueryStats fields whose growth the coordinator's counters add up (metrics.SPECULATION, TOKENS).
-COUNTED = (
-    "spec_issued", "spec_adopted", "spec_cancelled", "spec_evicted",
-    "tokens_generated", "spec_tokens", "spec_tokens_consumed",
-)  # fmt: skip
 LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
 MAX_OFFERS = 64  # new speculative candidates a query offers the allocator per report
+
+
+class Phase(enum.Enum):
+    """Where a held query stands (`holdings` names the transitions)."""
+
+    ADOPTING = "adopting"  # its lease is being taken
+    REPLAYING = "replaying"  # its inbox is applied to a fresh machine
+    LIVE = "live"  # the live inbox reader applies its new entries
 
 
 @dataclass
@@ -38,16 +42,21 @@ class HeldQuery:
     last_id: str = "0"  # the last inbox entry applied
     started_wall: float = 0.0  # monotonic time it was adopted (the answer's latency)
     renewed: float = 0.0  # monotonic time the lease was last confirmed
-    replaying: bool = True  # its inbox is being replayed: the live reader leaves it alone
+    phase: Phase = Phase.ADOPTING
     watch: TreeWatch = field(default_factory=TreeWatch)  # what watchers were last sent of its tree
     tree_sent: float = -1e9  # monotonic time its tree changes were last sent
     tree_due: bool = False  # changes wait to be sent
-    counted: tuple[int, ...] = (0,) * len(COUNTED)  # its stats last added to the metrics
+    counted: tuple[int, ...] = ()  # its stats last added to the metrics (`observe.COUNTED`)
     span: Span | None = None  # its OpenTelemetry span while we hold it
 
     @property
     def query_id(self) -> str:
         return self.request.query_id
+
+    @property
+    def replaying(self) -> bool:
+        """Not live yet: the live inbox reader leaves it alone."""
+        return self.phase is not Phase.LIVE
 
     @property
     def speculates(self) -> bool:

@@ -10,6 +10,7 @@ cluster, where each is split into partitions and a query's keys take its partiti
 
 from __future__ import annotations
 
+import enum
 import time
 from typing import Any, cast
 
@@ -47,11 +48,19 @@ from spex.proto.names import (
 from spex.services.coordinator import scripts
 from spex.shared.runtime.bus import ScriptCall, is_cluster, read_streams
 
-__all__ = ["Entries", "QueryStore"]
+__all__ = ["Entries", "QueryStore", "Submitted"]
 
 TREE_EVENTS_KEPT = 100_000  # node events kept per query (a tree of 20k nodes, several each)
 # What XRANGE and XREAD give for one stream: (entry id, fields) in order.
 Entries = list[tuple[bytes | str, dict[bytes, bytes]]]
+
+
+class Submitted(enum.Enum):
+    """Whether a question on the ingress stream is the request stored under its id."""
+
+    THIS = "this"  # stored as the ingress queued it
+    MISSING = "missing"  # nothing (readable) is stored under its id
+    OTHER = "other"  # another request holds its id
 
 
 def _placed(qid: str, *names: str) -> list[str]:
@@ -111,9 +120,16 @@ class QueryStore:
         await self.r.zrem(placed(COORDINATORS_ACTIVE, qid), qid)
 
     # ------------------------------------------------------------------ a query's record
-    async def keep_request(self, req: SubmitQuestionRequest) -> None:
-        """Store the request unless it is stored (the ingress usually has)."""
-        await self.r.set(query_request(req.query_id), encode(req), nx=True)
+    async def submitted(self, req: SubmitQuestionRequest) -> Submitted:
+        """Whether `req` is the request stored under its id (the ingress stores it as it
+        queues the question, in the same script)."""
+        try:
+            stored = await self.request(req.query_id)
+        except ProtocolError:
+            return Submitted.MISSING
+        if stored is None:
+            return Submitted.MISSING
+        return Submitted.THIS if stored.msg_id == req.msg_id else Submitted.OTHER
 
     async def request(self, qid: str) -> SubmitQuestionRequest | None:
         """The stored request, or None; raises ProtocolError if it cannot be read."""
@@ -138,8 +154,8 @@ class QueryStore:
     async def in_flight_again(self, req: SubmitQuestionRequest) -> None:
         """A query Redis lost, about to be searched again: stored and counted in flight again."""
         now_ms = _now_ms()
-        await self.keep_request(req)
         qid = req.query_id
+        await self.r.set(query_request(qid), encode(req), nx=True)
         await self.r.zadd(placed(INGRESS_IN_FLIGHT, qid), {qid: now_ms})
         await self.r.zadd(placed(client_in_flight(req.client), qid), {qid: now_ms})
 

@@ -10,8 +10,8 @@ import asyncio
 import pytest
 from hypothesis import given
 
-from spex.proto import SubmissionError, SubmitQuestionRequest, decode, submission
-from spex.proto.names import COORDINATOR_GROUP, INGRESS, reply_key
+from spex.proto import SubmissionError, SubmitQuestionRequest, decode, encode, submission
+from spex.proto.names import COORDINATOR_GROUP, INGRESS, query_request, reply_key
 from tests.fuzz import strategies as fz
 from tests.fuzz.harness import CASES, DRAIN_S, FUZZ, NOTES, Fuzz, count, decodes
 
@@ -37,6 +37,7 @@ def test_coordinator_survives_fuzzed_submissions(fuzz):
     @given(entries=fz.entry_batches((SubmitQuestionRequest,), [], ids, max_size=12))
     def case(entries):
         since = len(fuzz.logs)
+        fuzz.run(stored_as_the_ingress_does(fuzz, entries))
         added = fuzz.add(INGRESS, entries)
         fuzz.drained(INGRESS, COORDINATOR_GROUP, added)
         fuzz.check_dead_letters(INGRESS, added)
@@ -53,6 +54,23 @@ def test_coordinator_survives_fuzzed_submissions(fuzz):
     fuzz.drained(INGRESS, COORDINATOR_GROUP, everything)
     fuzz.answered()
     assert CASES[test]["examples"] >= 25
+
+    # A question queued by a foreign writer (no request stored under its id) is not searched.
+    foreign = SubmitQuestionRequest(msg_id="m-foreign", query_id="fz-foreign", question="1+1?", target=2)
+    (added,) = fuzz.add(INGRESS, [{"e": encode(foreign)}])
+    fuzz.drained(INGRESS, COORDINATOR_GROUP, [added])
+    reason = fuzz.dead_letters(INGRESS)[added[0]][b"reason"].decode()
+    assert reason.startswith("not submitted through the ingress"), reason
+
+
+async def stored_as_the_ingress_does(fuzz: Fuzz, entries: list[dict[str, bytes]]) -> None:
+    """Each decodable question's request under its id, unless one is stored (the ingress's
+    submit script refuses a taken id)."""
+    for fields in entries:
+        if decodes(INGRESS, fields):
+            req = decode(INGRESS, fields["e"])
+            if isinstance(req, SubmitQuestionRequest):
+                await fuzz.r.set(query_request(req.query_id), fields["e"], nx=True)
 
 
 def searchable_questions(fuzz: Fuzz, added: list[tuple[str, dict[str, bytes]]]) -> set[str]:

@@ -16,15 +16,16 @@ from spex.proto import (
     ScoreResult,
     SubmitQuestionRequest,
 )
-from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, SCORE_JOBS, gen_jobs
+from spex.proto.names import GEN_CONTROL, SCORE_JOBS
 from spex.services.coordinator.handlers import (
     COMMAND_HANDLERS,
     EVENT_HANDLERS,
     Answer,
+    Dispatch,
     MarkCancelled,
     Outgoing,
-    Publish,
     effects,
+    failed,
 )
 from spex.shared.content.prompts import DEFAULT_TEMPERATURE, stop_strings
 from spex.shared.core.commands import CancelCommand, Command, FinishCommand, PromoteCommand, ScoreCommand
@@ -52,10 +53,8 @@ def test_generate_commands_become_job_messages_with_deterministic_ids():
     commands = q.machine.start(0.0)
     first, again = effects(q, commands), effects(q, commands)
     assert first == again  # a replay publishes the same message ids: the copies are dropped
-    assert len(first) == 4 and all(isinstance(e, Publish) for e in first)
-    e = first[0]
-    assert e.stream == gen_jobs(DEFAULT_POOL)
-    msg = e.message
+    assert len(first) == 4 and all(isinstance(e, Dispatch) for e in first)  # the router picks the stream
+    msg = first[0].message
     assert isinstance(msg, GenerateRequest)
     node = commands[0].node
     assert (msg.job_id, msg.node_id, msg.parent_id, msg.child_index) == (
@@ -91,6 +90,14 @@ def test_score_cancel_promote_and_finish():
     m = q.machine
     assert answer.message.tree_digest == digest(m.tree.digest(rewards=True), m.answer)  # synthetic
     assert (answer.message.answer, answer.message.epoch) == ("4", 5)
+
+
+def test_an_answer_records_the_grade_and_latency_it_is_given_as_returned():
+    q = Outgoing(REQUEST, 5, outgoing().machine, latency_s=2.5, correct=True)
+    (answer,) = effects(q, [FinishCommand("q7", "4")])
+    assert (answer.message.latency_s, answer.message.correct) == (2.5, True)
+    fail = failed(q, "a job too large")
+    assert (fail.message.error, fail.message.latency_s) == ("failed: a job too large", 2.5)
 
 
 def test_inbox_events_drive_the_machine():

@@ -4,9 +4,10 @@ searches it again; one Redis kept, or one adopted again, is left alone."""
 
 import asyncio
 
-from spex.proto import SubmitQuestionRequest
+from spex.proto import SubmitQuestionRequest, encode
 from spex.proto.names import query_request
 from spex.services.coordinator import Coordinator
+from spex.services.coordinator.holdings import Ending
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
 
@@ -23,9 +24,9 @@ def test_a_released_query_redis_lost_is_searched_again_and_one_it_kept_is_not(re
         coord = Coordinator(redis_client(settings), settings)
         r = coord.store.r
         for qid in ("lost", "kept"):
-            await r.set(query_request(qid), b"x")  # stands in for the ingress's copy
+            await r.set(query_request(qid), encode(request(qid)))  # as the ingress stores it
             assert await coord.adopt(request(qid))
-            coord._release(coord.queries[qid])  # as when Redis could not be reached
+            coord.held.end(coord.queries[qid], Ending.RELEASED)  # as when Redis could not be reached
         assert not coord.queries and set(coord.recovery.released) == {"lost", "kept"}
         async for key in r.scan_iter(match="*lost*"):  # Redis came back without it
             await r.delete(key)
