@@ -199,7 +199,7 @@ class Settings:
         help="real content: sampling temperature (0: greedy)",
         within=(0, 10),
     )
-    deterministic: bool = setting(False, env="SPEX_DETERMINISTIC", help="hf: batch-invariant outputs, 1 or 0")
+    deterministic: bool = setting(False, env="SPEX_DETERMINISTIC", help="hf: batch-invariant outputs")
     max_running: int = setting(
         16, env="SPEX_MAX_RUNNING", help="hf: sequences a generator decodes together", within=(1, 4096)
     )
@@ -233,10 +233,10 @@ class Settings:
         check=lambda v, _: v in DTYPES,
     )
     cuda_graphs: bool = setting(
-        True, env="SPEX_CUDA_GRAPHS", help="hf on CUDA: replay decode passes from CUDA graphs, 1 or 0"
+        True, env="SPEX_CUDA_GRAPHS", help="hf on CUDA: replay decode passes from CUDA graphs"
     )
     affinity: bool = setting(
-        True, env="SPEX_AFFINITY", help="route a query's jobs to one worker by consistent hashing, 1 or 0"
+        True, env="SPEX_AFFINITY", help="route a query's jobs to one worker by consistent hashing"
     )
     worker_slots: int = setting(
         128,

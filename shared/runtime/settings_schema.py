@@ -1,5 +1,5 @@
-"""The schema of a setting: the row a `Settings` field is declared with (`setting(...)`), and how
-its variable's text becomes a value.
+"""The schema of a setting: the row a `Settings` field is declared with (`setting(...)`), how its
+variable's text becomes a value, and the reference the rows make for the docs.
 
 A row is the field's metadata, so the dataclass stays the one declaration of each setting's
 name, type and default, and mypy types every field as it is written.
@@ -8,13 +8,13 @@ name, type and default, and mypy types every field as it is written.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import Field, dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 if TYPE_CHECKING:
     from spex.shared.runtime.settings import Settings
 
-__all__ = ["Setting", "reader", "row", "setting"]
+__all__ = ["Setting", "reader", "reference", "row", "setting"]
 
 T = TypeVar("T")
 
@@ -67,6 +67,21 @@ def reader(f: Field[Any]) -> Callable[[str], object]:
     return _READERS.get(str(f.type), str)
 
 
+def reference(settings: type[Any]) -> str:
+    """The settings reference as a Markdown table: variable, type, default, allowed, meaning,
+    one row per setting in declaration order."""
+    hints = get_type_hints(settings)
+    lines = ["| Variable | Type | Default | Allowed | Meaning |", "|---|---|---|---|---|"]
+    for f in fields(settings):
+        r = row(f)
+        kind = hints[f.name]
+        shown = " or ".join(get_args(kind)) if get_origin(kind) is Literal else reader(f).__name__
+        default = f"`{_shown(f.default)}`" if f.default != "" else "(empty)"
+        cells = [f"`{r.env}`", shown, default, r.allowed, r.help]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _within(lo: float, hi: float) -> Callable[[float, Settings], bool]:
     return lambda value, _: lo <= value <= hi
 
@@ -74,6 +89,11 @@ def _within(lo: float, hi: float) -> Callable[[float, Settings], bool]:
 def _number(n: float) -> str:
     """`n` as the allowed texts write it: 4096, 10,000, 0.01."""
     return f"{n:,}" if abs(n) >= 10_000 else str(n)
+
+
+def _shown(value: object) -> str:
+    """A default as its variable would be written (a flag as 1 or 0)."""
+    return str(int(value)) if isinstance(value, bool) else str(value)
 
 
 def _flag(raw: str) -> bool:
