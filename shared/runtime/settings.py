@@ -49,7 +49,7 @@ class Settings:
         allowed="1 to 16,384; at least 2 with SPEX_REDIS_CLUSTER",
     )
     consumer: str = setting(
-        "", env="SPEX_CONSUMER", help="stable consumer name of this process (default: host-pid)"
+        "", env="SPEX_CONSUMER", help="stable consumer name of this process (empty: host-pid)"
     )
     time_scale: float = setting(
         0.02,
@@ -113,7 +113,8 @@ class Settings:
         "",
         env="SPEX_PROFILE_FILE",
         help="a real engine's step curve from `spex profile --json`, which its generator publishes for the "
-        "allocator (empty: the in-process engine's is measured at its start, cached)",
+        "allocator (empty: the in-process engine's is measured at its start, cached; a server's is the "
+        "catalog's SPEX_PROFILE)",
         check=lambda v, _: not v or os.path.isfile(v),
         allowed="a file that exists",
     )
@@ -144,7 +145,7 @@ class Settings:
     http_port: int = setting(
         8080,
         env="SPEX_HTTP_PORT",
-        help="port of the HTTP ingress (spex worker ingress)",
+        help="port of the HTTP ingress",
         check=lambda v, _: 0 < v < 65536,
     )
     log_level: str = setting(
@@ -229,7 +230,7 @@ class Settings:
     dtype: str = setting(
         "",
         env="SPEX_DTYPE",
-        help="hf: weights and KV, float32 or bfloat16 (default: as saved; bf16 on a GPU)",
+        help="hf: weights and KV, float32 or bfloat16 (empty: as saved; bf16 on a GPU)",
         check=lambda v, _: v in DTYPES,
     )
     cuda_graphs: bool = setting(
@@ -259,7 +260,7 @@ class Settings:
     http_host: str = setting(
         "127.0.0.1",
         env="SPEX_HTTP_HOST",
-        help="address the HTTP ingress binds (default loopback only)",
+        help="address the HTTP ingress binds (127.0.0.1: loopback only)",
         check=lambda v, _: bool(v),
     )
     auth_tokens: str = setting(

@@ -1,5 +1,6 @@
 """The schema of a setting: the row a `Settings` field is declared with (`setting(...)`), how its
-variable's text becomes a value, and the reference the rows make for the docs.
+variable's text becomes a value, and what the rows say to people: the reference table for the
+docs, and the help of a command-line flag that sets one setting.
 
 A row is the field's metadata, so the dataclass stays the one declaration of each setting's
 name, type and default, and mypy types every field as it is written.
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, g
 if TYPE_CHECKING:
     from spex.shared.runtime.settings import Settings
 
-__all__ = ["Setting", "reader", "reference", "row", "setting"]
+__all__ = ["Setting", "flag_help", "reader", "reference", "row", "setting"]
 
 T = TypeVar("T")
 
@@ -80,6 +81,18 @@ def reference(settings: type[Any]) -> str:
         cells = [f"`{r.env}`", shown, default, r.allowed, r.help]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def flag_help(settings: type[Any], name: str, *, variable: bool = True) -> str:
+    """The argparse help of a command-line flag that sets the field `name`: the setting's meaning
+    and, for a flag whose absence leaves the setting to its variable, where its default comes from.
+    A flag with a default of its own (`variable=False`) says the meaning alone."""
+    f = next(f for f in fields(settings) if f.name == name)
+    r = row(f)
+    text = r.help
+    if variable:
+        text += f" (default: ${r.env}, else {_shown(f.default) if f.default != '' else 'empty'})"
+    return text.replace("%", "%%")
 
 
 def _within(lo: float, hi: float) -> Callable[[float, Settings], bool]:
