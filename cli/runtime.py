@@ -17,6 +17,7 @@ from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.runtime.settings import ENGINES, Settings
+from spex.shared.runtime.settings_schema import flag_help
 
 # The trained-model demo's search: short steps, four levels — a 135M model on two CPU cores —
 # on the engine's batch-invariant mode, so SPEX grows the baseline's very trees.
@@ -59,13 +60,13 @@ def add_worker_parser(sub: argparse._SubParsersAction) -> None:
 def add_up_parser(sub: argparse._SubParsersAction) -> None:
     u = sub.add_parser("up", help="start Redis (embedded unless --redis) and every service")
     u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")
-    u.add_argument("--redis-password-file", default=None, help="file holding --redis's password")
+    u.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
     u.add_argument("--data-dir", default=None, help="embedded Redis data (default ~/.local/share/spex)")
     u.add_argument(
         "--fsync", choices=["everysec", "always"], default="everysec", help="embedded Redis: AOF fsync policy"
     )
-    u.add_argument("--host", default=None, help="address the HTTP ingress binds (default 127.0.0.1)")
-    u.add_argument("--port", type=int, default=None, help="port of the HTTP ingress (default 8080)")
+    u.add_argument("--host", default=None, help=_help("http_host"))
+    u.add_argument("--port", type=int, default=None, help=_help("http_port"))
     u.add_argument(
         "--metrics-port",
         type=int,
@@ -73,49 +74,26 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         help=f"first /metrics port, one per service in order (default {DEFAULT_METRICS_PORT}; 0: none)",
     )
     u.add_argument("--generators", type=int, default=1)
-    u.add_argument("--time-scale", type=float, default=None, help="wall seconds per simulated second")
+    u.add_argument("--time-scale", type=float, default=None, help=_help("time_scale"))
     u.add_argument("--engine", choices=list(ENGINES), default=None, help="sim (default), hf, vllm or sglang")
     u.add_argument("--engine-url", default=None, help="vllm/sglang: server URL, or one per generator: A,B")
-    u.add_argument("--model", default=None, help="hf: the generator's local model directory")
-    u.add_argument("--prm", default=None, help="hf: the reward model's directory (default: simulated PRM)")
+    u.add_argument("--model", default=None, help=_help("model"))
+    u.add_argument("--prm", default=None, help=_help("prm"))
     u.add_argument(
         "--content",
         choices=list(CONTENTS),
         default=None,
         help="default: real on a real engine (hf, vllm, sglang), synthetic on sim",
     )
-    u.add_argument("--deterministic", action="store_true", default=None, help="hf: batch-invariant outputs")
-    u.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="hf: weights and KV")
-    u.add_argument(
-        "--sampling-temperature", type=float, default=None, help="real content: 0 is greedy (default 0.3)"
-    )
-    u.add_argument("--max-step-tokens", type=int, default=None, help="longest step a search asks for")
-    u.add_argument(
-        "--step-split",
-        choices=list(SPLITS),
-        default=None,
-        help="real content: where a step ends (default newline)",
-    )
-    u.add_argument(
-        "--min-step-tokens",
-        type=int,
-        default=None,
-        help="real content: a shorter step goes on past its delimiter",
-    )
-    u.add_argument("--max-depth", type=int, default=None, help="deepest step (default: the algorithm's)")
-    u.add_argument(
-        "--objective",
-        choices=list(OBJECTIVES),
-        default=None,
-        help="what speculation is admitted for: slo (primary TPOT within SPEX_TPOT_TARGET, the default) "
-        "or throughput (expected useful tokens per second, for offline searches)",
-    )
-    u.add_argument(
-        "--profile-file",
-        default=None,
-        help="a real engine's step curve from `spex profile --json` (default: the in-process engine's "
-        "is measured at the generator's start, cached; a server's is the catalog's SPEX_PROFILE)",
-    )
+    u.add_argument("--deterministic", action="store_true", default=None, help=_help("deterministic"))
+    u.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help=_help("dtype"))
+    u.add_argument("--sampling-temperature", type=float, default=None, help=_help("sampling_temperature"))
+    u.add_argument("--max-step-tokens", type=int, default=None, help=_help("max_step_tokens"))
+    u.add_argument("--step-split", choices=list(SPLITS), default=None, help=_help("step_split"))
+    u.add_argument("--min-step-tokens", type=int, default=None, help=_help("min_step_tokens"))
+    u.add_argument("--max-depth", type=int, default=None, help=_help("max_depth"))
+    u.add_argument("--objective", choices=list(OBJECTIVES), default=None, help=_help("objective"))
+    u.add_argument("--profile-file", default=None, help=_help("profile_file"))
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
@@ -128,7 +106,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default=None, help="default rstar")
     d.add_argument("--target", type=int, default=None, help="default 4, 10")
     d.add_argument(
-        "--time-scale", type=float, default=0.05, help="synthetic: wall seconds per simulated second"
+        "--time-scale", type=float, default=0.05, help=flag_help(Settings, "time_scale", variable=False)
     )
     d.add_argument("--data-dir", default="~/.cache/spex", help="the model: where it is imported (once)")
     d.add_argument(
@@ -147,7 +125,7 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
         "--file", default=None, help="JSONL, a 'problem' or 'question' per line (and 'answer': graded)"
     )
     sb.add_argument("--redis", required=True)
-    sb.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
+    sb.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
     sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
     sb.add_argument("--target", type=int, default=16)
     sb.add_argument("--mode", choices=list(MODES), default="spex")
@@ -175,9 +153,15 @@ def add_result_parser(sub: argparse._SubParsersAction) -> None:
     rs = sub.add_parser("result", help="print a question's answer")
     rs.add_argument("query_id")
     rs.add_argument("--redis", required=True)
-    rs.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
+    rs.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
     rs.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for the answer")
     rs.add_argument("--tree", default=None, metavar="FILE", help="write the query's tree (JSON) to FILE")
+
+
+def _help(field: str) -> str:
+    """A flag's help when the flag sets one setting (its default None leaves it to the variable):
+    the setting's own words, so the two cannot drift."""
+    return flag_help(Settings, field)
 
 
 def _no_password_in_url(redis_url: str | None) -> None:

@@ -1,5 +1,8 @@
 """Settings: every environment variable in one registry, one frozen object per service.
 
+Each setting is one row, a field of `Settings` declared with `setting(...)` (settings_schema.py):
+its type, default, variable, meaning and check. The registry of variables (`ENV`), the texts of
+what each check allows (`RANGES`), the environment reader and its errors are read off the rows.
 No module reads `os.environ` on its own; entry points call `Settings.from_env()` once.
 """
 
@@ -7,245 +10,324 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
+from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.roofline.admission import OBJECTIVES, Objective
+from spex.shared.runtime.settings_schema import reader, row, setting
 
-__all__ = ["ENGINES", "ENV", "Settings", "parse_targets", "without_password"]
+__all__ = ["ENGINES", "ENV", "RANGES", "Settings", "parse_targets", "without_password"]
 
 DEFAULT_MAX_TARGET = 256
 ENGINES = ("sim", "hf", "vllm", "sglang")
 DTYPES = ("", "float32", "bfloat16")  # hf: "" keeps the saved one
-
-# name -> (Settings field, meaning)
-ENV: dict[str, tuple[str, str]] = {
-    "SPEX_REDIS_URL": ("redis_url", "Redis URL (redis://host:port/db)"),
-    "SPEX_REDIS_CLUSTER": ("redis_cluster", "1: SPEX_REDIS_URL is a seed node of a Redis/Valkey Cluster"),
-    "SPEX_PARTITIONS": ("partitions", "parts each global stream is split into (on a cluster: ≥ 4 per shard)"),
-    "SPEX_CONSUMER": ("consumer", "stable consumer name of this process (default: host-pid)"),
-    "SPEX_TIME_SCALE": ("time_scale", "wall seconds per simulated GPU second (sim engine)"),
-    "SPEX_PROFILE": ("profile", "generator profile MODEL@GPU (sim engine)"),
-    "SPEX_REWARD_PROFILE": ("reward_profile", "reward model profile MODEL@GPU (sim scorer)"),
-    "SPEX_MAX_DELIVERIES": ("max_deliveries", "deliveries before a message is dead-lettered"),
-    "SPEX_HEARTBEAT_S": ("heartbeat_s", "heartbeat period of long jobs, seconds"),
-    "SPEX_LEASE_S": ("lease_s", "coordinator lease on a query, seconds"),
-    "SPEX_BLOCK_MS": ("block_ms", "longest blocking read, milliseconds (≤ socket timeout)"),
-    "SPEX_BACKLOG_LIMIT": ("backlog_limit", "ingress backlog above which submissions are refused"),
-    "SPEX_TPOT_TARGET": ("tpot_target", "primary TPOT growth speculation is held to (0.05 = +5%)"),
-    "SPEX_TPOT_SLACK": ("tpot_slack", "roofline slack the governor starts from (0.10 = 10%)"),
-    "SPEX_OBJECTIVE": (
-        "objective",
-        "what speculation is admitted for: slo (primary TPOT within SPEX_TPOT_TARGET) or throughput "
-        "(expected useful tokens per second, for offline searches)",
-    ),
-    "SPEX_PROFILE_FILE": (
-        "profile_file",
-        "a real engine's step curve from `spex profile --json`, which its generator publishes for the "
-        "allocator (empty: the in-process engine's is measured at its start, cached)",
-    ),
-    "SPEX_STARTUP_SWEEP": (
-        "startup_sweep",
-        "1: the in-process engine with no SPEX_PROFILE_FILE measures its step curve at start "
-        "(cached); 0: the catalog's SPEX_PROFILE budgets it",
-    ),
-    "SPEX_TPOT_FIXED": ("tpot_fixed", "1: keep SPEX_TPOT_SLACK fixed instead of steering it"),
-    "SPEX_OTLP_ENDPOINT": ("otlp_endpoint", "send OpenTelemetry spans to this OTLP/HTTP collector"),
-    "SPEX_TREE_EVENTS": ("tree_events", "1: coordinators publish each query's tree as it grows (0: off)"),
-    "SPEX_METRICS_PORT": ("metrics_port", "Prometheus /metrics port of this process (0: off)"),
-    "SPEX_HTTP_PORT": ("http_port", "port of the HTTP ingress (spex worker ingress)"),
-    "SPEX_LOG_LEVEL": ("log_level", "debug | info | warning | error"),
-    "SPEX_ENGINE": ("engine", "engine: sim | hf (in process) | vllm | sglang (a server)"),
-    "SPEX_ENGINE_URL": ("engine_url", "vllm/sglang: the serving engine's base URL (one per generator)"),
-    "SPEX_PRM_URL": ("prm_url", "scorer: an SGLang server of the reward model (else SPEX_PRM in process)"),
-    "SPEX_ENGINE_TIMEOUT_S": ("engine_timeout_s", "vllm/sglang: longest one request may take, seconds"),
-    "SPEX_MODEL": ("model", "hf: the generator's model directory; vllm/sglang: its tokenizer"),
-    "SPEX_PRM": ("prm", "hf: the reward model's local directory (empty: simulated PRM)"),
-    "SPEX_CONTENT": ("content", "synthetic (the workload's tree) | real (the model's text)"),
-    "SPEX_SAMPLING_TEMPERATURE": ("sampling_temperature", "real content: sampling temperature (0: greedy)"),
-    "SPEX_DETERMINISTIC": ("deterministic", "hf: batch-invariant outputs, 1 or 0"),
-    "SPEX_MAX_RUNNING": ("max_running", "hf: sequences a generator decodes together"),
-    "SPEX_MAX_STEP_TOKENS": ("max_step_tokens", "longest step a search asks for, tokens"),
-    "SPEX_STEP_SPLIT": ("step_split", "real content: where a step ends: blank-line | newline | numbered"),
-    "SPEX_MIN_STEP_TOKENS": ("min_step_tokens", "real content: a shorter step goes on past its delimiter"),
-    "SPEX_MAX_DEPTH": ("max_depth", "deepest step a search goes to (0: the algorithm's default)"),
-    "SPEX_DEVICE": ("device", "hf: torch device (cpu, cuda)"),
-    "SPEX_DTYPE": ("dtype", "hf: weights and KV, float32 or bfloat16 (default: as saved; bf16 on a GPU)"),
-    "SPEX_CUDA_GRAPHS": ("cuda_graphs", "hf on CUDA: replay decode passes from CUDA graphs, 1 or 0"),
-    "SPEX_AFFINITY": ("affinity", "route a query's jobs to one worker by consistent hashing, 1 or 0"),
-    "SPEX_WORKER_SLOTS": ("worker_slots", "jobs a generator worker takes at once (its saturation point)"),
-    # Security and limits.
-    "SPEX_REDIS_PASSWORD": ("redis_password", "Redis password (never put it in the URL)"),
-    "SPEX_REDIS_PASSWORD_FILE": ("redis_password_file", "file holding the Redis password"),
-    "SPEX_REDIS_CA": ("redis_ca", "rediss://: CA bundle that signed the server's certificate"),
-    "SPEX_REDIS_CERT": ("redis_cert", "rediss://: client certificate (mutual TLS)"),
-    "SPEX_REDIS_KEY": ("redis_key", "rediss://: client certificate's private key"),
-    "SPEX_HTTP_HOST": ("http_host", "address the HTTP ingress binds (default loopback only)"),
-    "SPEX_AUTH_TOKENS": ("auth_tokens", "ingress bearer tokens, NAME=TOKEN,... (empty: no auth)"),
-    "SPEX_AUTH_TOKENS_FILE": ("auth_tokens_file", "file of ingress bearer tokens, one NAME TOKEN per line"),
-    "SPEX_MAX_QUESTION_CHARS": ("max_question_chars", "longest question accepted, characters"),
-    "SPEX_MAX_TARGET": ("max_target", "largest target: N for every algorithm, or ALGO=N,..."),
-    "SPEX_CLIENT_IN_FLIGHT": ("client_in_flight", "questions one client may have in flight"),
-    "SPEX_MAX_MESSAGE_BYTES": ("max_message_bytes", "largest HTTP body and wire message, bytes"),
-    "SPEX_RESULT_TTL_S": ("result_ttl_s", "how long an answered query's keys are kept, seconds"),
-}
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-# What the numeric checks in `Settings.__post_init__` allow, for the error that names them.
-RANGES = {
-    "time_scale": "above 0, at most 1000",
-    "max_deliveries": "1 to 1000",
-    "heartbeat_s": "0.01 to 600",
-    "lease_s": "above SPEX_HEARTBEAT_S, at most 3600",
-    "block_ms": "1 to 2000",
-    "backlog_limit": "1 to 10,000,000",
-    "tpot_slack": "0 to 100",
-    "tpot_target": "0 to 10",
-    "objective": " or ".join(OBJECTIVES),
-    "profile_file": "a file that exists",
-    "engine_timeout_s": "1 to 86,400",
-    "worker_slots": "1 to 4096",
-    "sampling_temperature": "0 to 10",
-    "max_running": "1 to 4096",
-    "max_step_tokens": "1 to 131,072",
-    "min_step_tokens": "0 up to SPEX_MAX_STEP_TOKENS",
-    "max_depth": "0 to 10,000",
-    "max_question_chars": "1 to 1,000,000",
-    "client_in_flight": "1 to 10,000,000",
-    "result_ttl_s": "1 to a year in seconds",
-    "partitions": "1 to 16,384; at least 2 with SPEX_REDIS_CLUSTER",
-}
-
-
+# Every number has both bounds: an infinite time scale or timeout, or a heartbeat of a nanosecond,
+# is a typo that would hang or spin a service, not a setting. A check sees the value, then the
+# settings (for the few that relate two); `__post_init__` runs them in this order.
 @dataclass(frozen=True)
 class Settings:
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_cluster: bool = False
-    partitions: int = 1
-    consumer: str = ""
-    time_scale: float = 0.02
-    profile: str = "Llemma-7B@A6000"
-    reward_profile: str = "Llemma-7B@A6000"
-    max_deliveries: int = 3
-    heartbeat_s: float = 1.0
-    lease_s: float = 3.0
-    block_ms: int = 100
-    backlog_limit: int = 10_000
-    tpot_target: float = 0.05
-    tpot_slack: float = 0.10
-    tpot_fixed: bool = False
-    objective: Objective = "slo"
-    profile_file: str = ""
-    startup_sweep: bool = True
-    tree_events: bool = True
-    otlp_endpoint: str = ""
-    metrics_port: int = 0
-    http_port: int = 8080
-    log_level: str = "info"
-    engine: str = "sim"
-    engine_url: str = ""
-    prm_url: str = ""
-    engine_timeout_s: float = 600.0
-    model: str = ""
-    prm: str = ""
-    content: Content = "synthetic"
-    sampling_temperature: float = 0.3  # as content.prompts.DEFAULT_TEMPERATURE
-    deterministic: bool = False
-    max_running: int = 16
-    max_step_tokens: int = 256
-    step_split: Split = "newline"  # as content.prompts.DEFAULT_SPLIT
-    min_step_tokens: int = 0
-    max_depth: int = 0
-    device: str = "cpu"
-    dtype: str = ""  # hf: "" keeps the saved dtype (bfloat16 on a GPU)
-    cuda_graphs: bool = True
-    affinity: bool = True
-    worker_slots: int = 128
-    redis_password: str = field(default="", repr=False)
-    redis_password_file: str = ""
-    redis_ca: str = ""
-    redis_cert: str = ""
-    redis_key: str = ""
-    http_host: str = "127.0.0.1"
-    auth_tokens: str = field(default="", repr=False)
-    auth_tokens_file: str = ""
-    max_question_chars: int = 100_000
-    max_target: str = "256"
-    client_in_flight: int = 1_000
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    result_ttl_s: int = 86_400
+    redis_url: str = setting(
+        "redis://127.0.0.1:6379/0",
+        env="SPEX_REDIS_URL",
+        help="Redis URL (redis://host:port/db)",
+        check=lambda v, _: v.startswith(("redis://", "rediss://", "unix://")),
+    )
+    redis_cluster: bool = setting(
+        False, env="SPEX_REDIS_CLUSTER", help="1: SPEX_REDIS_URL is a seed node of a Redis/Valkey Cluster"
+    )
+    # On a cluster the global streams need parts (one part is one slot, one shard).
+    partitions: int = setting(
+        1,
+        env="SPEX_PARTITIONS",
+        help="parts each global stream is split into (on a cluster: ≥ 4 per shard)",
+        check=lambda v, s: (2 if s.redis_cluster else 1) <= v <= 16_384,
+        allowed="1 to 16,384; at least 2 with SPEX_REDIS_CLUSTER",
+    )
+    consumer: str = setting(
+        "", env="SPEX_CONSUMER", help="stable consumer name of this process (empty: host-pid)"
+    )
+    time_scale: float = setting(
+        0.02,
+        env="SPEX_TIME_SCALE",
+        help="wall seconds per simulated GPU second (sim engine)",
+        check=lambda v, _: 0 < v <= 1000,
+        allowed="above 0, at most 1000",
+    )
+    profile: str = setting(
+        "Llemma-7B@A6000", env="SPEX_PROFILE", help="generator profile MODEL@GPU (sim engine)"
+    )
+    reward_profile: str = setting(
+        "Llemma-7B@A6000", env="SPEX_REWARD_PROFILE", help="reward model profile MODEL@GPU (sim scorer)"
+    )
+    max_deliveries: int = setting(
+        3, env="SPEX_MAX_DELIVERIES", help="deliveries before a message is dead-lettered", within=(1, 1000)
+    )
+    heartbeat_s: float = setting(
+        1.0, env="SPEX_HEARTBEAT_S", help="heartbeat period of long jobs, seconds", within=(0.01, 600)
+    )
+    lease_s: float = setting(
+        3.0,
+        env="SPEX_LEASE_S",
+        help="coordinator lease on a query, seconds",
+        check=lambda v, s: s.heartbeat_s < v <= 3600,
+        allowed="above SPEX_HEARTBEAT_S, at most 3600",
+    )
+    block_ms: int = setting(
+        100,
+        env="SPEX_BLOCK_MS",
+        help="longest blocking read, milliseconds (≤ socket timeout)",
+        within=(1, 2000),
+    )
+    backlog_limit: int = setting(
+        10_000,
+        env="SPEX_BACKLOG_LIMIT",
+        help="ingress backlog above which submissions are refused",
+        within=(1, 10_000_000),
+    )
+    tpot_target: float = setting(
+        0.05,
+        env="SPEX_TPOT_TARGET",
+        help="primary TPOT growth speculation is held to (0.05 = +5%)",
+        within=(0, 10),
+    )
+    tpot_slack: float = setting(
+        0.10,
+        env="SPEX_TPOT_SLACK",
+        help="roofline slack the governor starts from (0.10 = 10%)",
+        within=(0, 100),
+    )
+    objective: Objective = setting(
+        "slo",
+        env="SPEX_OBJECTIVE",
+        help="what speculation is admitted for: slo (primary TPOT within SPEX_TPOT_TARGET) or throughput "
+        "(expected useful tokens per second, for offline searches)",
+        check=lambda v, _: v in OBJECTIVES,
+        allowed=" or ".join(OBJECTIVES),
+    )
+    profile_file: str = setting(
+        "",
+        env="SPEX_PROFILE_FILE",
+        help="a real engine's step curve from `spex profile --json`, which its generator publishes for the "
+        "allocator (empty: the in-process engine's is measured at its start, cached; a server's is the "
+        "catalog's SPEX_PROFILE)",
+        check=lambda v, _: not v or os.path.isfile(v),
+        allowed="a file that exists",
+    )
+    startup_sweep: bool = setting(
+        True,
+        env="SPEX_STARTUP_SWEEP",
+        help="1: the in-process engine with no SPEX_PROFILE_FILE measures its step curve at start "
+        "(cached); 0: the catalog's SPEX_PROFILE budgets it",
+    )
+    tpot_fixed: bool = setting(
+        False, env="SPEX_TPOT_FIXED", help="1: keep SPEX_TPOT_SLACK fixed instead of steering it"
+    )
+    otlp_endpoint: str = setting(
+        "",
+        env="SPEX_OTLP_ENDPOINT",
+        help="send OpenTelemetry spans to this OTLP/HTTP collector",
+        check=lambda v, _: not v or _http(v),
+    )
+    tree_events: bool = setting(
+        True, env="SPEX_TREE_EVENTS", help="1: coordinators publish each query's tree as it grows (0: off)"
+    )
+    metrics_port: int = setting(
+        0,
+        env="SPEX_METRICS_PORT",
+        help="Prometheus /metrics port of this process (0: off)",
+        check=lambda v, _: 0 <= v < 65536,
+    )
+    http_port: int = setting(
+        8080,
+        env="SPEX_HTTP_PORT",
+        help="port of the HTTP ingress",
+        check=lambda v, _: 0 < v < 65536,
+    )
+    log_level: str = setting(
+        "info",
+        env="SPEX_LOG_LEVEL",
+        help="debug | info | warning | error",
+        check=lambda v, _: v in LOG_LEVELS,
+    )
+    engine: str = setting(
+        "sim",
+        env="SPEX_ENGINE",
+        help="engine: sim | hf (in process) | vllm | sglang (a server)",
+        check=lambda v, _: v in ENGINES,
+    )
+    engine_url: str = setting(
+        "",
+        env="SPEX_ENGINE_URL",
+        help="vllm/sglang: the serving engine's base URL (one per generator)",
+        check=lambda v, s: s.engine not in ("vllm", "sglang") or _http(v),
+    )
+    # A served reward model: its URL, and SPEX_PRM for its tokenizer (and the prm reward).
+    prm_url: str = setting(
+        "",
+        env="SPEX_PRM_URL",
+        help="scorer: an SGLang server of the reward model (else SPEX_PRM in process)",
+        check=lambda v, s: not v or (_http(v) and bool(s.prm)),
+    )
+    engine_timeout_s: float = setting(
+        600.0,
+        env="SPEX_ENGINE_TIMEOUT_S",
+        help="vllm/sglang: longest one request may take, seconds",
+        within=(1, 86_400),
+    )
+    model: str = setting(
+        "",
+        env="SPEX_MODEL",
+        help="hf: the generator's model directory; vllm/sglang: its tokenizer",
+        check=lambda v, s: s.engine != "hf" or bool(v),
+    )
+    prm: str = setting(
+        "", env="SPEX_PRM", help="hf: the reward model's local directory (empty: simulated PRM)"
+    )
+    content: Content = setting(
+        "synthetic",
+        env="SPEX_CONTENT",
+        help="synthetic (the workload's tree) | real (the model's text)",
+        check=lambda v, _: v in CONTENTS,  # generators refuse what they cannot write
+    )
+    sampling_temperature: float = setting(
+        DEFAULT_TEMPERATURE,
+        env="SPEX_SAMPLING_TEMPERATURE",
+        help="real content: sampling temperature (0: greedy)",
+        within=(0, 10),
+    )
+    deterministic: bool = setting(False, env="SPEX_DETERMINISTIC", help="hf: batch-invariant outputs")
+    max_running: int = setting(
+        16, env="SPEX_MAX_RUNNING", help="hf: sequences a generator decodes together", within=(1, 4096)
+    )
+    max_step_tokens: int = setting(
+        256, env="SPEX_MAX_STEP_TOKENS", help="longest step a search asks for, tokens", within=(1, 131_072)
+    )
+    step_split: Split = setting(
+        DEFAULT_SPLIT,
+        env="SPEX_STEP_SPLIT",
+        help="real content: where a step ends: blank-line | newline | numbered",
+        check=lambda v, _: v in SPLITS,
+    )
+    min_step_tokens: int = setting(
+        0,
+        env="SPEX_MIN_STEP_TOKENS",
+        help="real content: a shorter step goes on past its delimiter",
+        check=lambda v, s: 0 <= v < s.max_step_tokens,
+        allowed="0 up to SPEX_MAX_STEP_TOKENS",
+    )
+    max_depth: int = setting(
+        0,
+        env="SPEX_MAX_DEPTH",
+        help="deepest step a search goes to (0: the algorithm's default)",
+        within=(0, 10_000),
+    )
+    device: str = setting("cpu", env="SPEX_DEVICE", help="hf: torch device (cpu, cuda)")
+    dtype: str = setting(
+        "",
+        env="SPEX_DTYPE",
+        help="hf: weights and KV, float32 or bfloat16 (empty: as saved; bf16 on a GPU)",
+        check=lambda v, _: v in DTYPES,
+    )
+    cuda_graphs: bool = setting(
+        True, env="SPEX_CUDA_GRAPHS", help="hf on CUDA: replay decode passes from CUDA graphs"
+    )
+    affinity: bool = setting(
+        True, env="SPEX_AFFINITY", help="route a query's jobs to one worker by consistent hashing"
+    )
+    worker_slots: int = setting(
+        128,
+        env="SPEX_WORKER_SLOTS",
+        help="jobs a generator worker takes at once (its saturation point)",
+        within=(1, 4096),
+    )
+    # Security and limits.
+    redis_password: str = setting(
+        "", env="SPEX_REDIS_PASSWORD", help="Redis password (never put it in the URL)", secret=True
+    )
+    redis_password_file: str = setting(
+        "", env="SPEX_REDIS_PASSWORD_FILE", help="file holding the Redis password"
+    )
+    redis_ca: str = setting(
+        "", env="SPEX_REDIS_CA", help="rediss://: CA bundle that signed the server's certificate"
+    )
+    redis_cert: str = setting("", env="SPEX_REDIS_CERT", help="rediss://: client certificate (mutual TLS)")
+    redis_key: str = setting("", env="SPEX_REDIS_KEY", help="rediss://: client certificate's private key")
+    http_host: str = setting(
+        "127.0.0.1",
+        env="SPEX_HTTP_HOST",
+        help="address the HTTP ingress binds (127.0.0.1: loopback only)",
+        check=lambda v, _: bool(v),
+    )
+    auth_tokens: str = setting(
+        "", env="SPEX_AUTH_TOKENS", help="ingress bearer tokens, NAME=TOKEN,... (empty: no auth)", secret=True
+    )
+    auth_tokens_file: str = setting(
+        "", env="SPEX_AUTH_TOKENS_FILE", help="file of ingress bearer tokens, one NAME TOKEN per line"
+    )
+    max_question_chars: int = setting(
+        100_000,
+        env="SPEX_MAX_QUESTION_CHARS",
+        help="longest question accepted, characters",
+        within=(1, 1_000_000),
+    )
+    max_target: str = setting(
+        str(DEFAULT_MAX_TARGET),
+        env="SPEX_MAX_TARGET",
+        help="largest target: N for every algorithm, or ALGO=N,...",
+        check=lambda v, _: _targets_ok(v),
+    )
+    client_in_flight: int = setting(
+        1_000,
+        env="SPEX_CLIENT_IN_FLIGHT",
+        help="questions one client may have in flight",
+        within=(1, 10_000_000),
+    )
+    max_message_bytes: int = setting(
+        MAX_MESSAGE_BYTES,
+        env="SPEX_MAX_MESSAGE_BYTES",
+        help="largest HTTP body and wire message, bytes",
+        check=lambda v, _: 1024 <= v <= MAX_MESSAGE_BYTES,
+    )
+    result_ttl_s: int = setting(
+        86_400,
+        env="SPEX_RESULT_TTL_S",
+        help="how long an answered query's keys are kept, seconds",
+        check=lambda v, _: 1 <= v <= 365 * 86_400,
+        allowed="1 to a year in seconds",
+    )
 
     def __post_init__(self) -> None:
         if not self.consumer:
             object.__setattr__(self, "consumer", f"{socket.gethostname()}-{os.getpid()}")
-        # Every number has both bounds: an infinite time scale or timeout, or a heartbeat of a
-        # nanosecond, is a typo that would hang or spin a service, not a setting.
-        checks = {
-            "time_scale": 0 < self.time_scale <= 1000,
-            "max_deliveries": 1 <= self.max_deliveries <= 1000,
-            "heartbeat_s": 0.01 <= self.heartbeat_s <= 600,
-            "lease_s": self.heartbeat_s < self.lease_s <= 3600,
-            "block_ms": 1 <= self.block_ms <= 2000,
-            "backlog_limit": 1 <= self.backlog_limit <= 10_000_000,
-            "tpot_slack": 0 <= self.tpot_slack <= 100,
-            "tpot_target": 0 <= self.tpot_target <= 10,
-            "objective": self.objective in OBJECTIVES,
-            "profile_file": not self.profile_file or os.path.isfile(self.profile_file),
-            "metrics_port": 0 <= self.metrics_port < 65536,
-            "http_port": 0 < self.http_port < 65536,
-            "log_level": self.log_level in ("debug", "info", "warning", "error"),
-            "redis_url": self.redis_url.startswith(("redis://", "rediss://", "unix://")),
-            # On a cluster the global streams need parts (one part is one slot, one shard).
-            "partitions": (2 if self.redis_cluster else 1) <= self.partitions <= 16_384,
-            "engine": self.engine in ENGINES,
-            "engine_url": self.engine not in ("vllm", "sglang") or _http(self.engine_url),
-            "engine_timeout_s": 1 <= self.engine_timeout_s <= 86_400,
-            # A served reward model: its URL, and SPEX_PRM for its tokenizer (and the prm reward).
-            "prm_url": not self.prm_url or (_http(self.prm_url) and bool(self.prm)),
-            "model": self.engine != "hf" or bool(self.model),
-            "worker_slots": 1 <= self.worker_slots <= 4096,
-            "content": self.content in CONTENTS,  # generators refuse what they cannot write
-            "sampling_temperature": 0 <= self.sampling_temperature <= 10,
-            "dtype": self.dtype in DTYPES,
-            "max_running": 1 <= self.max_running <= 4096,
-            "max_step_tokens": 1 <= self.max_step_tokens <= 131_072,
-            "step_split": self.step_split in SPLITS,
-            "min_step_tokens": 0 <= self.min_step_tokens < self.max_step_tokens,
-            "max_depth": 0 <= self.max_depth <= 10_000,
-            "max_question_chars": 1 <= self.max_question_chars <= 1_000_000,
-            "max_target": _targets_ok(self.max_target),
-            "client_in_flight": 1 <= self.client_in_flight <= 10_000_000,
-            "max_message_bytes": 1024 <= self.max_message_bytes <= MAX_MESSAGE_BYTES,
-            "result_ttl_s": 1 <= self.result_ttl_s <= 365 * 86_400,
-            "http_host": bool(self.http_host),
-            "otlp_endpoint": not self.otlp_endpoint or _http(self.otlp_endpoint),
-        }
-        for name, ok in checks.items():
-            if not ok:
-                env = next(k for k, (f, _) in ENV.items() if f == name)
-                value = getattr(self, name)
-                if name == "redis_url":  # never echo a password someone put in the URL
-                    value = without_password(str(value))
-                allowed = f"; {RANGES[name]}" if name in RANGES else ""
-                raise ValueError(f"{env} ({name}): invalid value {value!r}{allowed}")
+        for f in fields(self):
+            r = row(f)
+            value = getattr(self, f.name)
+            if r.check is None or r.check(value, self):
+                continue
+            if f.name == "redis_url":  # never echo a password someone put in the URL
+                value = without_password(str(value))
+            allowed = f"; {r.allowed}" if r.allowed else ""
+            raise ValueError(f"{r.env} ({f.name}): invalid value {value!r}{allowed}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Settings from the environment, then explicit overrides; a bad value raises a
         one-line ValueError naming the variable."""
         env = os.environ if env is None else env
-        types = {f.name: f.type for f in fields(cls)}
         values: dict[str, object] = {}
-        for name, (field_name, _) in ENV.items():
+        for f in fields(cls):
+            name = row(f).env
             if name in env:
-                kinds: dict[str, Callable[[str], object]] = {"float": float, "int": int, "bool": _flag}
-                kind = kinds.get(str(types[field_name]), str)
+                kind = reader(f)
                 try:
-                    values[field_name] = kind(env[name])
+                    values[f.name] = kind(env[name])
                 except ValueError:
-                    what = getattr(kind, "__name__", "value")
-                    raise ValueError(f"{name}: {env[name]!r} is not a {what}") from None
+                    raise ValueError(f"{name}: {env[name]!r} is not a {kind.__name__}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 
@@ -260,6 +342,12 @@ class Settings:
             return self.redis_password
         with open(self.redis_password_file) as f:
             return f.readline().strip()
+
+
+# The registry the rows make: variable -> (Settings field, meaning), and field -> what its check
+# allows (for the fields whose error names it).
+ENV: Mapping[str, tuple[str, str]] = {row(f).env: (f.name, row(f).help) for f in fields(Settings)}
+RANGES: Mapping[str, str] = {f.name: row(f).allowed for f in fields(Settings) if row(f).allowed}
 
 
 def without_password(url: str) -> str:
@@ -292,16 +380,3 @@ def _targets_ok(raw: str) -> bool:
         return all(v >= 1 for v in parse_targets(raw).values())
     except ValueError:
         return False
-
-
-def _flag(raw: str) -> bool:
-    """A boolean variable: 1/true/yes or 0/false/no."""
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes"):
-        return True
-    if value in ("0", "false", "no", ""):
-        return False
-    raise ValueError(raw)
-
-
-_flag.__name__ = "flag (1 or 0)"
