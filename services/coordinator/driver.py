@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from spex.proto import Message, ProtocolError, decode
-from spex.proto.names import GEN_CONTROL, query_cancelled, query_inbox
+from spex.proto.names import query_cancelled, query_inbox
 from spex.services.coordinator.handlers import (
     EVENT_HANDLERS,
     Answer,
@@ -35,23 +35,21 @@ from spex.shared.runtime.bus import Bus, ScriptCall, entry_after
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, QUERIES, QUERY_LATENCY
 from spex.shared.runtime.settings import Settings
 
-__all__ = ["CONTROL_KEEP_S", "Driver"]
+__all__ = ["Driver"]
 
 GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
-# gen:control is read as it comes (no group) and trimmed by age: its cancels and promotions
-# matter to a generator reading live (one away longer loses some: work, not correctness).
-CONTROL_KEEP_S = 60.0
 
 
 class Driver:
     def __init__(
-        self, bus: Bus, store: QueryStore, router: Router, held: Holdings, observer: Observer,
-        settings: Settings, log: Any,
+        self, bus: Bus, store: QueryStore, router: Router, holdings: Holdings, observer: Observer,
+        settings: Settings, log: Any, keep_s: dict[str, float],
     ) -> None:  # fmt: skip
         self.bus, self.store, self.router = bus, store, router
-        self.held, self.observer = held, observer
+        self.holdings, self.observer = holdings, observer
         self.settings = settings
         self.log = log
+        self.keep_s = keep_s  # streams trimmed by age as they are published to
         self.events = 0
         self.answered = 0
 
@@ -79,20 +77,24 @@ class Driver:
         batches: dict[str, list[Effect]] = {}
         try:
             for qid, entries in reads:
-                query = self.held.queries.get(qid)
+                query = self.holdings.queries.get(qid)
                 if query is None:
                     continue
                 try:
                     await self._apply_events(query, entries, batches.setdefault(qid, []))
                 except Unpublishable as exc:  # a message of its own too large: it fails alone
                     batches.pop(qid, None)
-                    await self.fail(query, str(exc))
+                    try:
+                        await self.fail(query, str(exc))
+                    except BaseException:
+                        self.holdings.end(query, Ending.RELEASED)
+                        raise
                 except Exception:
                     # Commands the machine issued may not have been published: its memory is
                     # ahead of Redis. Let the query go: whoever adopts it next replays the
                     # inbox and re-issues them (publishing is idempotent).
                     batches.pop(qid, None)
-                    self.held.end(query, Ending.RELEASED)
+                    self.holdings.end(query, Ending.RELEASED)
                     raise
         finally:
             await self.settle(batches)
@@ -102,6 +104,8 @@ class Driver:
         joins `batch` (an answer is sent at once, with what is pending before it)."""
         stream = query_inbox(query.query_id)
         for entry_id, fields in entries:
+            if self.holdings.queries.get(query.query_id) is not query:
+                break  # let go meanwhile (a Redis restart, say): whoever holds it now goes on
             entry = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             if not entry_after(entry, query.last_id):
                 continue  # applied already: an entry is applied once
@@ -139,16 +143,22 @@ class Driver:
     ) -> None:
         """Carry out `commands`' effects as the handlers return them. Dispatches, publishes
         and cancel marks join `batch` (sent in one round trip by `settle`); without a batch
-        they are sent at once. An answer is written at once, after what is pending."""
-        finish = next((c for c in commands if isinstance(c, FinishCommand)), None)
-        out = await self._outgoing(query, finish.answer if finish else None, finishing=finish is not None)
+        they are sent at once. A finish first sends what is pending (its cancels among it),
+        then grades the answer and writes it."""
         pending: list[Effect] = [] if batch is None else batch
-        for effect in effects(out, commands):
-            if isinstance(effect, Answer):
-                await self._flush(pending)
-                await self._answer(query, effect)
-            else:
-                pending.append(effect)
+        at = next((i for i, c in enumerate(commands) if isinstance(c, FinishCommand)), len(commands))
+        pending += effects(self._outgoing(query), commands[:at])
+        if at < len(commands):
+            await self._flush(pending)
+            finish = commands[at]
+            assert isinstance(finish, FinishCommand)
+            out = await self._finishing(query, finish.answer)
+            for effect in effects(out, commands[at:]):
+                if isinstance(effect, Answer):
+                    await self._flush(pending)
+                    await self._answer(query, effect)
+                else:
+                    pending.append(effect)
         if batch is None:
             await self._flush(pending)
 
@@ -157,7 +167,7 @@ class Driver:
         checkpoint, after its effects) in one round trip; then the queries' watchers. A query
         whose messages cannot be published (too large) fails alone; if Redis fails, every
         query of the batch is released (whoever adopts it replays its inbox)."""
-        queries = self.held.queries
+        queries = self.holdings.queries
         held = [queries[q] for q in batches if q in queries and not queries[q].machine.done]
         checkpoints = [
             self.store.checkpoint_call(q.query_id, q.epoch, q.last_id, len(q.machine.tree)) for q in held
@@ -172,11 +182,11 @@ class Driver:
                 confirmed = await self._settle_one_by_one(batches, held)
         except BaseException:
             for query in held:
-                self.held.end(query, Ending.RELEASED)
+                self.holdings.end(query, Ending.RELEASED)
             raise
         for query, ok in confirmed:
             if not ok:
-                self.held.end(query, Ending.LOST)
+                self.holdings.end(query, Ending.LOST)
             elif query.query_id in queries:
                 await self.observer.observe(query)
 
@@ -190,7 +200,7 @@ class Driver:
             try:
                 await self._flush(batch)
             except Unpublishable as exc:
-                query = self.held.queries.get(qid)
+                query = self.holdings.queries.get(qid)
                 if query is not None and not query.machine.done:
                     failures.add(qid)
                     await self.fail(query, str(exc))
@@ -216,9 +226,7 @@ class Driver:
                 marks.append((query_cancelled(effect.query_id), effect.job_id))
         pending.clear()
         try:
-            _, done = await self.bus.publish_many(
-                items, marks, {GEN_CONTROL: CONTROL_KEEP_S}, then=then or ()
-            )
+            _, done = await self.bus.publish_many(items, marks, self.keep_s, then=then or ())
         except ProtocolError as exc:  # e.g. the path's text past the message limit
             kinds = ", ".join(sorted({type(m).__name__ for _, m in items}))
             raise Unpublishable(f"{kinds}: {exc}") from None
@@ -228,27 +236,29 @@ class Driver:
     async def fail(self, query: HeldQuery, reason: str) -> None:
         """The query cannot go on (a job it needs cannot be sent): answer it as failed."""
         self.log.error("query_failed", query_id=query.query_id, reason=reason)
-        await self._answer(query, failed(await self._outgoing(query, None, finishing=True), reason))
+        await self._answer(query, failed(await self._finishing(query, None), reason))
 
-    async def _outgoing(self, query: HeldQuery, answer: str | None, finishing: bool) -> Outgoing:
-        """What the query's messages carry besides the commands; when they finish it, its
-        answer's grade and latency (since adoption, grading included)."""
+    def _outgoing(self, query: HeldQuery, latency_s: float = 0.0, correct: bool | None = None) -> Outgoing:
+        """What the query's messages carry besides the commands."""
         s = self.settings
-        latency_s, correct = 0.0, None
-        if finishing:
-            limit_s = min(GRADE_TIMEOUT_S, s.lease_s / 3)
-            correct = await graded(answer, query.request.reference_answer, limit_s, self.log)
-            latency_s = time.monotonic() - query.started_wall
         return Outgoing(
             query.request, query.epoch, query.machine, s.content, s.sampling_temperature, s.step_split,
             s.min_step_tokens, latency_s, correct,
         )  # fmt: skip
 
+    async def _finishing(self, query: HeldQuery, answer: str | None) -> Outgoing:
+        """`_outgoing` for the commands that end the query: its answer graded against the
+        request's reference (math-verify, off the event loop) and its latency since adoption,
+        grading included."""
+        limit_s = min(GRADE_TIMEOUT_S, self.settings.lease_s / 3)
+        correct = await graded(answer, query.request.reference_answer, limit_s, self.log)
+        return self._outgoing(query, time.monotonic() - query.started_wall, correct)
+
     async def _answer(self, query: HeldQuery, effect: Answer) -> None:
         m, answer = query.machine, effect.message
         await self.observer.observe(query, final=True)  # the final tree, before the answer that ends it
         if not await self.store.answer(query.request, query.epoch, answer):
-            self.held.end(query, Ending.LOST)  # another coordinator holds the query now: it answers
+            self.holdings.end(query, Ending.LOST)  # another coordinator holds the query now: it answers
             return
         req = query.request
         QUERY_LATENCY.labels(req.algorithm, req.mode).observe(answer.latency_s)
@@ -261,7 +271,7 @@ class Driver:
                 "spex.tokens": answer.tokens_generated, "spex.speculative.issued": m.stats.spec_issued,
                 "spex.speculative.adopted": m.stats.spec_adopted,
             })  # fmt: skip
-        self.held.end(query, Ending.ANSWERED)
+        self.holdings.end(query, Ending.ANSWERED)
         self.answered += 1
         self.log.info(
             "query_answered",

@@ -4,8 +4,8 @@
 
 A query is *adopting* while its lease is being taken, *replaying* while its inbox is applied
 to a fresh machine (the live inbox reader leaves it alone), and *live* afterwards. Every way
-a coordinator stops holding a query is one `Ending`, each with what it leaves behind; whoever
-acts on the query next (this coordinator or another) starts again from its inbox.
+a coordinator stops holding a query is one `Ending`; whoever adopts a query that was not
+answered (this coordinator or another) starts again from its inbox.
 """
 
 from __future__ import annotations
@@ -27,12 +27,9 @@ class Ending(enum.Enum):
     """Why a coordinator stops holding a query."""
 
     ANSWERED = "answered"  # its answer (or failure) is written: nothing is left to do
-    RELEASED = "released"  # let go without a word to Redis (it may be unreachable): the lease
-    # lapses and whoever adopts the query replays its inbox; kept by `Recovery` in case Redis
-    # comes back without it
+    RELEASED = "released"  # let go without a word to Redis (it may be unreachable; `Recovery` keeps it)
     LOST = "lost"  # our lease lapsed and another coordinator holds the query now
-    FORGOTTEN = "forgotten"  # Redis lost the query's state: only we hold its request, and
-    # search it again from the start
+    FORGOTTEN = "forgotten"  # Redis lost its state: we search it again from the request we hold
 
 
 class Holdings:

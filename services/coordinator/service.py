@@ -13,9 +13,7 @@ hash records the epoch, the last applied entry and the tree digest so far.
 Its loop is four rounds, each a named method run by `loop_forever`: `intake_round` (new
 questions), `inbox_round` (the results of every query it holds), `lease_round` (renewals,
 Redis-restart recovery, taking over queries whose holder stopped) and `route_round` (the live
-generators). The modules beside it hold the rest: `holdings` (the queries held and their
-lifecycle), `driver` (events in, effects out, answers), `observe` (metrics and tree events),
-`store` (its Redis state), `recovery` (Redis restarts), `routing` (where jobs go).
+generators). The modules beside it (the package's docstring lists them) hold the rest.
 
 Faults: a query whose lease was not confirmed within `lease_s` (this process stalled) is not
 worked on until a renewal succeeds — its fenced writes would fail anyway. A query whose
@@ -42,7 +40,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from spex.proto import Message, ProtocolError, SubmissionError, SubmitQuestionRequest, submission
 from spex.proto.codec import Envelope
 from spex.proto.names import ANSWERS, COORDINATOR_GROUP, DEFAULT_POOL, GEN_CONTROL, INGRESS, QUERY_STATS
-from spex.services.coordinator.driver import CONTROL_KEEP_S, Driver
+from spex.services.coordinator.driver import Driver
 from spex.services.coordinator.holdings import Ending, Holdings
 from spex.services.coordinator.observe import Observer
 from spex.services.coordinator.query import HeldQuery, new_machine, stats
@@ -58,10 +56,15 @@ __all__ = ["Coordinator", "main"]
 
 STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
 INBOX_BATCH = 256  # inbox entries read per XREAD
-STATS_KEEP_S = 60.0  # stats:queries is read as it comes, by the allocator's next round
+# Streams read as they come (no group), trimmed by age: gen:control's cancels and promotions
+# matter to a generator reading live (one away longer loses some: work, not correctness);
+# stats:queries to the allocator's next round.
+CONTROL_KEEP_S = 60.0
+STATS_KEEP_S = 60.0
 # Why a question on the ingress stream is not searched (its entry is dead-lettered).
 NOT_SUBMITTED = {
     Submitted.MISSING: "not submitted through the ingress: no request is stored under its id",
+    Submitted.UNREADABLE: "the request stored under its id cannot be read",
     Submitted.OTHER: "its query id belongs to another request",
 }
 
@@ -76,9 +79,12 @@ class Coordinator:
         self.store = QueryStore(client, settings.consumer, settings.lease_s, settings.result_ttl_s)
         self.recovery = Recovery(self.store)
         self.router = Router(client, DEFAULT_POOL, settings.affinity)
-        self.held = Holdings(self.owner, self.recovery, self.log)
+        self.holdings = Holdings(self.owner, self.recovery, self.log)
         self.observer = Observer(self.store, settings.tree_events)
-        self.driver = Driver(self.bus, self.store, self.router, self.held, self.observer, settings, self.log)
+        self.driver = Driver(
+            self.bus, self.store, self.router, self.holdings, self.observer, settings, self.log,
+            keep_s={GEN_CONTROL: CONTROL_KEEP_S},
+        )  # fmt: skip
         self._stats_sent = 0.0
         self._fan_out_trimmed = -1e9  # monotonic: when gen:control, stats:queries and answers were trimmed
         self._tasks: set[asyncio.Task[None]] = set()  # takeovers and searches again
@@ -86,7 +92,7 @@ class Coordinator:
     @property
     def queries(self) -> dict[str, HeldQuery]:
         """The queries held here, by id."""
-        return self.held.queries
+        return self.holdings.queries
 
     def summary(self) -> dict[str, int]:
         d = self.driver
@@ -128,10 +134,10 @@ class Coordinator:
             if epoch and epoch == query.epoch:
                 query.renewed = time.monotonic()
             elif not await self.store.known(qid):  # Redis lost the query's state
-                self.held.end(query, Ending.FORGOTTEN)
+                self.holdings.end(query, Ending.FORGOTTEN)
                 self._spawn(self._search_again(query))
             else:
-                self.held.end(query, Ending.LOST)
+                self.holdings.end(query, Ending.LOST)
         # A coordinator that died between reading a question and taking its lease left the
         # question pending in the ingress group: take it over.
         for d in await self.bus.reclaim(INGRESS, COORDINATOR_GROUP, 2 * self.store.lease_ms):
@@ -184,10 +190,11 @@ class Coordinator:
 
     async def _on_dead(self, message: Message | Envelope, reason: str) -> None:
         """A submission given up on: answer it as failed (its client is told, its in-flight
-        place freed) — unless the id belongs to another, valid request."""
+        place freed) — if it is the request stored under its id. (No ingress stored one that
+        is not: nobody waits on it, and its id may be another's, or answered long ago.)"""
         if not isinstance(message, SubmitQuestionRequest):
             return
-        if await self.store.submitted(message) is Submitted.OTHER:
+        if await self.store.submitted(message) is not Submitted.THIS:
             return
         await self.store.reject(message, reason)
         self.log.warning("question_rejected", query_id=message.query_id, reason=reason)
@@ -196,9 +203,9 @@ class Coordinator:
     async def adopt(self, req: SubmitQuestionRequest) -> bool:
         """Take the lease on a query and run it from its inbox (new or interrupted)."""
         qid = req.query_id
-        if self.held.busy(qid) or await self.store.answered(qid):
+        if self.holdings.busy(qid) or await self.store.answered(qid):
             return False
-        with self.held.adopting(qid):
+        with self.holdings.adopting(qid):
             epoch = await self.store.acquire(qid)
             if not epoch:
                 return False
@@ -209,20 +216,20 @@ class Coordinator:
                 "spex.mode": req.mode, "spex.epoch": epoch, "spex.coordinator": self.owner,
             }  # fmt: skip
             query.span = query_span(req.trace_id, qid, epoch, attributes)
-            self.held.hold(query)
+            self.holdings.hold(query)
         self.log.info("query_adopted", query_id=qid, epoch=epoch)
         try:  # a previous owner's results, if any, after the start
             await self.driver.replay(query, query.machine.start(0.0), await self.store.inbox(qid))
         except BaseException:
-            self.held.end(query, Ending.RELEASED)
+            self.holdings.end(query, Ending.RELEASED)
             raise
-        self.held.live(query)
+        self.holdings.live(query)
         return True
 
     async def _take_over(self, qid: str) -> None:
         """Adopt `qid` if its holder stopped renewing — in a task of its own, so a long
         replay never holds up the renewal of the leases we have."""
-        if self.held.busy(qid) or await self.store.leased(qid):
+        if self.holdings.busy(qid) or await self.store.leased(qid):
             return
         try:
             req = await self.store.request(qid)
@@ -250,16 +257,16 @@ class Coordinator:
         """After a Redis restart, release every held query and adopt it again from its inbox
         (or search it again if Redis lost it); search again the released queries Redis lost."""
         held = list(self.queries.values())  # before any search-again below adopts one
-        for query in await self.recovery.lost_releases(self.held.busy):
+        for query in await self.recovery.lost_releases(self.holdings.busy):
             self._spawn(self._search_again(query))  # its request went with Redis's data
         plan = await self.recovery.after_restart(held)
         if plan.search_again or plan.adopt_again:
             self.log.warning("redis_restarted", queries=len(held))
         for query in plan.search_again:
-            self.held.end(query, Ending.FORGOTTEN)  # lost with Redis's data: only we hold the request
+            self.holdings.end(query, Ending.FORGOTTEN)  # lost with Redis's data: only we hold the request
             self._spawn(self._search_again(query))
         for query in plan.adopt_again:
-            self.held.end(query, Ending.RELEASED)
+            self.holdings.end(query, Ending.RELEASED)
             await self.store.release(query.query_id)
         # Only now: a round that failed midway (Redis still loading, gone again) sees the
         # restart again next time and finishes the plan (releasing twice is harmless).

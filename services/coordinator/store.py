@@ -59,7 +59,8 @@ class Submitted(enum.Enum):
     """Whether a question on the ingress stream is the request stored under its id."""
 
     THIS = "this"  # stored as the ingress queued it
-    MISSING = "missing"  # nothing (readable) is stored under its id
+    MISSING = "missing"  # nothing is stored under its id
+    UNREADABLE = "unreadable"  # what is stored cannot be decoded (a newer version's, say)
     OTHER = "other"  # another request holds its id
 
 
@@ -126,7 +127,7 @@ class QueryStore:
         try:
             stored = await self.request(req.query_id)
         except ProtocolError:
-            return Submitted.MISSING
+            return Submitted.UNREADABLE
         if stored is None:
             return Submitted.MISSING
         return Submitted.THIS if stored.msg_id == req.msg_id else Submitted.OTHER
