@@ -17,7 +17,7 @@ from spex.proto import GenerateRequest, ScoreResult, encode
 from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, dead_letter, gen_jobs, query_inbox
 from spex.shared.runtime.settings import Settings
 from tests.services.helpers import answers_by_query, wait_for
-from tests.services.test_pipeline import virtual_time
+from tests.services.pipeline.test_pipeline import virtual_time
 
 PAST_LEASE_S = 3.0
 ALGORITHM, TARGET, MODE = "rebase", 8, "spex"
