@@ -14,6 +14,12 @@ import pytest
 from spex.shared.runtime.redis_server import RedisServer, redis_binaries
 from tests.services.cluster import CLUSTERS
 
+# Helper modules whose checks fail a test: pytest explains their failed asserts as it does a
+# test module's (it rewrites only test modules and those named here, before their import).
+pytest.register_assert_rewrite(
+    "tests.core.machine_runs", "tests.hf.llama_checks", "tests.services.pipeline.matrix"
+)
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):

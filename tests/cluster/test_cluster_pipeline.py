@@ -12,7 +12,7 @@ from spex.proto import AnswerResult, decode, names
 from spex.shared.runtime.settings import Settings
 from tests.cluster.conftest import PARTITIONS
 from tests.services.cluster import Cluster
-from tests.services.test_pipeline import budgets_received, submit_all, virtual_time
+from tests.services.workload import budgets_received, submit_all, virtual_time
 
 ALGORITHM, TARGET, MODE, QUESTIONS = "rebase", 8, "spex", 6
 RUNS: list[int] = []  # budget updates each run's queries received

@@ -1,50 +1,11 @@
 """The coordinator core serves speculative results by identity, cancels BFS misses and keeps
 DFS misses; the tree it returns is the baseline's."""
 
-import random
-
 import pytest
 
-from spex.shared.core.commands import CancelCommand, GenerateCommand, PromoteCommand, ScoreCommand
-from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import ALGORITHMS, SearchConfig
-from spex.shared.core.speculation import MAX_SPEC_PRIORITY, SpecPolicy, spec_priority
-from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
-
-
-def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event=None):
-    workload = SyntheticWorkload(WorkloadKnobs(), seed, ALGORITHMS[algorithm].family)
-    spec = workload.query(1)
-    machine = QueryMachine(
-        spec.query_id,
-        spec.prompt_tokens,
-        SearchConfig(algorithm, target),
-        seed,
-        speculation=SpecPolicy(enabled=speculate),
-        share=share if speculate else 0,
-    )
-    rng = random.Random(order_seed)
-    log, pending = [], list(machine.start(0.0))
-    t = 0.0
-    while not machine.done:
-        assert pending, "stalled"
-        cmd = pending.pop(rng.randrange(len(pending)))
-        log.append(cmd)
-        t += 1.0
-        if isinstance(cmd, GenerateCommand):
-            path = [n.id for n in cmd.node.path()]
-            g = workload.generate(spec, path)
-            pending += machine.on_generated(
-                cmd.job_id, cmd.node.id, g.text, g.tokens, g.finish_reason, g.mean_logprob, t
-            )
-        elif isinstance(cmd, ScoreCommand):
-            path = [n.id for n in cmd.node.path()]
-            pending += machine.on_scored(cmd.node.id, workload.prm_reward(spec, path), t)
-        elif isinstance(cmd, CancelCommand):
-            pending = [c for c in pending if not (isinstance(c, GenerateCommand) and c.job_id == cmd.job_id)]
-        if after_event is not None:
-            after_event(machine)
-    return machine, log
+from spex.shared.core.commands import CancelCommand, GenerateCommand, PromoteCommand
+from spex.shared.core.speculation import MAX_SPEC_PRIORITY, spec_priority
+from tests.core.machine_runs import drive
 
 
 @pytest.mark.parametrize(("algorithm", "target"), [("rebase", 8), ("ets", 8), ("rstar", 8), ("rest", 6)])

@@ -7,7 +7,7 @@ import pytest
 from spex.proto import NodeEvent
 from spex.shared.core.view import TreeWatch
 from spex.shared.runtime.client import fold_tree
-from tests.core.test_machine_speculation import drive
+from tests.core.machine_runs import drive
 
 ALLOWED = {
     ("speculative", "adopted"), ("speculative", "unused"), ("speculative", "cancelled"),
@@ -56,8 +56,15 @@ def test_a_step_s_text_is_sent_once_and_folded_back_whole():
     machine, seen = watched("rebase", 8, order_seed=0)
     events = [
         NodeEvent(
-            msg_id=f"e{i}", query_id=machine.query_id, node_id=v.id, state=v.state, parent_id=v.parent,
-            generated=v.generated, text=v.text if new else "", reward=v.reward, t_s=float(i),
+            msg_id=f"e{i}",
+            query_id=machine.query_id,
+            node_id=v.id,
+            state=v.state,
+            parent_id=v.parent,
+            generated=v.generated,
+            text=v.text if new else "",
+            reward=v.reward,
+            t_s=float(i),
         )  # fmt: skip
         for i, (v, new) in enumerate(seen)
     ]

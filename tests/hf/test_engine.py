@@ -4,24 +4,10 @@ prefix cache, and the reward model."""
 import pytest
 
 from spex.proto.messages import PRIMARY, SPECULATIVE
-from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import UNTIL_STOP, EngineRequest
 from spex.shared.hf.engine import HFConfig, HFEngine
 from spex.shared.hf.reward import RewardConfig, RewardEngine
-
-
-def request(engine, rid, seed, question="What is $1+1$?", steps=(), priority=PRIMARY, max_new=24, stop=()):
-    pieces = tuple(prompt_pieces(question, list(steps), engine.template))
-    prompt = tuple((f"{rid}/{i}", 1) for i in range(len(pieces)))
-    return EngineRequest(rid, prompt, rid, UNTIL_STOP, max_new, priority, seed, 1.0, tuple(stop), pieces)
-
-
-def drain(engine):
-    """Run the engine until it is idle; completions in the order they finished."""
-    out = []
-    while (t := engine.next_event_s()) is not None:
-        out += engine.advance_to(t)
-    return out
+from tests.hf.engine_requests import drain, request
 
 
 @pytest.mark.parametrize("deterministic", [True, False])

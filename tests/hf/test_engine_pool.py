@@ -8,7 +8,7 @@ import pytest
 
 from spex.proto.messages import PRIMARY, SPECULATIVE
 from spex.shared.hf.engine import HFConfig, HFEngine
-from tests.hf.test_engine import drain, request
+from tests.hf.engine_requests import drain, request
 
 
 @pytest.fixture

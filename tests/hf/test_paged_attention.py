@@ -6,29 +6,11 @@ the pool's pages handed out and back."""
 import pytest
 import torch
 
-from spex.shared.hf.attention import Pass
 from spex.shared.hf.paged import NULL_SLOT, PAGE, KVPool, PagedAttention, PagedSegment
-from tests.hf.attention_cases import RUNS, SEGMENTS, kv_data, reference, rows_data
+from tests.hf.attention_cases import RUNS, kv_data, reference, rows_data
+from tests.hf.paged_cases import paged_pass
 
 SHAPES = [(9, 3, 64), (4, 4, 32), (8, 2, 128), (6, 1, 16)]  # heads, kv heads, head dimension
-
-
-def paged_pass(pool, data, runs=RUNS):
-    """The cases' segments in `pool` (each a few pages, scattered by the ones taken between
-    them), and a pass of `runs` over them."""
-    segments = {}
-    for name, (keys, values) in data.items():
-        spacer = PagedSegment(pool, PAGE)  # so no segment's pages follow another's
-        s = PagedSegment(pool, keys.shape[1])
-        at = torch.from_numpy(s.slots()[: keys.shape[1]])
-        pool.keys[:, at], pool.values[:, at] = keys, values
-        s.length = SEGMENTS[name][0]
-        segments[name] = s
-        spacer.release()
-    batch = Pass()
-    for names, start, n in runs:
-        batch.add([segments[name] for name in names], start, list(range(n)))
-    return batch, segments
 
 
 @pytest.mark.parametrize("exact", [False, True])

@@ -104,7 +104,7 @@ def test_spex_grows_the_baseline_s_trees_in_deterministic_mode(smollm2, algorith
 
 
 def test_the_trained_model_s_logits_are_bit_identical_alone_and_in_any_batch(engine):
-    from tests.hf.test_llama import check_agrees_with_transformers, check_invariant
+    from tests.hf.llama_checks import check_agrees_with_transformers, check_invariant
 
     check_invariant(engine.model, engine.tokenizer, steps=2, mates=(3,))
     check_agrees_with_transformers(engine.model, engine.tokenizer)

@@ -12,7 +12,7 @@ import torch
 
 from spex.shared.hf.paged import KVPool, PagedAttention
 from tests.hf.attention_cases import RUNS, kv_data, reference, rows_data
-from tests.hf.test_paged_attention import paged_pass
+from tests.hf.paged_cases import paged_pass
 
 pytest.importorskip("triton")
 assert os.environ.get("TRITON_INTERPRET") == "1", "tests/conftest.py sets it before Triton is imported"

@@ -1,5 +1,5 @@
-"""Small helpers of the service tests: polling, HTTP, dead letters, answers, the state of a
-cluster's processes, requests and jobs built by hand."""
+"""Small helpers of the service tests: polling, HTTP, metrics, dead letters, answers, the
+state of a cluster's processes, requests and jobs built by hand."""
 
 import asyncio
 import json
@@ -46,6 +46,20 @@ def wait_http(url, timeout_s=15.0):
         try:
             http("GET", url)
             return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def scrape(port, timeout_s=10.0):
+    """(status, text) of the Prometheus metrics a process serves on `port`, waiting up to
+    `timeout_s` for it to listen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as resp:
+                return resp.status, resp.read().decode()
         except OSError:
             if time.monotonic() > deadline:
                 raise

@@ -4,43 +4,11 @@ This is what lets speculation (and a coordinator resuming from a checkpoint) rep
 baseline exactly: the same tree and answer whatever order generations and scores arrive in.
 """
 
-import random
-
 import pytest
 
-from spex.shared.core.commands import GenerateCommand, ScoreCommand
-from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import ALGORITHMS, SearchConfig
-from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+from tests.core.machine_runs import run_query
 
 CASES = [("rebase", 8), ("ets", 8), ("rstar", 5), ("rest", 5)]
-
-
-def run_query(algorithm, target, seed, order_seed=None, reward="prm", query=3):
-    workload = SyntheticWorkload(WorkloadKnobs(), seed, ALGORITHMS[algorithm].family)
-    spec = workload.query(query)
-    machine = QueryMachine(spec.query_id, spec.prompt_tokens, SearchConfig(algorithm, target), seed, reward)
-    pending = list(machine.start(0.0))
-    rng = random.Random(order_seed)
-    steps = 0
-    while not machine.done:
-        cmd = pending.pop(rng.randrange(len(pending)) if order_seed is not None else 0)
-        path = [n.id for n in cmd.node.path()] if isinstance(cmd, GenerateCommand | ScoreCommand) else []
-        steps += 1
-        if isinstance(cmd, GenerateCommand):
-            gen = workload.generate(spec, path)
-            pending += machine.on_generated(
-                cmd.job_id,
-                cmd.node.id,
-                gen.text,
-                gen.tokens,
-                gen.finish_reason,
-                gen.mean_logprob,
-                float(steps),
-            )
-        elif isinstance(cmd, ScoreCommand):
-            pending += machine.on_scored(cmd.node.id, workload.prm_reward(spec, path), float(steps))
-    return machine
 
 
 @pytest.mark.parametrize(("algorithm", "target"), CASES)

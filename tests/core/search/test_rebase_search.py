@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from tests.core.search.test_order_independence import run_query
+from tests.core.machine_runs import run_query
 
 
 @pytest.mark.parametrize("seed", range(8))

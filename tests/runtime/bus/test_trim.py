@@ -11,7 +11,7 @@ from spex.proto.names import SCORE_JOBS, query_inbox
 from spex.shared.runtime.bus import Bus
 from tests.services.cluster import Cluster
 from tests.services.helpers import job_streams
-from tests.services.test_pipeline import submit_all
+from tests.services.workload import submit_all
 
 pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 

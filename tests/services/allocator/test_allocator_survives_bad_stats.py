@@ -6,7 +6,7 @@ import asyncio
 from spex.proto.names import QUERY_STATS
 from tests.services.cluster import Cluster
 from tests.services.helpers import alive, restarts
-from tests.services.test_pipeline import submit_all, virtual_time
+from tests.services.workload import submit_all, virtual_time
 
 
 def test_a_stats_entry_without_a_body_does_not_stop_the_allocator(redis_url):

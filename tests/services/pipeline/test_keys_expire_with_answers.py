@@ -12,7 +12,7 @@ from spex.proto import CancelRequest
 from spex.proto.names import ANSWERS
 from spex.shared.runtime.bus import Bus
 from tests.services.cluster import Cluster
-from tests.services.test_pipeline import submit_all
+from tests.services.workload import submit_all
 
 pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 

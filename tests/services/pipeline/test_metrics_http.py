@@ -1,24 +1,11 @@
 """Each service process serves Prometheus metrics over real HTTP."""
 
 import asyncio
-import time
-import urllib.request
 from dataclasses import replace
 
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
-
-
-def scrape(port, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as resp:
-                return resp.status, resp.read().decode()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+from tests.services.helpers import scrape
 
 
 def test_generator_process_serves_metrics_that_count_its_jobs(redis_url):

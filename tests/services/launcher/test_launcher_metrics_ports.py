@@ -22,7 +22,7 @@ def free_ports(n):
 def test_spex_up_gives_each_service_its_own_metrics_port():
     from spex.services.launcher import up
     from spex.shared.runtime.settings import Settings
-    from tests.services.test_metrics_http import scrape
+    from tests.services.helpers import scrape
 
     base = free_ports(5)
     settings = Settings(metrics_port=base, http_port=free_port(), time_scale=0.002)

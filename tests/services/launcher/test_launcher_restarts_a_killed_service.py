@@ -10,7 +10,7 @@ from spex.proto.names import SCORE_JOBS
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import answers_by_query, wait_for
-from tests.services.test_pipeline import submit_all, virtual_time
+from tests.services.workload import submit_all, virtual_time
 
 
 def test_spex_up_restarts_a_killed_scorer_and_every_question_is_answered():

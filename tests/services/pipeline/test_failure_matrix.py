@@ -17,51 +17,17 @@ from spex.proto import GenerateRequest, ScoreResult, encode
 from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, dead_letter, gen_jobs, query_inbox
 from spex.shared.runtime.settings import Settings
 from tests.services.helpers import answers_by_query, wait_for
-from tests.services.test_pipeline import virtual_time
+from tests.services.pipeline.matrix import (
+    ALGORITHM,
+    MODE,
+    TARGET,
+    assert_exactly_once_with_fault_free_trees,
+    run,
+    submit_question,
+)
+from tests.services.workload import virtual_time
 
 PAST_LEASE_S = 3.0
-ALGORITHM, TARGET, MODE = "rebase", 8, "spex"
-
-
-def run(fault, questions=3, settle_s=90.0, **settings):
-    """Start a rig, submit `questions`, call `await fault(rig)` once work is under way, and
-    return (answers, answers-stream counts, rig logs)."""
-
-    async def go():
-        timing = {"time_scale": 0.01, "heartbeat_s": 0.5, "lease_s": 2.0, "block_ms": 50}
-        base = Settings(**{**timing, **settings})
-        rig = Rig(base).start()
-        try:
-            await asyncio.to_thread(rig.wait_started)
-            qids = [await _submit(rig, i) for i in range(questions)]
-            r = rig.client.r
-            assert await wait_for(lambda: r.xlen(query_inbox(qids[0])), timeout_s=30)
-            await fault(rig)
-            await asyncio.to_thread(rig.heal_all)
-            answers = {q: await rig.client.result(q, timeout_s=settle_s) for q in qids}
-            await asyncio.sleep(0.3)
-            return answers, await answers_by_query(r), {n: rig.log(n) for n in rig.names}
-        finally:
-            await asyncio.to_thread(rig.stop)
-
-    return asyncio.run(go())
-
-
-async def _submit(rig, i, **fields):
-    from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
-
-    q = SyntheticWorkload(WorkloadKnobs(), 0).query(i)
-    return await rig.client.submit(
-        q.text, query_id=q.query_id, algorithm=ALGORITHM, target=TARGET, seed=0, mode=MODE,
-        prompt_tokens=q.prompt_tokens, **fields,
-    )  # fmt: skip
-
-
-def assert_exactly_once_with_fault_free_trees(answers, counts):
-    expected = virtual_time(ALGORITHM, TARGET, len(answers), MODE)
-    assert all(a is not None for a in answers.values()), "a question was lost"
-    assert {q: (a.answer, a.tree_digest) for q, a in answers.items()} == expected
-    assert {q: counts.get(q) for q in answers} == dict.fromkeys(answers, 1)
 
 
 async def _sleep_then(rig, seconds, action, name):
@@ -191,7 +157,7 @@ def test_cancel_racing_completion_answers_each_question_once():
         rig = Rig(Settings(time_scale=0.005, heartbeat_s=0.5, lease_s=2.0, block_ms=50)).start()
         try:
             await asyncio.to_thread(rig.wait_started)
-            qids = [await _submit(rig, i) for i in range(questions)]
+            qids = [await submit_question(rig, i) for i in range(questions)]
             # Cancel each at a different moment: some long before, some just as it finishes.
             for i, qid in enumerate(qids):
                 await asyncio.sleep(0.15 * i)
@@ -214,8 +180,8 @@ def test_resubmission_with_the_same_and_with_a_different_body():
     from spex.shared.runtime.client import KeyConflict
 
     async def fault(rig):
-        same = await _submit(rig, 5, client_key="again")
-        assert await _submit(rig, 5, client_key="again") == same  # a retry: the same query
+        same = await submit_question(rig, 5, client_key="again")
+        assert await submit_question(rig, 5, client_key="again") == same  # a retry: the same query
         with pytest.raises(KeyConflict):
             await rig.client.submit("another question", client_key="again")
 
@@ -230,11 +196,11 @@ def test_backlog_overflow_is_refused_and_recovers():
         rig = Rig(Settings(time_scale=0.01, backlog_limit=3, block_ms=50)).start()
         try:
             await asyncio.to_thread(rig.wait_started)
-            qids = [await _submit(rig, i) for i in range(3)]
+            qids = [await submit_question(rig, i) for i in range(3)]
             with pytest.raises(Backpressure):
-                await _submit(rig, 3)
+                await submit_question(rig, 3)
             answers = {q: await rig.client.result(q, timeout_s=60) for q in qids}
-            late = await _submit(rig, 3)  # the backlog drained: accepted again
+            late = await submit_question(rig, 3)  # the backlog drained: accepted again
             answers[late] = await rig.client.result(late, timeout_s=60)
             return answers, await answers_by_query(rig.client.r)
         finally:

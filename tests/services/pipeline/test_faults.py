@@ -20,7 +20,7 @@ from spex.proto.names import (
 )
 from tests.services.cluster import Cluster
 from tests.services.helpers import jobs_pending
-from tests.services.test_pipeline import submit_all, virtual_time
+from tests.services.workload import submit_all, virtual_time
 
 
 async def wait_for(predicate, timeout_s=20.0, every_s=0.05):

@@ -4,51 +4,11 @@ import asyncio
 
 import pytest
 
-from spex.bench.vtime import BenchConfig, run_bench
-from spex.proto import BudgetUpdateEvent, decode
-from spex.proto.names import query_inbox
 from spex.shared.core.spec.early_stop import EarlyStop
-from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.cluster import Cluster
+from tests.services.workload import budgets_received, submit_all, virtual_time
 
 pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
-
-
-async def submit_all(cluster, algorithm, target, questions, mode, seed=0, first=0, **options):
-    workload = SyntheticWorkload(WorkloadKnobs(), seed)
-    qids = []
-    for i in range(first, first + questions):
-        question = workload.query(i)
-        qids.append(
-            await cluster.client.submit(
-                question.text,
-                query_id=question.query_id,
-                algorithm=algorithm,
-                target=target,
-                seed=seed,
-                mode=mode,
-                prompt_tokens=question.prompt_tokens,
-                **options,
-            )
-        )
-    return {q: await cluster.client.result(q, timeout_s=60) for q in qids}
-
-
-def virtual_time(algorithm, target, questions, mode, seed=0, early_stop=None):
-    res = run_bench(
-        BenchConfig(
-            algorithm=algorithm,
-            target=target,
-            questions=questions,
-            batch_size=questions,
-            mode=mode,
-            seed=seed,
-            early_stop=early_stop or EarlyStop(),
-        )
-    )
-    if early_stop is None:
-        return {r.query_id: (r.answer, r.digest) for r in res.records}
-    return {r.query_id: (r.answer, r.digest, r.early_stopped) for r in res.records}
 
 
 @pytest.mark.parametrize("process_mode", ["inprocess", "processes"])
@@ -108,12 +68,3 @@ def test_early_termination_in_the_pipeline_stops_where_virtual_time_does(
     plain = virtual_time(algorithm, target, 4, mode, early_stop=EarlyStop())
     stopped = [q for q, (_, _, early) in expected.items() if early]
     assert all(expected[q][1] != plain[q][1] for q in stopped)  # a stopped tree is a smaller tree
-
-
-async def budgets_received(cluster, answers):
-    """BudgetUpdateEvents in the queries' inboxes (the allocator's T2 shares)."""
-    count = 0
-    for qid in answers:
-        for _, fields in await cluster.client.r.xrange(query_inbox(qid)):
-            count += isinstance(decode(query_inbox(qid), fields[b"e"]), BudgetUpdateEvent)
-    return count

@@ -10,7 +10,7 @@ from spex.shared.runtime.redis_server import free_port
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.helpers import answers_by_query
-from tests.services.test_pipeline import virtual_time
+from tests.services.workload import virtual_time
 
 QUESTIONS = 4
 

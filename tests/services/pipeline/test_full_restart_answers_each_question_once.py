@@ -5,7 +5,7 @@ import asyncio
 
 from tests.services.cluster import Cluster
 from tests.services.helpers import all_adopted, answers_by_query, wait_for
-from tests.services.test_pipeline import submit_all, virtual_time
+from tests.services.workload import submit_all, virtual_time
 
 
 def test_a_full_restart_with_questions_in_flight_answers_each_once_with_the_same_tree(redis_url):

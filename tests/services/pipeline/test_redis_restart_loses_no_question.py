@@ -7,7 +7,7 @@ import pytest
 
 from tests.services.cluster import Cluster
 from tests.services.helpers import alive, all_adopted, answers_by_query, wait_for
-from tests.services.test_pipeline import submit_all, virtual_time
+from tests.services.workload import submit_all, virtual_time
 
 
 @pytest.mark.parametrize("persistent", [True, False], ids=["aof", "no-persistence"])

@@ -7,7 +7,7 @@ import asyncio
 from spex.proto import GenerateResult, decode
 from spex.proto.names import query_inbox
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
-from tests.services.test_failure_matrix import assert_exactly_once_with_fault_free_trees, run
+from tests.services.pipeline.matrix import assert_exactly_once_with_fault_free_trees, run
 
 
 async def _workers_by_query(rig, qids):

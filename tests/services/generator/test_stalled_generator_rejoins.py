@@ -9,7 +9,7 @@ from spex.proto import decode
 from spex.proto.names import DEFAULT_POOL, GENERATOR_GROUP, gen_jobs, worker_jobs, worker_load
 from tests.services.cluster import Cluster
 from tests.services.helpers import alive, restarts, wait_for
-from tests.services.test_pipeline import submit_all, virtual_time
+from tests.services.workload import submit_all, virtual_time
 
 
 def test_a_generator_stalled_past_its_heartbeats_rejoins_when_resumed(redis_url):
