@@ -51,11 +51,12 @@ from spex.shared.content.prompts import prompt_pieces, stop_strings
 from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
-from spex.shared.runtime.bus import Delivery, read_streams
+from spex.shared.runtime.bus import Delivery
 from spex.shared.runtime.jobs import job_wanted
 from spex.shared.runtime.metrics import JOBS_IN_FLIGHT
 from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.streams import read_streams
 from spex.shared.runtime.worker import Job, JobWorker
 from spex.shared.sim.engine import EngineConfig, SimEngine
 from spex.shared.sim.realtime import RealtimeEngine

@@ -40,8 +40,8 @@ from spex.proto import (
     names,
     submission,
 )
-from spex.shared.runtime.bus import is_cluster
 from spex.shared.runtime.durable import Durable
+from spex.shared.runtime.streams import is_cluster
 
 __all__ = [
     "Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "answer_status", "fold_tree", "node_json",
