@@ -188,7 +188,7 @@ class Generator(JobWorker[_GenJob]):
         while len(self._promoted) > PROMOTIONS_KEPT:
             self._promoted.popitem(last=False)
 
-    async def publish(self, job: _GenJob, c: Completion) -> str:
+    async def publish(self, job: _GenJob, c: Completion) -> None:
         req, gen = job.request, job.synthetic
         result = GenerateResult(
             msg_id=f"{req.query_id}/{req.job_id}/result",
@@ -206,7 +206,6 @@ class Generator(JobWorker[_GenJob]):
             worker=self.settings.consumer,
         )
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
-        return ""
 
     # ------------------------------------------------------------------ loops
     async def _intake_round(self) -> None:
