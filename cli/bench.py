@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from spex.bench.comparison import Repeated, compare
 from spex.bench.pairs import compare_pairs
-from spex.bench.results import Repeated, RunSummary, compare, summarize, write_json
+from spex.bench.results import RunSummary, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
 from spex.cli.bench_args import bench_config
 from spex.cli.version import spex_version
