@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from spex.bench.results import pair_records
+from spex.bench.comparison import pair_records
 
 __all__ = ["plot", "runs", "summary"]
 

@@ -18,7 +18,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from spex.bench.results import RunSummary, compare, summarize
+from spex.bench.comparison import compare
+from spex.bench.results import RunSummary, summarize
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.shared.core.machine import Reward
 from spex.shared.core.spec.early_stop import EarlyStop

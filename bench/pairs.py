@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from spex.bench.comparison import Repeated, compare
 from spex.bench.oracle import TreeRecorder
-from spex.bench.results import Repeated, compare, summarize
+from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
 from spex.shared.core.speculation import algorithm_predictor
 

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spex.bench.results import pair_records
+from spex.bench.comparison import pair_records
 
 __all__ = ["AIM", "Check", "check", "plot", "table"]
 

@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from spex.cli import bench, chaos, model, profile, runtime, top
+from spex.cli import bench, bench_args, chaos, model, profile, runtime, top
 from spex.cli.version import spex_version
 
 __all__ = ["build_parser", "main"]
@@ -21,7 +21,7 @@ Command = Callable[[argparse.Namespace, Console], int]
 # Every subcommand: the function that declares its arguments, and the one that runs it, in the
 # order `spex --help` lists them.
 COMMANDS: dict[str, tuple[AddParser, Command]] = {
-    "bench": (bench.add_bench_parser, bench.bench_command),
+    "bench": (bench_args.add_bench_parser, bench.bench_command),
     "worker": (runtime.add_worker_parser, runtime.worker_command),
     "up": (runtime.add_up_parser, runtime.up_command),
     "chaos": (chaos.add_chaos_parser, chaos.chaos_command),

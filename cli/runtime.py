@@ -296,7 +296,8 @@ async def _client(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _result(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
-    from spex.shared.runtime.client import UnknownQuery, answer_status
+    from spex.shared.runtime.client import UnknownQuery
+    from spex.shared.runtime.views import answer_status
 
     try:  # as the HTTP ingress: an id that names no question is an error, not "no answer yet"
         await client.request(args.query_id)

@@ -38,10 +38,11 @@ from spex.shared.roofline.admission import Admission, Offer, admit, divide
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.roofline.measured import MeasuredProfile, parse_measured
-from spex.shared.runtime.bus import Bus, read_streams
+from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.metrics import GOVERNOR_SLACK, SPEC_BUDGET, SPEC_POOL
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.streams import read_streams
 
 __all__ = ["Allocator", "main"]
 

@@ -51,11 +51,12 @@ from spex.shared.content.prompts import prompt_pieces, stop_strings
 from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
-from spex.shared.runtime.bus import Delivery, read_streams
+from spex.shared.runtime.bus import Delivery
 from spex.shared.runtime.jobs import job_wanted
 from spex.shared.runtime.metrics import JOBS_IN_FLIGHT
 from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.streams import read_streams
 from spex.shared.runtime.worker import Job, JobWorker
 from spex.shared.sim.engine import EngineConfig, SimEngine
 from spex.shared.sim.realtime import RealtimeEngine
@@ -187,7 +188,7 @@ class Generator(JobWorker[_GenJob]):
         while len(self._promoted) > PROMOTIONS_KEPT:
             self._promoted.popitem(last=False)
 
-    async def publish(self, job: _GenJob, c: Completion) -> str:
+    async def publish(self, job: _GenJob, c: Completion) -> None:
         req, gen = job.request, job.synthetic
         result = GenerateResult(
             msg_id=f"{req.query_id}/{req.job_id}/result",
@@ -205,7 +206,6 @@ class Generator(JobWorker[_GenJob]):
             worker=self.settings.consumer,
         )
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
-        return ""
 
     # ------------------------------------------------------------------ loops
     async def _intake_round(self) -> None:

@@ -26,7 +26,8 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from spex.proto import ALGORITHMS, AnswerResult, SubmissionError, submission
-from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery, node_json
+from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
+from spex.shared.runtime.views import node_json
 
 __all__ = ["OpenAIRoutes", "parse_model"]
 

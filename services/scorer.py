@@ -27,7 +27,7 @@ from spex.shared.runtime.bus import Delivery
 from spex.shared.runtime.jobs import job_wanted
 from spex.shared.runtime.service import loop_forever, run_service
 from spex.shared.runtime.settings import Settings
-from spex.shared.runtime.worker import Job, JobWorker
+from spex.shared.runtime.worker import Job, JobWorker, NoResult
 from spex.shared.sim.engine import SimEngine
 from spex.shared.sim.realtime import RealtimeEngine
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
@@ -77,11 +77,11 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
             request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template, req.split))
         await self.start(Job(d, req), request)
 
-    async def publish(self, job: Job[ScoreRequest], c: Completion) -> str:
+    async def publish(self, job: Job[ScoreRequest], c: Completion) -> None:
         req = job.request
         if req.content == "real":
             if c.reward is None:
-                return f"reward engine: {c.text or 'no reward'}"
+                raise NoResult(f"reward engine: {c.text or 'no reward'}")
             reward = c.reward
         else:
             workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed)
@@ -96,7 +96,6 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
             reward=reward,
         )
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
-        return ""
 
     async def _intake_round(self) -> None:
         block, held = self.settings.block_ms, self.held()

@@ -5,7 +5,7 @@ draws them (`web/index.html`: plain HTML, SVG and JavaScript, no build step).
 GET /v1/questions/{id}/tree → every node (parent, text, reward, answer, tokens, state, times);
 GET /v1/questions/{id}/events → `text/event-stream`: an `node` event per change of a node,
 then an `answer` event, then the stream ends; GET /v1/overview → the cluster's figures
-(`IngressClient.overview`); GET / → the web view; GET /health (the process answers) and
+(`views.overview`); GET / → the web view; GET /health (the process answers) and
 GET /ready (it reaches Redis). The routes are the ingress's, behind its authentication:
 the page sends its token (asked for once) with every request, so it never rides in a URL.
 """
@@ -23,7 +23,8 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from spex.proto import AnswerResult
-from spex.shared.runtime.client import IngressClient, answer_status, node_json
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.views import answer_status, node_json, overview
 
 __all__ = ["KEEPALIVE_S", "WatchRoutes", "answer_json"]
 
@@ -95,7 +96,7 @@ class WatchRoutes:
         client = request[self.client_key] if self.scoped else None
         at, figures = self._overviews.get(client, (0.0, {}))
         if time.monotonic() - at >= OVERVIEW_EVERY_S:
-            figures = await self.client.overview(client)
+            figures = await overview(self.client, client)
             self._overviews[client] = (time.monotonic(), figures)
         return web.json_response(figures)
 

@@ -9,7 +9,8 @@ The search algorithm is a program (`spex.shared.core.search.base`) that yields `
 requests; the machine turns each needed node into a generate command, scores every generated
 node, and resumes the program once its request is satisfied.
 
-Speculation (T1) lives here and only here, apart from the algorithms: after every event the
+Speculation (T1) lives here and only here, apart from the algorithms (its half of the machine
+is `machine_spec.MachineSpeculation`): after every event the
 machine asks its predictor (`spex.shared.core.speculation`) for nodes the search will likely
 need, and generates them at low priority as speculative handles in its `SpecCache`. When the
 search asks for a node whose handle is generated, the result is served from that cache; if
@@ -23,7 +24,6 @@ misses stay cached, at most `cache_nodes` per query, oldest dropped first.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -32,22 +32,16 @@ from spex.shared.core.commands import (
     CancelCommand,
     Command,
     FinishCommand,
-    GenerateCommand,
     PromoteCommand,
     ScoreCommand,
     prompt_segments,
 )
+from spex.shared.core.machine_spec import MachineSpeculation
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
 from spex.shared.core.search.answers import Equivalence, extract_answer, select_answer
 from spex.shared.core.spec.early_stop import EarlyStop, answer_weight, should_stop
-from spex.shared.core.speculation import (
-    PredictorFactory,
-    SpecCache,
-    SpecPolicy,
-    algorithm_predictor,
-    spec_priority,
-)
-from spex.shared.core.tree import EXPAND, Node, Tree
+from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy, algorithm_predictor
+from spex.shared.core.tree import Node, Tree
 
 __all__ = ["REWARDS", "QueryMachine", "QueryStats", "Reward"]
 
@@ -69,16 +63,7 @@ class QueryStats:
 
 
 @dataclass
-class _Job:
-    job_id: str
-    speculative: bool
-    adopted: bool = False
-    distance: int = 0  # how far ahead the prediction reached (algorithm-defined)
-    prior: float = 0.0  # the predictor's probability that the search asks for it
-
-
-@dataclass
-class QueryMachine:
+class QueryMachine(MachineSpeculation):
     query_id: str
     question_tokens: int
     config: SearchConfig
@@ -112,75 +97,23 @@ class QueryMachine:
         self._requested: set[str] = set()  # tree nodes the search asked for
         self._unscored: set[str] = set()  # ... whose reward is not known yet
         self._program_done = False
-        self._jobs: dict[str, _Job] = {}  # node id -> its generation in flight
-        self._attempts: dict[str, int] = {}
+        self._jobs = {}  # node id -> its generation in flight
+        self._attempts = {}
         self._scoring: set[str] = set()
-        self._stop_with: str | None = None  # T3's leading answer once it stopped the search
-        self._spec_failed: set[str] = set()  # speculative nodes a service gave up on: not retried
+        self._stop_with = None  # T3's leading answer once it stopped the search
+        self._spec_failed = set()  # speculative nodes a service gave up on: not retried
         self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
-        self._predicted: tuple[int, list[Node]] | None = None  # (k, the prediction) until a change
+        self._predicted = None  # (k, the prediction) until a change
         self._settled = False  # housekeeping ran after the last event (a repeat would do nothing)
         self.events = 0  # events that changed the query's state (a version for its readers)
         self.adopted: set[str] = set()  # tree nodes the search got from speculation (hits)
-        self._priors: dict[str, float] = {}  # speculative node issued -> its prior
+        self._priors = {}  # speculative node issued -> its prior
         self._prior_sum = 0.0  # Σ prior of every speculative job issued
 
-    # ------------------------------------------------------------------ the SpecView
-    def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
-        node = self.tree.nodes.get(parent.child_id(index, action))
-        return node if node is not None else self._cache.handle(parent, index, action)
-
-    def busy(self, node: Node) -> bool:
-        return node.id in self._jobs
-
+    # ------------------------------------------------------------------ what the search waits on
     @property
     def jobs_in_flight(self) -> int:
         return len(self._jobs)
-
-    @property
-    def spec_in_flight(self) -> int:
-        return sum(1 for j in self._jobs.values() if j.speculative and not j.adopted)
-
-    def spec_offers(self, limit: int, sharing: int = 1) -> tuple[list[float], list[float]]:
-        """What T2 weighs: the value of each of this query's speculative jobs in flight, and of
-        each of up to `limit` new candidates (in the predictor's order) — the probability that
-        the search uses it (the predictor's prior times `calibration`) times what a use saves
-        on an engine `sharing` queries share (`spec_saving`)."""
-        if not self.speculation.enabled or self.done:
-            return [], []
-        c, saving = self.calibration, self.algorithm.spec_saving(sharing)
-        running = [
-            min(1.0, job.prior * c) * saving
-            for job in self._jobs.values()
-            if job.speculative and not job.adopted
-        ]
-        new = [
-            min(1.0, self._predictor.spec_likelihood(n) * c) * saving for n in self._predict(max(0, limit))
-        ]
-        return running, new
-
-    @property
-    def calibration(self) -> float:
-        """The query's measured hits over what the priors of its decided speculative jobs
-        expected (a job still in flight, or generated and waiting in the cache, is not decided
-        yet), with one expected hit of prior weight: 1 until the query has evidence."""
-        # In a fixed order (a set's would vary by process, and a float sum with it).
-        pending = [n for n, j in self._jobs.items() if j.speculative and not j.adopted]
-        pending += [h.id for h in self._cache if h.generated and h.id not in self._jobs]
-        expected = self._prior_sum - sum(self._priors.get(n, 0.0) for n in pending)
-        return (self.stats.spec_adopted + 1.0) / (max(0.0, expected) + 1.0)
-
-    def _predict(self, k: int) -> list[Node]:
-        """The predictor's `k` likeliest nodes, remembered until the query's state changes
-        (every event, every job issued): T2 asks each query for its candidates whenever any
-        query's budget changes, mostly of queries nothing happened to. A prediction of k
-        nodes is the first k of a longer one, so the longest asked serves shorter asks."""
-        memo = self._predicted
-        if memo is not None and (k <= memo[0] or len(memo[1]) < memo[0]):
-            return memo[1][:k]
-        out = self._predictor.predict(self, k)
-        self._predicted = (k, out)
-        return out[:]
 
     def waiting_on(self) -> tuple[str, list[str]] | None:
         """What the search is blocked on now: ("generate", node ids) or ("score", node ids)."""
@@ -191,10 +124,6 @@ class QueryMachine:
         if ungenerated:
             return "generate", ungenerated
         return "score", [n.id for n in need.nodes if not n.scored]
-
-    def speculative(self) -> Iterator[Node]:
-        """The speculative nodes held now (generated or in flight), not yet asked for."""
-        return iter(self._cache)
 
     def job_of(self, node_id: str) -> tuple[str, bool] | None:
         """(job id, adopted from speculation) of the generation of `node_id` in flight."""
@@ -352,28 +281,6 @@ class QueryMachine:
             return
         commands.append(self._generate(node, PRIMARY))
 
-    def _count_hit(self, distance: int) -> None:
-        self.stats.spec_adopted += 1
-        self.stats.spec_by_distance[distance][1] += 1
-
-    def _generate(self, node: Node, priority: int) -> GenerateCommand:
-        attempt = self._attempts.get(node.id, 0)
-        self._attempts[node.id] = attempt + 1
-        job = _Job(f"{node.id}.{attempt}", speculative=priority != PRIMARY)
-        if job.speculative:
-            job.distance = self._predictor.spec_distance(node)
-            job.prior = min(1.0, max(0.0, self._predictor.spec_likelihood(node)))
-            self._priors[node.id] = job.prior
-            self._prior_sum += job.prior
-            self.stats.spec_by_distance.setdefault(job.distance, [0, 0])[0] += 1
-            priority = spec_priority(job.distance)
-        self._jobs[node.id] = job
-        self._predicted = None
-        assert node.parent is not None and node.parent.generated
-        return GenerateCommand(
-            job.job_id, node, prompt_segments(node.parent), self.config.max_step_tokens, priority
-        )
-
     def _resume(self, now_s: float, first: bool = False) -> list[Command]:
         if self.done:
             return []
@@ -421,14 +328,6 @@ class QueryMachine:
         family, rollouts = self.algorithm.family, self.algorithm.rollouts_done
         return should_stop(answers, self.config.target, self.early_stop, family, rollouts, self.same_answer)
 
-    def _cancel_speculation(self) -> list[Command]:
-        """Cancel every speculative job the search has not adopted (T3 stopped it)."""
-        dead = {node: j for node, j in self._jobs.items() if j.speculative and not j.adopted}
-        for node in dead:
-            del self._jobs[node]
-        self.stats.spec_cancelled += len(dead)
-        return [CancelCommand(j.job_id) for j in dead.values()]
-
     def _finish(self, now_s: float, answer: str | None, early: bool) -> list[Command]:
         self.answer, self.early_stopped = answer, early
         self.done, self.finished_s = True, now_s
@@ -439,50 +338,6 @@ class QueryMachine:
         self._jobs.clear()
         self._cache.clear()
         return [*cancels, FinishCommand(self.query_id, answer, early)]
-
-    def _housekeeping(self, now_s: float) -> list[Command]:
-        """Cancel speculation the search can no longer use, bound the cache, and issue new
-        speculative jobs up to this query's share."""
-        if self.done or not self.speculation.enabled or self._stop_with is not None:
-            return []
-        commands: list[Command] = []
-        dead = self._cache.prune(lambda n: n in self._jobs, self._predictor.spec_alive)
-        for node_id in dead:
-            job = self._jobs.get(node_id)
-            if job is not None and not job.adopted:
-                del self._jobs[node_id]
-                self.stats.spec_cancelled += 1
-                commands.append(CancelCommand(job.job_id))
-        evicted = self._cache.evict()
-        self.stats.spec_evicted += evicted
-        if dead or evicted:
-            self._predicted = None
-        free = self.share - self.spec_in_flight
-        if free > 0:
-            for node in self._predict(free):
-                if node.id in self._jobs or node.generated or node.id in self._spec_failed:
-                    continue
-                if self._over_amplification():
-                    break
-                self.stats.spec_issued += 1
-                if node.id not in self.tree.nodes:
-                    self._cache.keep(node)  # a remembered prediction pruned as never issued
-                commands.append(self._generate(node, SPECULATIVE))
-        self._settled = True
-        return commands
-
-    def _over_amplification(self) -> bool:
-        """Would one more speculative job push generated/consumed tokens past the cap, if every
-        speculative job in flight (and the new one) turned out to be waste?"""
-        cap = self.speculation.max_amplification
-        if cap is None:
-            return False
-        nodes = self.stats.nodes_generated
-        mean_job = self.stats.tokens_generated / nodes if nodes else self.config.max_step_tokens / 2
-        consumed = max(1, self.stats.tokens_generated)
-        wasted = self.stats.spec_tokens - self.stats.spec_tokens_consumed
-        projected = consumed + wasted + (self.spec_in_flight + 1) * mean_job
-        return projected / consumed > cap
 
 
 def _logprob_reward(mean_logprob: float) -> float:

@@ -1,26 +1,17 @@
 """The message bus: Redis Streams with consumer groups, at-least-once delivery, owner-checked
 acknowledgement, heartbeats, reclaim of a dead consumer's entries, and a dead-letter stream.
+Writing (idempotent by message id) is the `Publisher`'s (`spex.shared.runtime.publisher`),
+which a `Bus` is too.
 
 Semantics (measured on Redis 6.2 and 7.0; the tests in `tests/runtime/bus` hold them):
 
 - Each entry has one field, `e`: a MessagePack `proto` message. Decoding failures (bad bytes,
   unknown type, unknown protocol version) go to `dlq:<stream>` at once, with the reason.
-- `publish` is idempotent by message id: a retried write (redis-py retries after a lost reply),
-  or a command a coordinator replays after a takeover, never adds a second entry. The ids are
-  kept per query (`{q:<id>}:sent`), expiring with its answer (`SENT_TTL_S` while it has none).
-  Work streams are never trimmed with MAXLEN; a fan-out stream (no group) may be published
-  with `keep_s`, which trims it to what is younger. A result for a query
-  is published only while the query exists (`require`): nothing re-creates the inbox of a
-  query that was never submitted or has expired.
 - A consumer first re-reads its own pending entries (`0`), on start and after a reconnect, then
   new ones (`>`). Re-reading counts as a delivery: an entry re-read more than
   `max_deliveries` times (a handler that crashes the process on it) is dead-lettered.
-- On a cluster, `publish` (a job's result, which its worker acknowledges the job after) is
-  durable: on a replica before it returns (`durable.Durable`).
-- Partitions (`spex.proto.names`): a message goes to its query's part of a global stream, and
-  a reader names the global stream and reads every part. On a Redis Cluster, where one command
-  reaches one slot, a read of several slots is one non-blocking command per slot, repeated
-  with a growing pause (`POLL_MS`) until the wait is over; on one Redis it is one command.
+- Partitions (`spex.proto.names`): a reader names the global stream and reads every part (on a
+  Redis Cluster, one command per slot: `streams.read_streams`).
 - A group that vanished (a Redis restarted without persistence) is re-created on the next
   call that finds it missing (`NOGROUP`), and own pending entries are re-read.
 - `XACK` does not check the owner, so `ack` does, in one script: a stalled consumer whose entry
@@ -34,50 +25,35 @@ Semantics (measured on Redis 6.2 and 7.0; the tests in `tests/runtime/bus` hold 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-import msgspec
 import redis.asyncio as aioredis
-from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.codec import Envelope, envelope
-from spex.proto.names import dead_letter, logical, placed, query_sent, reply_key, spread
-from spex.shared.runtime.durable import Durable
+from spex.proto.names import dead_letter, spread
 from spex.shared.runtime.metrics import DEAD_LETTERS
+from spex.shared.runtime.publisher import Publisher
+from spex.shared.runtime.streams import (
+    ScriptCall,
+    as_str,
+    entry_after,
+    is_cluster,
+    parse_entry_id,
+    read_streams,
+)
 
-__all__ = ["Bus", "Delivery", "ScriptCall", "entry_after", "is_cluster", "parse_entry_id", "read_streams"]
+# `ScriptCall`, `entry_after`, `is_cluster` and `read_streams` are `streams`'; the coordinator
+# (services/coordinator) still imports them from here.
+__all__ = ["TRIM_EVERY_S", "Bus", "Delivery", "ScriptCall", "entry_after", "is_cluster", "read_streams"]
 
-SENT_TTL_S = 86_400  # a query's published message ids, while it has no answer (then its answer's TTL)
 TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
-POLL_MS = (1, 25)  # a read across cluster slots: first pause, longest pause between passes
-
-# KEYS: stream, the query's sent ids, its answer[, a key that must exist].
-# ARGV: payload, message id, sent TTL s, keep ms (0: no trim).
-_PUBLISH = """
-if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 0 then return false end
-if redis.call('HSETNX', KEYS[2], ARGV[2], '1') == 0 then return false end
-local answered = redis.call('TTL', KEYS[3])
-if answered > 0 then
-  redis.call('EXPIRE', KEYS[2], answered)
-elseif redis.call('TTL', KEYS[2]) == -1 then
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
-end
-local keep = tonumber(ARGV[4])
-if keep > 0 then
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - keep
-  return redis.call('XADD', KEYS[1], 'MINID', tostring(math.max(0, floor)), '*', 'e', ARGV[1])
-end
-return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
-"""
 
 _ACK_IF_OWNER = """
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
@@ -108,10 +84,6 @@ return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 """
 
 
-# A script run with its keys and arguments: (the registered script, keys, args).
-ScriptCall = tuple[Any, list[str], list[Any]]
-
-
 @dataclass(frozen=True)
 class Delivery:
     stream: str
@@ -120,19 +92,17 @@ class Delivery:
     deliveries: int = 1
 
 
-class Bus:
-    """One consumer's view of the streams. The Redis client is injected (constructors only
-    assemble), so a service runs in-process or as its own OS process alike."""
+class Bus(Publisher):
+    """One consumer's view of the streams, and a publisher. The Redis client is injected
+    (constructors only assemble), so a service runs in-process or as its own OS process alike."""
 
     def __init__(self, client: aioredis.Redis, consumer: str, max_deliveries: int = 3) -> None:
-        self.r = client
+        super().__init__(client)
         self.consumer = consumer
         self.max_deliveries = max_deliveries
-        self._publish = client.register_script(_PUBLISH)
         self._ack = client.register_script(_ACK_IF_OWNER)
         self._dead_letter = client.register_script(_DEAD_LETTER)
         self._heartbeat = client.register_script(_HEARTBEAT)
-        self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
         self._own_pending_read: set[tuple[str, str]] = set()
         self._own_cursor: dict[tuple[str, str], str] = {}  # paging through own pending entries
         self._first_pass: set[tuple[str, str]] = set()  # own pending read once since we started
@@ -142,86 +112,6 @@ class Bus:
         self.dead_lettered = 0
         # Told of every message given up on (the service tells its query, so nothing hangs).
         self.on_dead: Callable[[Message | Envelope, str], Awaitable[None]] | None = None
-
-    # ------------------------------------------------------------------ producing
-    async def publish(self, stream: str, message: Message, require: str | None = None) -> str | None:
-        """Append `message`; None if a message with its id was already published, or if the
-        key `require` (the query's request, for a result) does not exist."""
-        qid = message.query_id
-        keys = [placed(stream, qid), query_sent(qid), reply_key(qid), *([require] if require else [])]
-        payload = encode(_stamped(message, int(time.time() * 1000)))
-        args: list[Any] = [payload, message.msg_id, SENT_TTL_S, 0]
-        if self._durable is not None:  # a result its job's ack follows: on a replica first
-            entry = await self._durable.run(self._publish, keys, args)
-        else:
-            entry = await self._publish(keys=keys, args=args)
-        return _s(entry) if entry else None
-
-    async def publish_many(
-        self,
-        items: Sequence[tuple[str, Message]],
-        marks: Sequence[tuple[str, str]] = (),
-        keep_s: dict[str, float] | None = None,
-        require: Callable[[Message], str] | None = None,
-        then: Sequence[ScriptCall] = (),
-    ) -> tuple[list[str | None], list[Any]]:
-        """`publish` each (stream, message) in order, and set each (hash, field) of `marks`
-        (the hash expiring as the query's sent ids do), in one round trip (a pipeline, not a
-        transaction: each publish stays deduplicated on its own), then run each script call
-        of `then` (its first key names its slot) in the same round trip, after them. A stream
-        in `keep_s` is trimmed to entries younger than that; a message is published only while
-        the key `require(message)` exists, when given. Every message is encoded first, so a
-        ProtocolError sends nothing. Returns the entry ids (None: not published) and what each
-        script call returned."""
-        now_ms = int(time.time() * 1000)
-        encoded = [
-            (placed(stream, m.query_id), m.query_id, m.msg_id, encode(_stamped(m, now_ms)))
-            for stream, m in items
-        ]
-        needs = [[require(m)] if require else [] for _, m in items]
-        if not encoded and not marks and not then:
-            return [], []
-        keep_s = keep_s or {}
-        calls: list[ScriptCall] = [
-            (self._publish, [stream, query_sent(qid), reply_key(qid), *need],
-             [payload, msg_id, SENT_TTL_S, int(keep_s.get(logical(stream), 0) * 1000)])
-            for (stream, qid, msg_id, payload), need in zip(encoded, needs, strict=True)
-        ]  # fmt: skip
-        calls += then
-        if is_cluster(self.r):
-            results = await self._by_slot(marks, calls)
-        else:
-            pipe = self.r.pipeline(transaction=False)
-            for key, name in marks:
-                pipe.hset(key, name, 1)
-                pipe.expire(key, SENT_TTL_S)
-            for script, keys, args in calls:
-                await script(keys=keys, args=args, client=pipe)
-            results = (await pipe.execute())[2 * len(marks) :]
-        entries = [_s(entry) if entry else None for entry in results[: len(encoded)]]
-        return entries, results[len(encoded) :]
-
-    async def _by_slot(self, marks: Sequence[tuple[str, str]], calls: list[ScriptCall]) -> list[Any]:
-        """A pipeline's marks and script calls on a cluster, whose pipelines cannot run
-        scripts: each slot's in order, the slots side by side."""
-        by_slot: dict[int, list[int]] = {}
-        for i, (_, keys, _) in enumerate(calls):
-            by_slot.setdefault(key_slot(keys[0].encode()), []).append(i)
-        marks_by_slot: dict[int, list[tuple[str, str]]] = {}
-        for key, name in marks:
-            marks_by_slot.setdefault(key_slot(key.encode()), []).append((key, name))
-        out: list[Any] = [None] * len(calls)
-
-        async def one_slot(slot: int) -> None:
-            for key, name in marks_by_slot.get(slot, []):
-                await self.r.hset(key, name, 1)
-                await self.r.expire(key, SENT_TTL_S)
-            for i in by_slot.get(slot, []):
-                script, keys, args = calls[i]
-                out[i] = await script(keys=keys, args=args)
-
-        await asyncio.gather(*(one_slot(slot) for slot in set(by_slot) | set(marks_by_slot)))
-        return out
 
     # ------------------------------------------------------------------ consuming
     async def ensure_group(self, stream: str, group: str) -> None:
@@ -297,7 +187,7 @@ class Bus:
                 self._own_pending_read.add((stream, group))
                 self._first_pass.add((stream, group))
             else:  # a full page: the next read goes on after it
-                self._own_cursor[(stream, group)] = _s(entries[-1][0])
+                self._own_cursor[(stream, group)] = as_str(entries[-1][0])
             out += await self._own_pending(stream, group, entries, held, retry)
             if out:
                 return out
@@ -307,7 +197,7 @@ class Bus:
             lambda: read_streams(self.r, dict.fromkeys(streams, ">"), count, block_ms, (group, self.consumer))
         )
         for stream, entries in replies_new:
-            out += await self._decode_all(_s(stream), group, entries)
+            out += await self._decode_all(as_str(stream), group, entries)
         return out
 
     async def _own_pending(
@@ -319,25 +209,25 @@ class Bus:
         not handed out again."""
         if not entries:
             return []
-        ids = [_s(entry_id) for entry_id, _ in entries]
+        ids = [as_str(entry_id) for entry_id, _ in entries]
         pending: Any = await self.r.xpending_range(
             stream, group, min=ids[0], max=ids[-1], count=len(ids), consumername=self.consumer
         )
-        counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        counts = {as_str(p["message_id"]): int(p["times_delivered"]) for p in pending}
         out: list[Delivery] = []
         for entry_id, fields in entries:
-            deliveries = counts.get(_s(entry_id), 1)
-            if _s(entry_id) in held or not retry:
+            deliveries = counts.get(as_str(entry_id), 1)
+            if as_str(entry_id) in held or not retry:
                 deliveries = max(1, deliveries - 1)
                 await self.r.xclaim(
                     stream, group, self.consumer, 0, [entry_id], retrycount=deliveries, justid=True
                 )
-                if _s(entry_id) in held:
+                if as_str(entry_id) in held:
                     continue
             if deliveries > self.max_deliveries:
                 payload = (fields or {}).get(b"e", b"")
                 await self._dead(
-                    stream, group, _s(entry_id), f"delivered {deliveries} times", deliveries, payload
+                    stream, group, as_str(entry_id), f"delivered {deliveries} times", deliveries, payload
                 )
                 continue
             out += await self._decode_all(stream, group, [(entry_id, fields)], deliveries)
@@ -356,7 +246,7 @@ class Bus:
         lost: Any = await self._regrouping(
             lambda: self._heartbeat(keys=[stream], args=[group, self.consumer, *entry_ids])
         )
-        return {_s(entry_id) for entry_id in lost}
+        return {as_str(entry_id) for entry_id in lost}
 
     async def reclaim(self, stream: str, group: str, min_idle_ms: int, count: int = 100) -> list[Delivery]:
         """Take over entries idle for `min_idle_ms` (their consumer stopped heartbeating);
@@ -376,7 +266,7 @@ class Bus:
         )
         out = []
         for p in pending:
-            entry_id, deliveries = _s(p["message_id"]), int(p["times_delivered"])
+            entry_id, deliveries = as_str(p["message_id"]), int(p["times_delivered"])
             claimed: Any = await self.r.xclaim(stream, group, self.consumer, min_idle_ms, [entry_id])
             if not claimed:
                 continue  # a peer claimed it first
@@ -408,12 +298,12 @@ class Bus:
             return 0
         floor: tuple[int, int] | None = None
         for g in groups:
-            ms, seq = parse_entry_id(_s(g["last-delivered-id"]))
+            ms, seq = parse_entry_id(as_str(g["last-delivered-id"]))
             need = (ms, seq + 1)  # everything up to the last delivered entry, unless pending
             if int(g["pending"]):
                 oldest: Any = await self.r.xpending(stream, g["name"])
                 if oldest["min"] is not None:
-                    need = min(need, parse_entry_id(_s(oldest["min"])))
+                    need = min(need, parse_entry_id(as_str(oldest["min"])))
             floor = need if floor is None else min(floor, need)
         if floor is None or floor <= (0, 1):
             return 0
@@ -429,7 +319,7 @@ class Bus:
     async def _decode_all(self, stream: str, group: str, entries: Any, deliveries: int = 1) -> list[Delivery]:
         out = []
         for entry_id, fields in entries:
-            entry_id = _s(entry_id)
+            entry_id = as_str(entry_id)
             payload = (fields or {}).get(b"e")
             if payload is None:  # deleted or trimmed while pending: nothing to do but clear it
                 await self._dead(
@@ -461,72 +351,3 @@ class Bus:
         await self._dead_letter(
             keys=[stream, dead_letter(stream)], args=[group, entry_id, reason, deliveries, payload]
         )
-
-
-def is_cluster(client: Any) -> bool:
-    return isinstance(client, aioredis.RedisCluster)
-
-
-async def read_streams(
-    r: aioredis.Redis,
-    streams: dict[str, str],
-    count: int,
-    block_ms: int | None,
-    group: tuple[str, str] | None = None,
-) -> list[tuple[str, Any]]:
-    """XREAD (or XREADGROUP as `group` = (group, consumer)) of `streams` (name -> after id),
-    waiting up to `block_ms` for something: [(stream, entries)]. On one Redis, one command;
-    on a cluster, one per slot, all sent at once, repeated with a growing pause. A non-blocking
-    read from `$` never returns anything, so on that path each `$` in `streams` is replaced (in
-    the caller's dict) by the stream's last entry id: the caller's next read goes on from it."""
-    if not streams:
-        return []
-
-    async def once(names: dict[Any, Any], block: int | None) -> Any:
-        if group is None:
-            return await r.xread(names, count=count, block=block)
-        return await r.xreadgroup(group[0], group[1], names, count=count, block=block)
-
-    slots: dict[int, dict[Any, Any]] = {}
-    if is_cluster(r):
-        for name, after in streams.items():
-            slots.setdefault(key_slot(name.encode()), {})[name] = after
-    if len(slots) <= 1:
-        return [(_s(stream), entries) for stream, entries in (await once(dict(streams), block_ms)) or []]
-    for name in [n for n, after in streams.items() if after == "$"]:
-        try:
-            info: Any = await r.xinfo_stream(name)
-            streams[name] = slots[key_slot(name.encode())][name] = _s(info["last-generated-id"])
-        except ResponseError:  # no such stream yet: everything it will hold is new
-            streams[name] = slots[key_slot(name.encode())][name] = "0-0"
-    deadline = time.monotonic() + (block_ms or 0) / 1000
-    pause = POLL_MS[0]
-    while True:
-        replies = await asyncio.gather(*(once(names, None) for names in slots.values()))
-        out = [(_s(stream), entries) for reply in replies for stream, entries in reply or [] if entries]
-        left = deadline - time.monotonic()
-        if out or block_ms is None or left <= 0:
-            return out
-        await asyncio.sleep(min(pause / 1000, left))
-        pause = min(2 * pause, POLL_MS[1])
-
-
-def parse_entry_id(entry_id: str) -> tuple[int, int]:
-    """A stream entry id `ms-seq` as a pair that sorts as Redis orders entries."""
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def entry_after(entry_id: str, last_id: str) -> bool:
-    """Whether entry `entry_id` comes after `last_id` ("0": before every entry)."""
-    return parse_entry_id(entry_id) > parse_entry_id(last_id)
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _stamped(message: Message, now_ms: int) -> Message:
-    """`message` with the time it is published (`created_ms`), unless its publisher set one:
-    its reader's clock less this is its time on the bus (`metrics.BUS_HOP`)."""
-    return message if message.created_ms else msgspec.structs.replace(message, created_ms=now_ms)

@@ -9,16 +9,17 @@ In-flight sets are sets, not counters: releasing a question twice cannot drift t
 
 Client keys and results are scoped by `client` (the ingress token's name): one client can
 neither reuse another's key nor read another's answer. Answers come back on the query's reply
-key. The HTTP ingress, the Celery adapter, the launcher and `spex submit` all use this client.
+key. The HTTP ingress, the Celery adapter, the launcher and `spex submit` all use this client;
+what readers are shown of a query and of the cluster is `views`'.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 import uuid
+from enum import IntEnum
 from typing import Any, cast
 
 import msgspec
@@ -34,21 +35,32 @@ from spex.proto import (
     ProtocolError,
     SubmissionTooLarge,
     SubmitQuestionRequest,
-    WorkerLoadEvent,
     decode,
     encode,
     names,
     submission,
 )
-from spex.shared.runtime.bus import is_cluster
 from spex.shared.runtime.durable import Durable
+from spex.shared.runtime.streams import is_cluster
+from spex.shared.runtime.views import fold_tree
 
-__all__ = [
-    "Backpressure", "IngressClient", "KeyConflict", "UnknownQuery", "answer_status", "fold_tree", "node_json",
-]  # fmt: skip
+__all__ = ["Backpressure", "IngressClient", "KeyConflict", "SubmitOutcome", "UnknownQuery"]
 
-ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
+
+
+class SubmitOutcome(IntEnum):
+    """What the submit script did: the first element of its reply (the second is a query id,
+    or how many questions are in flight when refused for that). The script declares each as a
+    Lua local of the same name."""
+
+    NEW = 1  # recorded, stored and appended to the ingress stream
+    REPEATED = 0  # the client key's question again: the first submission's query id
+    BACKLOG_FULL = -1  # refused: the backlog's questions in flight are at its limit
+    CLIENT_FULL = -2  # refused: this client's questions in flight are at its limit
+    KEY_CONFLICT = -3  # refused: the client key was used for a different question
+    ID_TAKEN = -4  # refused: the query id given is some other query's
+
 
 # KEYS: submitted, ingress, in-flight, client in-flight, request.
 # ARGV: query id, payload, backlog limit, client limit, body hash, now ms, key backstop s.
@@ -56,25 +68,28 @@ KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires aft
 # rejection) sets it to expire with the answer, so a retry is the same query for as long as
 # the answer can be read. Its own TTL (a week) is only a backstop, for a question nothing ever
 # answers (an ingress entry a foreign writer corrupted).
-_SUBMIT = """
+_SUBMIT = (
+    "".join(f"local {outcome.name} = {outcome.value}\n" for outcome in SubmitOutcome)
+    + """
 local existing = redis.call('GET', KEYS[1])
 if existing then
   local qid, hash = string.match(existing, '^([^|]*)|(.*)$')
-  if hash ~= ARGV[5] then return {-3, qid} end
-  return {0, qid}
+  if hash ~= ARGV[5] then return {KEY_CONFLICT, qid} end
+  return {REPEATED, qid}
 end
-if redis.call('EXISTS', KEYS[5]) == 1 then return {-4, ARGV[1]} end
+if redis.call('EXISTS', KEYS[5]) == 1 then return {ID_TAKEN, ARGV[1]} end
 local inflight = redis.call('ZCARD', KEYS[3])
-if inflight >= tonumber(ARGV[3]) then return {-1, tostring(inflight)} end
+if inflight >= tonumber(ARGV[3]) then return {BACKLOG_FULL, tostring(inflight)} end
 local mine = redis.call('ZCARD', KEYS[4])
-if mine >= tonumber(ARGV[4]) then return {-2, tostring(mine)} end
+if mine >= tonumber(ARGV[4]) then return {CLIENT_FULL, tostring(mine)} end
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[5], 'EX', ARGV[7])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('SET', KEYS[5], ARGV[2])
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
-return {1, ARGV[1]}
+return {NEW, ARGV[1]}
 """
+)
 
 # KEYS: request, inbox. ARGV: payload. -> 1, or 0 if the query is unknown.
 _CANCEL = """
@@ -202,14 +217,15 @@ class IngressClient:
         else:
             status, value = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
         value = value.decode() if isinstance(value, bytes) else str(value)
-        if int(status) == -1:
+        outcome = SubmitOutcome(int(status))
+        if outcome is SubmitOutcome.BACKLOG_FULL:
             raise Backpressure("the backlog is full; retry later")  # not how full: that is not the client's
-        if int(status) == -2:
+        if outcome is SubmitOutcome.CLIENT_FULL:
             limit = self.limits.client_in_flight
             raise Backpressure(f"this client has {value} questions in flight (limit {limit}); retry later")
-        if int(status) == -3:
+        if outcome is SubmitOutcome.KEY_CONFLICT:
             raise KeyConflict(f"client_key: already used for a different question (query {value})")
-        if int(status) == -4:
+        if outcome is SubmitOutcome.ID_TAKEN:
             raise KeyConflict(f"query_id: {value} is taken")
         return value
 
@@ -291,78 +307,6 @@ class IngressClient:
                 pipe.zcard(part)
             return sum(int(n) for n in await pipe.execute())
 
-    async def overview(
-        self, client: str | None = None, window_s: float = 60.0, listed: int = 50
-    ) -> dict[str, Any]:
-        """The cluster at a glance: the questions in flight (the oldest `listed` of `client`'s,
-        or of everyone's when None, each with its tree's events so far), the backlog nobody
-        has taken, answers and speculation over the last `window_s` (its last
-        `ANSWERS_SAMPLED` answers at most), each generator's load and its governor's slack."""
-        now_ms = int(time.time() * 1000)
-        mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client)
-        in_flight: Any = []
-        for part in names.spread(mine):  # the oldest of each part, then the oldest of those
-            in_flight += await self.r.zrange(part, 0, listed - 1, withscores=True)
-        in_flight = sorted(in_flight, key=lambda member: member[1])[:listed]
-        recent: Any = []
-        since = f"{now_ms - int(window_s * 1000)}"
-        for part in names.spread(names.ANSWERS):
-            recent += await self.r.xrevrange(part, "+", since, count=ANSWERS_SAMPLED)
-        total, held = await self.counts()
-        workers_known: Any = await self.r.zrange(names.home(names.GEN_WORKERS), 0, -1)
-        async with self.r.pipeline(transaction=False) as pipe:
-            pipe.get(names.ALLOCATOR_STATUS)
-            for w in workers_known:
-                pipe.get(names.home(names.worker_load(w.decode())))
-            for qid, _ in in_flight:
-                pipe.xlen(names.query_tree(qid.decode()))
-            status, *rest = await pipe.execute()
-        loads, sizes = rest[: len(workers_known)], rest[len(workers_known) :]
-        answered = issued = adopted = nodes = 0
-        for _, fields in recent:
-            try:
-                answer = decode(names.ANSWERS, (fields or {}).get(b"e", b""))
-            except ProtocolError:
-                continue
-            if isinstance(answer, AnswerResult):
-                answered += 1
-                issued, adopted = issued + answer.spec_issued, adopted + answer.spec_adopted
-                nodes += answer.nodes
-        allocator = json.loads(status) if status else {}
-        workers = []
-        for name, raw in zip(workers_known, loads, strict=True):
-            try:  # a worker's load key expires with it: no key, no worker
-                load = decode(names.worker_load(name.decode()), raw) if raw is not None else None
-            except ProtocolError:
-                continue
-            if isinstance(load, WorkerLoadEvent):
-                workers.append({
-                    "worker": load.worker, "running": load.running, "waiting": load.waiting,
-                    "primary": load.primary, "speculative": load.spec, "slots": load.slots,
-                    "kv_held": load.kv_held, "kv_capacity": load.kv_capacity,
-                    "prefix_cache_hit_rate": round(load.prefix_cache_hit_rate, 3),
-                    "slack": allocator.get("slack", {}).get(load.worker),
-                    "pool": allocator.get("pool", {}).get(load.worker),
-                })  # fmt: skip
-        return {
-            "in_flight": total,
-            "backlog": max(0, total - held),
-            "questions": [
-                {"query_id": qid.decode(), "waiting_s": round((now_ms - ms) / 1000, 1), "events": n}
-                for (qid, ms), n in zip(in_flight, sizes, strict=True)
-            ],
-            "window_s": window_s,
-            "answered": answered,
-            "answers_per_s": round(answered / window_s, 3),
-            "nodes_per_s": round(nodes / window_s, 2),
-            "speculative_issued": issued,
-            "speculative_adopted": adopted,
-            "hit_rate": round(adopted / issued, 3) if issued else None,
-            "granted": allocator.get("granted"),
-            "tpot_target": allocator.get("tpot_target"),
-            "workers": sorted(workers, key=lambda w: w["worker"]),
-        }
-
     async def cancel(self, query_id: str) -> None:
         """Cancel a query; UnknownQuery if there is no such query."""
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
@@ -377,45 +321,3 @@ class IngressClient:
 def _body(req: SubmitQuestionRequest) -> SubmitQuestionRequest:
     """What makes two submissions the same question: the request without its envelope."""
     return msgspec.structs.replace(req, msg_id="", query_id="", trace_id="", created_ms=0)
-
-
-def answer_status(answer: AnswerResult) -> str:
-    """What became of a question: "failed", "cancelled" or "answered" (HTTP and CLI alike)."""
-    return "failed" if answer.error else "cancelled" if answer.cancelled else "answered"
-
-
-def node_json(event: NodeEvent) -> dict[str, Any]:
-    """One node event as JSON: the node's fields and the time of the event."""
-    return {
-        "id": event.node_id, "parent": event.parent_id or None, "index": event.index,
-        "action": event.action, "depth": event.depth, "state": event.state,
-        "generated": event.generated, "running": event.running, "text": event.text,
-        "tokens": event.tokens, "answer": event.answer, "reward": event.reward,
-        "finish_reason": event.finish_reason, "t_s": event.t_s,
-    }  # fmt: skip
-
-
-def fold_tree(events: list[NodeEvent]) -> list[dict[str, Any]]:
-    """A query's nodes from its events, in the order they first appeared: each node's latest
-    fields, and when it was first seen (`issued_s`), generated, scored and, for speculation
-    that was never used, given up (`ended_s`). Seconds since the query was taken up."""
-    nodes: dict[str, dict[str, Any]] = {}
-    for event in events:
-        node = node_json(event)
-        t = node.pop("t_s")
-        seen = nodes.get(event.node_id)
-        first = {"issued_s": t, **dict.fromkeys(("generated_s", "scored_s", "ended_s"))}
-        times = seen["times"] if seen else first
-        if seen and not node["text"]:
-            node["text"] = seen["text"]  # a node's text is sent once
-        if event.generated and times["generated_s"] is None:
-            times["generated_s"] = t
-        if event.reward is not None and times["scored_s"] is None:
-            times["scored_s"] = t
-        if event.state in ("cancelled", "unused"):
-            times["ended_s"] = times["ended_s"] or t
-        else:
-            times["ended_s"] = None  # asked for again after all
-        node["times"] = times
-        nodes[event.node_id] = node
-    return list(nodes.values())

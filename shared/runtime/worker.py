@@ -36,7 +36,7 @@ from spex.shared.runtime.service import guarded
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.tracing import job_span
 
-__all__ = ["Job", "JobWorker"]
+__all__ = ["Job", "JobWorker", "NoResult"]
 
 Req = TypeVar("Req", GenerateRequest, ScoreRequest)
 
@@ -52,6 +52,11 @@ class Job(Generic[Req]):
 
 
 J = TypeVar("J", bound="Job[GenerateRequest] | Job[ScoreRequest]")
+
+
+class NoResult(Exception):
+    """A finished job has no result to publish; the message says why. Unrecoverable: a retry
+    would end the same way, so the job is dead-lettered with that reason (its query hears)."""
 
 
 class JobWorker(ABC, Generic[J]):
@@ -178,9 +183,10 @@ class JobWorker(ABC, Generic[J]):
             self.log.info("job_cancelled", job_id=req.job_id, query_id=req.query_id, tokens=c.generated)
             await self.bus.ack(job.delivery, self.group)
             return
-        problem = await self.publish(job, c)
-        if problem:
-            await self.bus.dead_letter(job.delivery, self.group, problem)
+        try:
+            await self.publish(job, c)
+        except NoResult as exc:
+            await self.bus.dead_letter(job.delivery, self.group, str(exc))
             return
         # Result first, then the owner-checked ack: a crash in between redelivers the job and
         # the duplicate result (same message id) is dropped by the idempotent publish.
@@ -189,9 +195,9 @@ class JobWorker(ABC, Generic[J]):
         self.done += 1
 
     @abstractmethod
-    async def publish(self, job: J, c: Completion) -> str:
-        """Publish the result of a finished job; or, without publishing, say why it has none
-        (the job is then dead-lettered with that reason)."""
+    async def publish(self, job: J, c: Completion) -> None:
+        """Publish the result of a finished job; or, without publishing, raise `NoResult` saying
+        why it has none (the job is then dead-lettered with that reason)."""
 
     # ------------------------------------------------------------------ stalls and peers
     async def heartbeat(self, stream: str) -> None:

@@ -20,7 +20,8 @@ written and a reply read; this module owns what they share:
   request would then run to its end.
 - **Load.** Counted here (what this worker has in flight, primary and speculative) and read
   from the server's `/metrics` every `poll_s` (running and waiting requests, KV usage,
-  prefix-cache hits) — what the allocator budgets this worker by.
+  prefix-cache hits) — what the allocator budgets this worker by — with the TPOT governor's
+  measure of primary requests (`inflight.PrimaryTpot`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -44,6 +44,7 @@ from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
 from spex.shared.engine.live import OnComplete
 from spex.shared.roofline.measured import MeasuredProfile
 from spex.shared.serving.backend import Backend, EngineUnavailable, Reply, ServerMetrics
+from spex.shared.serving.inflight import InFlight, PrimaryTpot
 
 __all__ = ["ServingEngine", "server_rid"]
 
@@ -67,22 +68,6 @@ def server_rid(nonce: str, job_id: str) -> str:
     return hashlib.blake2b(f"{nonce}\x00{job_id}".encode(), digest_size=16).hexdigest()
 
 
-@dataclass(eq=False)
-class _InFlight:
-    req: EngineRequest
-    rid: str
-    arrival_s: float
-    task: asyncio.Task[None] | None = None
-    aborted: bool = False
-    sent: bool = False  # the request reached the server (it may be running it)
-    beside_spec: bool = False  # a speculative request was in flight at some point of its life
-    promoted: bool = False  # its priority was raised while in flight (its timing is no primary's)
-    # With a measured step curve: Σ over the polls of its life of the step the server's batch
-    # takes, and of the step this worker's primaries alone would take (the governor's ratio).
-    full_s: float = 0.0
-    alone_s: float = 0.0
-
-
 class ServingEngine:
     def __init__(
         self,
@@ -104,22 +89,14 @@ class ServingEngine:
         self.server = ServerMetrics()
         self.epoch_s = time.monotonic()  # the zero of `now` (a driver may share its own)
         self._session: aiohttp.ClientSession | None = None
-        self._inflight: dict[str, _InFlight] = {}
+        self._inflight: dict[str, InFlight] = {}
         self._done: asyncio.Queue[Completion] = asyncio.Queue()
         self.healthy = True  # False while the server cannot be connected to
         self._stopping: set[asyncio.Task[None]] = set()  # abort tasks (held: the loop keeps weak refs)
-        # The TPOT governor's measure on a server (no view of its steps): a primary request's
-        # time per generated token, against what it would have been without speculation,
-        # summed over tokens like EngineStats. Without it is the same time measured for
-        # primaries that ran with no speculative request in flight (an EWMA); with a measured
-        # step curve (`step_model`), the request's own time scaled by the curve: the step of
-        # this worker's primaries alone over the step of the server's whole batch, averaged
-        # over the polls of its life.
+        # The TPOT governor's measure on a server (no view of its steps), by a measured step
+        # curve where one is set (`inflight.PrimaryTpot`).
         self.step_model: MeasuredProfile | None = None
-        self._tpot_ref_s: float | None = None
-        self._primary_tokens = 0
-        self._primary_s = 0.0
-        self._primary_alone_s = 0.0
+        self.tpot = PrimaryTpot()
 
     # ------------------------------------------------------------------ the driver interface
     def now(self) -> float:
@@ -159,7 +136,7 @@ class ServingEngine:
         # worker): its reply, when it comes, is dropped by `_finish`.
         if not request.text:
             raise ValueError(f"request {request.rid!r}: a serving engine needs the prompt's text")
-        f = _InFlight(request, server_rid(self.nonce, request.rid), self.now())
+        f = InFlight(request, server_rid(self.nonce, request.rid), self.now())
         if request.priority > PRIMARY:
             for other in self._inflight.values():
                 other.beside_spec = True
@@ -211,9 +188,9 @@ class ServingEngine:
             prefix_cache_hit_rate=self.server.prefix_cache_hit_rate,
             prompt_tokens=int(self.server.prefix_queries),
             cached_tokens=int(self.server.prefix_hits),
-            primary_steps=self._primary_tokens,
-            primary_step_s=self._primary_s,
-            primary_alone_s=self._primary_alone_s,
+            primary_steps=self.tpot.tokens,
+            primary_step_s=self.tpot.step_s,
+            primary_alone_s=self.tpot.alone_s,
         )
 
     async def run(self, on_complete: OnComplete, stop: asyncio.Event) -> None:
@@ -252,7 +229,7 @@ class ServingEngine:
             REQUEST_FLOOR_S + REQUEST_S_PER_TOKEN * req.max_new_tokens + REQUEST_S_PER_PROMPT_TOKEN * prompt,
         )
 
-    async def _call(self, f: _InFlight) -> None:
+    async def _call(self, f: InFlight) -> None:
         limit_s = self.request_timeout_s(f.req)  # once it reached the server
         unreachable_until = time.monotonic() + self.timeout_s  # a server (re)starting, loading weights
         delay = RETRY_FIRST_S
@@ -306,7 +283,7 @@ class ServingEngine:
             data: dict[str, Any] = await resp.json(content_type=None)
         return data
 
-    async def _stop(self, f: _InFlight) -> None:
+    async def _stop(self, f: InFlight) -> None:
         """Abort `f` until its call ends: an abort that reaches the server before the request
         is registered there is dropped (measured on vLLM: aborts sent up to ~50 ms after the
         request were lost and it ran all its tokens)."""
@@ -317,7 +294,7 @@ class ServingEngine:
             await asyncio.wait({f.task}, timeout=delay)
             delay = min(2 * delay, RETRY_MAX_S)
 
-    async def _abort(self, f: _InFlight) -> None:
+    async def _abort(self, f: InFlight) -> None:
         path, body = self.backend.abort(f.rid)
         try:
             timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT_S)
@@ -329,7 +306,7 @@ class ServingEngine:
         except (TimeoutError, aiohttp.ClientError) as exc:
             log.warning("abort of %s failed: %r", f.req.rid, exc)
 
-    def _finish(self, f: _InFlight, reply: Reply | None, error: str) -> None:
+    def _finish(self, f: InFlight, reply: Reply | None, error: str) -> None:
         if self._inflight.get(f.req.rid) is not f:
             return  # already reported (aborted before it was sent)
         del self._inflight[f.req.rid]
@@ -344,42 +321,10 @@ class ServingEngine:
         else:
             c = self._completion(f, reply)
             if c.reason == "finished" and f.req.priority <= PRIMARY and not f.promoted and c.generated > 1:
-                self._measure(f, c)
+                self.tpot.finished(f, c, self.step_model)
         self._done.put_nowait(c)
 
-    def _measure(self, f: _InFlight, c: Completion) -> None:
-        per_token = (c.time_s - c.arrival_s) / c.generated
-        alone: float | None = None  # the per-token time without speculation, where it is known
-        if self.step_model is not None:
-            alone = per_token * min(1.0, f.alone_s / f.full_s) if f.full_s > 0 else None
-        elif not f.beside_spec:
-            ref = self._tpot_ref_s
-            self._tpot_ref_s = per_token if ref is None else 0.8 * ref + 0.2 * per_token
-        else:
-            alone = self._tpot_ref_s
-        if alone is not None:
-            self._primary_tokens += c.generated
-            self._primary_s += c.generated * per_token
-            self._primary_alone_s += c.generated * alone
-
-    def _sample_steps(self) -> None:
-        """With a step curve: each primary in flight adds the step of the server's batch now
-        (its running requests over the KV they hold) and that of this worker's primaries alone."""
-        if self.step_model is None:
-            return
-        primaries = [f for f in self._inflight.values() if f.req.priority <= PRIMARY and f.sent]
-        if not primaries:
-            return
-        ctx = sum(sum(t for _, t in f.req.prompt) for f in primaries)
-        running = max(self.server.running, len(primaries))
-        held = max(self.server.kv_usage * self.server.kv_capacity, ctx)
-        full = self.step_model.decode_step_s(running, held)
-        alone = self.step_model.decode_step_s(len(primaries), ctx)
-        for f in primaries:
-            f.full_s += full
-            f.alone_s += alone
-
-    def _completion(self, f: _InFlight, reply: Reply) -> Completion:
+    def _completion(self, f: InFlight, reply: Reply) -> Completion:
         aborted = f.aborted
         logprobs = reply.logprobs
         return Completion(
@@ -403,7 +348,7 @@ class ServingEngine:
         try:
             self.server = await self.backend.metrics(self.session)
             self.healthy = True
-            self._sample_steps()
+            self.tpot.sample(self._inflight.values(), self.server, self.step_model)
         except aiohttp.ClientConnectorError as exc:  # the server is gone (or restarting)
             self.healthy = False
             log.debug("metrics of %s unavailable: %r", self.url, exc)

@@ -20,44 +20,23 @@ whole blocks, shared within a step).
 The engine is event-driven: between two external events the batch cannot change, so a run
 of decode steps up to the next completion is planned at once (a "macro step") and cut short
 at the first step boundary after a new arrival or abort. A step that starts at time `s` sees
-every submission made at or before `s`.
+every submission made at or before `s`. Planning a step and the KV it holds are
+`planning.StepPlanning`'s; this module takes requests, runs planned steps and commits them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from spex.proto.messages import PRIMARY
 from spex.shared.engine.api import Completion, CompletionReason, EngineLoad, EngineRequest, EngineStats
-from spex.shared.roofline.capacity import spare_concurrency
 from spex.shared.roofline.hardware import Profile
+from spex.shared.sim.planning import Step, StepPlanning
 from spex.shared.sim.radix import RadixCache
 from spex.shared.sim.requests import EngineConfig, SimRequest
 
 __all__ = ["Completion", "EngineConfig", "EngineLoad", "EngineStats", "SimEngine", "SimRequest"]
 
 
-@dataclass
-class _Step:
-    kind: str  # "prefill" | "decode" | "mixed" (both in one step)
-    start_s: float
-    ends_s: list[float]  # end of each planned step (decode runs several)
-    flops: list[float]
-    batch: list[SimRequest]
-    chunks: list[tuple[SimRequest, int]] = field(default_factory=list)  # prefill: (req, new tokens)
-    # Per planned step: its duration with the speculative work left out (0: no primary decodes).
-    alone: list[float] = field(default_factory=list)
-    primaries: int = 0  # primary sequences decoding in it
-    # Requests whose cost of their own (`Profile.request_s`) it pays: the first step that
-    # prefills them (a step planned again after an interruption pays what the first did not).
-    paying: list[SimRequest] = field(default_factory=list)
-
-    @property
-    def end_s(self) -> float:
-        return self.ends_s[-1]
-
-
-class SimEngine:
+class SimEngine(StepPlanning):
     def __init__(self, profile: Profile, config: EngineConfig | None = None) -> None:
         self.profile = profile
         self.config = config or EngineConfig()
@@ -67,10 +46,10 @@ class SimEngine:
         self.cache = RadixCache()
         self.stats = EngineStats()
         self.clock_s = 0.0  # end of the last committed step
-        self._waiting: list[SimRequest] = []
-        self._running: list[SimRequest] = []  # admitted: prefilling or decoding
+        self._waiting = []
+        self._running = []  # admitted: prefilling or decoding
         self._by_rid: dict[str, SimRequest] = {}
-        self._current: _Step | None = None
+        self._current: Step | None = None
         self._seq = 0
         self._private = 0  # Σ generated − committed over running requests (KV not in the cache yet)
         self.trace: list[tuple[float, float, int]] | None = None  # (start, end, batch) per decode run
@@ -83,15 +62,6 @@ class SimEngine:
     @property
     def waiting(self) -> int:
         return len(self._waiting)
-
-    @property
-    def used_tokens(self) -> int:
-        return self.cache.total_tokens + self._private
-
-    @property
-    def held_tokens(self) -> int:
-        """KV held by admitted requests (SGLang's `num_used`: evictable cache excluded)."""
-        return self.used_tokens - self.cache.evictable_tokens
 
     def load(self) -> EngineLoad:
         """What a budget allocator needs: primary jobs and their context, speculative jobs,
@@ -174,7 +144,7 @@ class SimEngine:
                 return out
             out.extend(self._commit(self._current))
 
-    # ------------------------------------------------------------------ planning
+    # ------------------------------------------------------------------ a plan cut short
     def _interrupt(self, now_s: float) -> None:
         """Keep only the planned steps that started before `now_s`."""
         cur = self._current
@@ -187,186 +157,8 @@ class SimEngine:
         elif keep < len(cur.ends_s):
             del cur.ends_s[keep:], cur.flops[keep:], cur.alone[keep:]
 
-    def _plan(self, start_s: float) -> _Step | None:
-        prefill = self._plan_prefill(start_s)
-        if prefill is None:
-            return self._plan_decode(start_s)
-        decoding = self._decode_batch() if self.config.mixed_chunk else []
-        if not decoding or self._free_tokens() < len(decoding):
-            return prefill
-        ctx = sum(r.prompt_tokens + r.generated for r in decoding)
-        work = [(n, r.prefilled) for r, n in prefill.chunks]
-        paying, request_s = prefill.paying, self.profile.request_s
-        dur = self.profile.mixed_step_s(len(decoding), ctx, work) + request_s * len(paying)
-        flops = self.profile.prefill_flops(work) + self.profile.decode_flops(len(decoding), ctx)
-        bp, ctx_p = self._primary(decoding)
-        work_p = [(n, r.prefilled) for r, n in prefill.chunks if r.priority == PRIMARY]
-        alone = 0.0
-        if bp:
-            mine = sum(r.priority == PRIMARY for r in paying)
-            alone = self.profile.mixed_step_s(bp, ctx_p, work_p) + request_s * mine
-        chunks = prefill.chunks
-        return _Step("mixed", start_s, [start_s + dur], [flops], decoding, chunks, [alone], bp, paying)
-
-    @staticmethod
-    def _primary(batch: list[SimRequest]) -> tuple[int, int]:
-        """Primary sequences in `batch` (promoted speculative ones included) and their context:
-        the step the TPOT governor holds the measured one against is theirs alone."""
-        mine = [r.prompt_tokens + r.generated for r in batch if r.priority == PRIMARY]
-        return len(mine), sum(mine)
-
-    def _reserved_tokens(self) -> int:
-        ratio = self.config.new_token_ratio
-        return sum(
-            max(0, int(r.max_new_tokens * ratio) - r.generated) for r in self._running if r.output_tokens
-        )
-
-    def _plan_prefill(self, start_s: float) -> _Step | None:
-        chunks: list[tuple[SimRequest, int]] = []
-        budget = self.chunk_tokens
-        # A request admitted in an earlier step whose prompt is not yet computed goes first.
-        for req in self._running:
-            remaining = req.prefill_target - req.prefilled
-            if remaining > 0 and budget > 0:
-                n = min(remaining, budget)
-                chunks.append((req, n))
-                budget -= n
-        # A block cache (vLLM's) hits in whole blocks and hashes a request's blocks as it
-        # allocates them: requests admitted in the same step share them. A radix cache
-        # (SGLang's) takes a prompt once it is computed: they each compute it.
-        block = self.profile.cache_block_tokens
-        deferred: list[SimRequest] = []  # admitted once the step's admission is decided (radix)
-        waiting = sorted(self._waiting, key=lambda r: (r.priority, r.seq)) if self._waiting else []
-        if waiting:
-            free = self.capacity_tokens - self.used_tokens
-            avail = free + self.cache.evictable_tokens - self._reserved_tokens()
-        for req in waiting:
-            if budget <= 0 or len(self._running) + len(deferred) >= self.config.max_running:
-                break
-            prompt = req.resume_prompt()
-            matched, hit = self.cache.match(prompt, start_s)
-            need = self.cache.new_tokens(prompt)
-            # Admitting locks the matched prefix, which then no longer counts as evictable.
-            need += sum(n.tokens for n in hit if n.ref == 0)
-            reserve = int(req.max_new_tokens * self.config.new_token_ratio) if req.output_tokens else 0
-            if need + reserve > avail:
-                break  # strict order: a large head request is not overtaken
-            avail -= need + reserve
-            total = sum(t for _, t in prompt)
-            matched = min(matched, total - 1) if total else 0  # SGLang matches at most len-1
-            matched -= matched % block
-            req.cached_tokens += matched
-            req.prefilled, req.prefill_target = matched, total
-            self.stats.prompt_tokens += total
-            self.stats.cached_tokens += matched
-            n = min(total - matched, budget)
-            budget -= n
-            chunks.append((req, n))
-            if block > 1:
-                self._waiting.remove(req)
-                self._admit(req, start_s)
-            else:
-                deferred.append(req)
-        if not chunks:
-            return None
-        for req in deferred:
-            self._waiting.remove(req)
-            self._admit(req, start_s)
-        work = [(n, r.prefilled) for r, n in chunks]
-        batch = [r for r, _ in chunks]
-        paying = [r for r in batch if not r.request_paid]
-        dur = self.profile.prefill_step_s(work) + self.profile.request_s * len(paying)
-        flops = self.profile.prefill_flops(work)
-        return _Step("prefill", start_s, [start_s + dur], [flops], batch, chunks, [0.0], paying=paying)
-
-    def _admit(self, req: SimRequest, now_s: float) -> None:
-        prompt = req.resume_prompt()
-        _, hit = self.cache.match(prompt, now_s)
-        self.cache.lock(hit)  # keep the matched prefix from being evicted to make room
-        self._ensure_free(self.cache.new_tokens(prompt))
-        req.path = self.cache.insert(prompt, now_s)
-        self.cache.lock(req.path)
-        self.cache.unlock(hit, now_s)
-        req.committed = req.generated  # resumed after a retraction: those tokens are cached
-        self._running.append(req)
-
-    def _plan_decode(self, start_s: float) -> _Step | None:
-        batch = self._decode_batch()
-        if not batch:
-            return None
-        # KV for one token per sequence per step; retract when even one step does not fit.
-        while batch and self._free_tokens() < len(batch):
-            self._retract(batch, start_s)
-        if not batch:
-            return None
-        if any(r.abort_requested for r in batch):
-            steps = 1
-        else:
-            steps = min(r.output_tokens - r.generated for r in batch)
-        steps = max(1, min(steps, self._free_tokens() // len(batch)))
-        ctx0 = sum(r.prompt_tokens + r.generated for r in batch)
-        bp, ctx_p0 = self._primary(batch)
-        b, p = len(batch), self.profile
-        ends, flops, alone, t = [], [], [], start_s
-        for j in range(steps):
-            ctx = ctx0 + j * b
-            t += p.decode_step_s(b, ctx)
-            ends.append(t)
-            flops.append(p.decode_flops(b, ctx))
-            alone.append(p.decode_step_s(bp, ctx_p0 + j * bp) if bp else 0.0)
-        return _Step("decode", start_s, ends, flops, batch, alone=alone, primaries=bp)
-
-    def _decode_batch(self) -> list[SimRequest]:
-        """Sequences that decode in the next step: every primary one, and speculative ones
-        while the roofline allows (an aborted one always gets its last step)."""
-        batch = [r for r in self._running if self._decoding(r)]
-        if self.config.scheduling != "paused":
-            return batch
-        slack = self.spec_step_slack
-        primary = [r for r in batch if r.priority == PRIMARY]
-        spec = [r for r in batch if r.priority != PRIMARY]
-        if not spec:
-            return batch
-        ctx = sum(r.prompt_tokens + r.generated for r in primary)
-        spec_ctx = sum(r.prompt_tokens + r.generated for r in spec) / len(spec)
-        room = spare_concurrency(self.profile, len(primary), ctx, spec_ctx, slack)
-        chosen = sorted(spec, key=lambda r: (not r.abort_requested, r.priority, r.seq))[: max(room, 0)]
-        chosen += [r for r in spec if r.abort_requested and r not in chosen]
-        keep = set(map(id, primary + chosen))
-        return [r for r in batch if id(r) in keep]
-
-    def _decoding(self, req: SimRequest) -> bool:
-        return req.output_tokens > 0 and req.prefilled >= req.prefill_target
-
-    def _free_tokens(self) -> int:
-        return self.capacity_tokens - self.used_tokens + self.cache.evictable_tokens
-
-    def _ensure_free(self, tokens: int) -> None:
-        short = tokens - (self.capacity_tokens - self.used_tokens)
-        if short > 0:
-            self.stats.evicted_tokens += self.cache.evict(short)
-
-    def _retract(self, batch: list[SimRequest], now_s: float) -> None:
-        victim = max(batch, key=lambda r: (r.priority, r.seq))
-        batch.remove(victim)
-        self._release(victim, now_s)
-        victim.prefilled = victim.prefill_target = 0
-        self._waiting.append(victim)
-        self.stats.retractions += 1
-
-    def _release(self, req: SimRequest, now_s: float) -> None:
-        """Free a request's slot; the KV it computed stays in the cache, unlocked."""
-        self._running.remove(req)
-        self._private -= req.generated - req.committed
-        if req.generated > req.committed:
-            # The private output tokens move into the cache: used_tokens stays the same.
-            self.cache.insert((*req.prompt, (req.output_segment, req.generated)), now_s)
-            req.committed = req.generated
-        self.cache.unlock(req.path, now_s)
-        req.path = []
-
     # ------------------------------------------------------------------ committing
-    def _commit(self, step: _Step) -> list[Completion]:
+    def _commit(self, step: Step) -> list[Completion]:
         self._current = None
         dur = step.end_s - step.start_s
         self.clock_s = step.end_s
@@ -410,7 +202,7 @@ class SimEngine:
         self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.held_tokens)
         return out
 
-    def _grow(self, req: SimRequest, tokens: int, step: _Step) -> list[Completion]:
+    def _grow(self, req: SimRequest, tokens: int, step: Step) -> list[Completion]:
         req.generated += tokens
         self._private += tokens
         if req.generated >= req.output_tokens:
@@ -420,7 +212,7 @@ class SimEngine:
         return []
 
     @staticmethod
-    def _abort_due(req: SimRequest, step: _Step) -> bool:
+    def _abort_due(req: SimRequest, step: Step) -> bool:
         """An abort takes effect after the first step that started once it had arrived: the
         step in flight finishes, the request runs one more step, then its slot is freed."""
         return req.abort_s is not None and step.start_s >= req.abort_s

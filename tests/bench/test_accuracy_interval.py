@@ -3,7 +3,8 @@ runs write equal intervals), and as wide as the normal approximation says for ma
 
 import math
 
-from spex.bench.results import bootstrap_ci95, compare, summarize
+from spex.bench.comparison import compare
+from spex.bench.results import bootstrap_ci95, summarize
 from spex.bench.vtime import BenchConfig, run_bench
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spex.bench.results import ratio_ci95
+from spex.bench.comparison import ratio_ci95
 from tests.serving.fake_vllm import ROOT, VERSION, serving
 
 

@@ -2,7 +2,8 @@
 
 from dataclasses import replace
 
-from spex.bench.results import compare, summarize
+from spex.bench.comparison import compare
+from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 
 MIX = (("rebase", 8), ("rstar", 5), ("ets", 8))

@@ -9,7 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from spex.bench.results import compare, summarize, write_json
+from spex.bench.comparison import compare
+from spex.bench.results import summarize, write_json
 from spex.bench.simcheck import check, table
 from spex.bench.vtime import BenchConfig, run_bench
 from tests.serving.fake_vllm import ROOT

@@ -4,7 +4,8 @@ A text that differs is a different tree even with every token count equal."""
 
 from dataclasses import replace
 
-from spex.bench.results import REWARD_TOLERANCE, compare, summarize
+from spex.bench.comparison import REWARD_TOLERANCE, compare
+from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.shared.core.tree import Tree
 

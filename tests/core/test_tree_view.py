@@ -6,7 +6,7 @@ import pytest
 
 from spex.proto import NodeEvent
 from spex.shared.core.view import TreeWatch
-from spex.shared.runtime.client import fold_tree
+from spex.shared.runtime.views import fold_tree
 from tests.core.machine_runs import drive
 
 ALLOWED = {

@@ -5,7 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from spex.bench.results import compare, summarize
+from spex.bench.comparison import compare
+from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.shared.sim.workload import WorkloadKnobs
 

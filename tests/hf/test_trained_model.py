@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from spex.bench.results import REWARD_TOLERANCE, compare, summarize
+from spex.bench.comparison import REWARD_TOLERANCE, compare
+from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.shared.content.prompts import prompt_pieces, stop_strings
 from spex.shared.core.search.answers import is_placeholder

@@ -1,0 +1,151 @@
+"""Writing to the bus: each message appended once, to its query's part of a stream.
+
+- Each entry has one field, `e`: a MessagePack `proto` message, stamped with the time it is
+  published (`created_ms`) unless its publisher set one.
+- `publish` is idempotent by message id: a retried write (redis-py retries after a lost reply),
+  or a command a coordinator replays after a takeover, never adds a second entry. The ids are
+  kept per query (`{q:<id>}:sent`), expiring with its answer (`SENT_TTL_S` while it has none).
+  Work streams are never trimmed with MAXLEN; a fan-out stream (no group) may be published
+  with `keep_s`, which trims it to what is younger. A result for a query is published only
+  while the query exists (`require`): nothing re-creates the inbox of a query that was never
+  submitted or has expired.
+- Partitions (`spex.proto.names`): a message goes to its query's part of a global stream.
+- On a cluster, `publish` (a job's result, which its worker acknowledges the job after) is
+  durable: on a replica before it returns (`durable.Durable`). A cluster's pipelines cannot
+  run scripts, so `publish_many` runs each slot's calls in order, the slots side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+from spex.proto import Message, encode
+from spex.proto.names import logical, placed, query_sent, reply_key
+from spex.shared.runtime.durable import Durable
+from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster
+
+__all__ = ["SENT_TTL_S", "Publisher"]
+
+SENT_TTL_S = 86_400  # a query's published message ids, while it has no answer (then its answer's TTL)
+
+# KEYS: stream, the query's sent ids, its answer[, a key that must exist].
+# ARGV: payload, message id, sent TTL s, keep ms (0: no trim).
+_PUBLISH = """
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 0 then return false end
+if redis.call('HSETNX', KEYS[2], ARGV[2], '1') == 0 then return false end
+local answered = redis.call('TTL', KEYS[3])
+if answered > 0 then
+  redis.call('EXPIRE', KEYS[2], answered)
+elseif redis.call('TTL', KEYS[2]) == -1 then
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
+local keep = tonumber(ARGV[4])
+if keep > 0 then
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - keep
+  return redis.call('XADD', KEYS[1], 'MINID', tostring(math.max(0, floor)), '*', 'e', ARGV[1])
+end
+return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
+"""
+
+
+class Publisher:
+    """Appends messages to streams. The Redis client is injected (constructors only assemble),
+    so a service runs in-process or as its own OS process alike."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.r = client
+        self._publish = client.register_script(_PUBLISH)
+        self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
+
+    async def publish(self, stream: str, message: Message, require: str | None = None) -> str | None:
+        """Append `message`; None if a message with its id was already published, or if the
+        key `require` (the query's request, for a result) does not exist."""
+        qid = message.query_id
+        keys = [placed(stream, qid), query_sent(qid), reply_key(qid), *([require] if require else [])]
+        payload = encode(_stamped(message, int(time.time() * 1000)))
+        args: list[Any] = [payload, message.msg_id, SENT_TTL_S, 0]
+        if self._durable is not None:  # a result its job's ack follows: on a replica first
+            entry = await self._durable.run(self._publish, keys, args)
+        else:
+            entry = await self._publish(keys=keys, args=args)
+        return as_str(entry) if entry else None
+
+    async def publish_many(
+        self,
+        items: Sequence[tuple[str, Message]],
+        marks: Sequence[tuple[str, str]] = (),
+        keep_s: dict[str, float] | None = None,
+        require: Callable[[Message], str] | None = None,
+        then: Sequence[ScriptCall] = (),
+    ) -> tuple[list[str | None], list[Any]]:
+        """`publish` each (stream, message) in order, and set each (hash, field) of `marks`
+        (the hash expiring as the query's sent ids do), in one round trip (a pipeline, not a
+        transaction: each publish stays deduplicated on its own), then run each script call
+        of `then` (its first key names its slot) in the same round trip, after them. A stream
+        in `keep_s` is trimmed to entries younger than that; a message is published only while
+        the key `require(message)` exists, when given. Every message is encoded first, so a
+        ProtocolError sends nothing. Returns the entry ids (None: not published) and what each
+        script call returned."""
+        now_ms = int(time.time() * 1000)
+        encoded = [
+            (placed(stream, m.query_id), m.query_id, m.msg_id, encode(_stamped(m, now_ms)))
+            for stream, m in items
+        ]
+        needs = [[require(m)] if require else [] for _, m in items]
+        if not encoded and not marks and not then:
+            return [], []
+        keep_s = keep_s or {}
+        calls: list[ScriptCall] = [
+            (self._publish, [stream, query_sent(qid), reply_key(qid), *need],
+             [payload, msg_id, SENT_TTL_S, int(keep_s.get(logical(stream), 0) * 1000)])
+            for (stream, qid, msg_id, payload), need in zip(encoded, needs, strict=True)
+        ]  # fmt: skip
+        calls += then
+        if is_cluster(self.r):
+            results = await self._by_slot(marks, calls)
+        else:
+            pipe = self.r.pipeline(transaction=False)
+            for key, name in marks:
+                pipe.hset(key, name, 1)
+                pipe.expire(key, SENT_TTL_S)
+            for script, keys, args in calls:
+                await script(keys=keys, args=args, client=pipe)
+            results = (await pipe.execute())[2 * len(marks) :]
+        entries = [as_str(entry) if entry else None for entry in results[: len(encoded)]]
+        return entries, results[len(encoded) :]
+
+    async def _by_slot(self, marks: Sequence[tuple[str, str]], calls: list[ScriptCall]) -> list[Any]:
+        """A pipeline's marks and script calls on a cluster, whose pipelines cannot run
+        scripts: each slot's in order, the slots side by side."""
+        by_slot: dict[int, list[int]] = {}
+        for i, (_, keys, _) in enumerate(calls):
+            by_slot.setdefault(key_slot(keys[0].encode()), []).append(i)
+        marks_by_slot: dict[int, list[tuple[str, str]]] = {}
+        for key, name in marks:
+            marks_by_slot.setdefault(key_slot(key.encode()), []).append((key, name))
+        out: list[Any] = [None] * len(calls)
+
+        async def one_slot(slot: int) -> None:
+            for key, name in marks_by_slot.get(slot, []):
+                await self.r.hset(key, name, 1)
+                await self.r.expire(key, SENT_TTL_S)
+            for i in by_slot.get(slot, []):
+                script, keys, args = calls[i]
+                out[i] = await script(keys=keys, args=args)
+
+        await asyncio.gather(*(one_slot(slot) for slot in set(by_slot) | set(marks_by_slot)))
+        return out
+
+
+def _stamped(message: Message, now_ms: int) -> Message:
+    """`message` with the time it is published (`created_ms`), unless its publisher set one:
+    its reader's clock less this is its time on the bus (`metrics.BUS_HOP`)."""
+    return message if message.created_ms else msgspec.structs.replace(message, created_ms=now_ms)

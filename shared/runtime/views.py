@@ -1,0 +1,133 @@
+"""What readers are shown, the HTTP API, the live view and the CLI alike: what became of a
+question, its nodes as JSON, its tree folded from its node events, and the cluster at a glance
+(`overview`, read from Redis through the ingress client)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from spex.proto import AnswerResult, NodeEvent, ProtocolError, WorkerLoadEvent, decode, names
+
+if TYPE_CHECKING:
+    from spex.shared.runtime.client import IngressClient
+
+__all__ = ["ANSWERS_SAMPLED", "answer_status", "fold_tree", "node_json", "overview"]
+
+ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
+
+
+def answer_status(answer: AnswerResult) -> str:
+    """What became of a question: "failed", "cancelled" or "answered" (HTTP and CLI alike)."""
+    return "failed" if answer.error else "cancelled" if answer.cancelled else "answered"
+
+
+def node_json(event: NodeEvent) -> dict[str, Any]:
+    """One node event as JSON: the node's fields and the time of the event."""
+    return {
+        "id": event.node_id, "parent": event.parent_id or None, "index": event.index,
+        "action": event.action, "depth": event.depth, "state": event.state,
+        "generated": event.generated, "running": event.running, "text": event.text,
+        "tokens": event.tokens, "answer": event.answer, "reward": event.reward,
+        "finish_reason": event.finish_reason, "t_s": event.t_s,
+    }  # fmt: skip
+
+
+def fold_tree(events: list[NodeEvent]) -> list[dict[str, Any]]:
+    """A query's nodes from its events, in the order they first appeared: each node's latest
+    fields, and when it was first seen (`issued_s`), generated, scored and, for speculation
+    that was never used, given up (`ended_s`). Seconds since the query was taken up."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for event in events:
+        node = node_json(event)
+        t = node.pop("t_s")
+        seen = nodes.get(event.node_id)
+        first = {"issued_s": t, **dict.fromkeys(("generated_s", "scored_s", "ended_s"))}
+        times = seen["times"] if seen else first
+        if seen and not node["text"]:
+            node["text"] = seen["text"]  # a node's text is sent once
+        if event.generated and times["generated_s"] is None:
+            times["generated_s"] = t
+        if event.reward is not None and times["scored_s"] is None:
+            times["scored_s"] = t
+        if event.state in ("cancelled", "unused"):
+            times["ended_s"] = times["ended_s"] or t
+        else:
+            times["ended_s"] = None  # asked for again after all
+        node["times"] = times
+        nodes[event.node_id] = node
+    return list(nodes.values())
+
+
+async def overview(
+    ingress: IngressClient, client: str | None = None, window_s: float = 60.0, listed: int = 50
+) -> dict[str, Any]:
+    """The cluster at a glance: the questions in flight (the oldest `listed` of `client`'s,
+    or of everyone's when None, each with its tree's events so far), the backlog nobody
+    has taken, answers and speculation over the last `window_s` (its last
+    `ANSWERS_SAMPLED` answers at most), each generator's load and its governor's slack."""
+    r, now_ms = ingress.r, int(time.time() * 1000)
+    mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client)
+    in_flight: Any = []
+    for part in names.spread(mine):  # the oldest of each part, then the oldest of those
+        in_flight += await r.zrange(part, 0, listed - 1, withscores=True)
+    in_flight = sorted(in_flight, key=lambda member: member[1])[:listed]
+    recent: Any = []
+    since = f"{now_ms - int(window_s * 1000)}"
+    for part in names.spread(names.ANSWERS):
+        recent += await r.xrevrange(part, "+", since, count=ANSWERS_SAMPLED)
+    total, held = await ingress.counts()
+    workers_known: Any = await r.zrange(names.home(names.GEN_WORKERS), 0, -1)
+    async with r.pipeline(transaction=False) as pipe:
+        pipe.get(names.ALLOCATOR_STATUS)
+        for w in workers_known:
+            pipe.get(names.home(names.worker_load(w.decode())))
+        for qid, _ in in_flight:
+            pipe.xlen(names.query_tree(qid.decode()))
+        status, *rest = await pipe.execute()
+    loads, sizes = rest[: len(workers_known)], rest[len(workers_known) :]
+    answered = issued = adopted = nodes = 0
+    for _, fields in recent:
+        try:
+            answer = decode(names.ANSWERS, (fields or {}).get(b"e", b""))
+        except ProtocolError:
+            continue
+        if isinstance(answer, AnswerResult):
+            answered += 1
+            issued, adopted = issued + answer.spec_issued, adopted + answer.spec_adopted
+            nodes += answer.nodes
+    allocator = json.loads(status) if status else {}
+    workers = []
+    for name, raw in zip(workers_known, loads, strict=True):
+        try:  # a worker's load key expires with it: no key, no worker
+            load = decode(names.worker_load(name.decode()), raw) if raw is not None else None
+        except ProtocolError:
+            continue
+        if isinstance(load, WorkerLoadEvent):
+            workers.append({
+                "worker": load.worker, "running": load.running, "waiting": load.waiting,
+                "primary": load.primary, "speculative": load.spec, "slots": load.slots,
+                "kv_held": load.kv_held, "kv_capacity": load.kv_capacity,
+                "prefix_cache_hit_rate": round(load.prefix_cache_hit_rate, 3),
+                "slack": allocator.get("slack", {}).get(load.worker),
+                "pool": allocator.get("pool", {}).get(load.worker),
+            })  # fmt: skip
+    return {
+        "in_flight": total,
+        "backlog": max(0, total - held),
+        "questions": [
+            {"query_id": qid.decode(), "waiting_s": round((now_ms - ms) / 1000, 1), "events": n}
+            for (qid, ms), n in zip(in_flight, sizes, strict=True)
+        ],
+        "window_s": window_s,
+        "answered": answered,
+        "answers_per_s": round(answered / window_s, 3),
+        "nodes_per_s": round(nodes / window_s, 2),
+        "speculative_issued": issued,
+        "speculative_adopted": adopted,
+        "hit_rate": round(adopted / issued, 3) if issued else None,
+        "granted": allocator.get("granted"),
+        "tpot_target": allocator.get("tpot_target"),
+        "workers": sorted(workers, key=lambda w: w["worker"]),
+    }

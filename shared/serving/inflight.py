@@ -1,0 +1,86 @@
+"""A request a serving engine has in flight, and the TPOT governor's measure of the primary ones.
+
+A server shows no view of its steps, so the measure is per request: a primary's time per
+generated token, against what it would have been without speculation, summed over tokens as
+`EngineStats` sums steps. Without a measured step curve, "without speculation" is the same
+time measured for primaries that ran with no speculative request in flight (an EWMA); with one
+(`step_model`), it is the request's own time scaled by the curve: the step of this worker's
+primaries alone over the step of the server's whole batch, averaged over the polls of its life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from spex.proto.messages import PRIMARY
+from spex.shared.engine.api import Completion, EngineRequest
+from spex.shared.roofline.measured import MeasuredProfile
+from spex.shared.serving.backend import ServerMetrics
+
+__all__ = ["InFlight", "PrimaryTpot"]
+
+
+@dataclass(eq=False)
+class InFlight:
+    """A request from its submission to its reply: its id on the server, the task that calls,
+    and what the TPOT measure needs of its life."""
+
+    req: EngineRequest
+    rid: str
+    arrival_s: float
+    task: asyncio.Task[None] | None = None
+    aborted: bool = False
+    sent: bool = False  # the request reached the server (it may be running it)
+    beside_spec: bool = False  # a speculative request was in flight at some point of its life
+    promoted: bool = False  # its priority was raised while in flight (its timing is no primary's)
+    # With a measured step curve: Σ over the polls of its life of the step the server's batch
+    # takes, and of the step this worker's primaries alone would take (the governor's ratio).
+    full_s: float = 0.0
+    alone_s: float = 0.0
+
+
+class PrimaryTpot:
+    """The measure so far: primary tokens counted, their time, and their time alone."""
+
+    def __init__(self) -> None:
+        self.ref_s: float | None = None  # the EWMA of primaries' time per token with no speculation
+        self.tokens = 0
+        self.step_s = 0.0
+        self.alone_s = 0.0
+
+    def finished(self, f: InFlight, c: Completion, step_model: MeasuredProfile | None) -> None:
+        """Count a primary that finished (neither promoted nor a single token)."""
+        per_token = (c.time_s - c.arrival_s) / c.generated
+        alone: float | None = None  # the per-token time without speculation, where it is known
+        if step_model is not None:
+            alone = per_token * min(1.0, f.alone_s / f.full_s) if f.full_s > 0 else None
+        elif not f.beside_spec:
+            ref = self.ref_s
+            self.ref_s = per_token if ref is None else 0.8 * ref + 0.2 * per_token
+        else:
+            alone = self.ref_s
+        if alone is not None:
+            self.tokens += c.generated
+            self.step_s += c.generated * per_token
+            self.alone_s += c.generated * alone
+
+    def sample(
+        self, inflight: Iterable[InFlight], server: ServerMetrics, step_model: MeasuredProfile | None
+    ) -> None:
+        """With a step curve: each primary in flight adds the step of the server's batch now
+        (its running requests over the KV they hold) and that of this worker's primaries alone."""
+        if step_model is None:
+            return
+        primaries = [f for f in inflight if f.req.priority <= PRIMARY and f.sent]
+        if not primaries:
+            return
+        ctx = sum(sum(t for _, t in f.req.prompt) for f in primaries)
+        running = max(server.running, len(primaries))
+        held = max(server.kv_usage * server.kv_capacity, ctx)
+        full = step_model.decode_step_s(running, held)
+        alone = step_model.decode_step_s(len(primaries), ctx)
+        for f in primaries:
+            f.full_s += full
+            f.alone_s += alone
