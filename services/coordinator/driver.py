@@ -31,9 +31,10 @@ from spex.services.coordinator.query import HeldQuery, Unpublishable, graded
 from spex.services.coordinator.routing import Router
 from spex.services.coordinator.store import Entries, QueryStore
 from spex.shared.core.commands import Command, FinishCommand
-from spex.shared.runtime.bus import Bus, ScriptCall, entry_after
+from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, QUERIES, QUERY_LATENCY
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.streams import ScriptCall, entry_after
 
 __all__ = ["Driver"]
 

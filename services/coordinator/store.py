@@ -46,7 +46,7 @@ from spex.proto.names import (
     submitted_key,
 )
 from spex.services.coordinator import scripts
-from spex.shared.runtime.bus import ScriptCall, is_cluster, read_streams
+from spex.shared.runtime.streams import ScriptCall, is_cluster, read_streams
 
 __all__ = ["Entries", "QueryStore", "Submitted"]
 

@@ -40,18 +40,9 @@ from spex.proto.codec import Envelope, envelope
 from spex.proto.names import dead_letter, spread
 from spex.shared.runtime.metrics import DEAD_LETTERS
 from spex.shared.runtime.publisher import Publisher
-from spex.shared.runtime.streams import (
-    ScriptCall,
-    as_str,
-    entry_after,
-    is_cluster,
-    parse_entry_id,
-    read_streams,
-)
+from spex.shared.runtime.streams import as_str, parse_entry_id, read_streams
 
-# `ScriptCall`, `entry_after`, `is_cluster` and `read_streams` are `streams`'; the coordinator
-# (services/coordinator) still imports them from here.
-__all__ = ["TRIM_EVERY_S", "Bus", "Delivery", "ScriptCall", "entry_after", "is_cluster", "read_streams"]
+__all__ = ["TRIM_EVERY_S", "Bus", "Delivery"]
 
 TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
 
