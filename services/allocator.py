@@ -40,7 +40,7 @@ from spex.shared.roofline.hardware import parse_profile
 from spex.shared.roofline.measured import MeasuredProfile, parse_measured
 from spex.shared.runtime.bus import Bus, read_streams
 from spex.shared.runtime.metrics import GOVERNOR_SLACK, SPEC_BUDGET, SPEC_POOL
-from spex.shared.runtime.service import loop_forever, run_service
+from spex.shared.runtime.service import Service, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["Allocator", "main"]
@@ -50,7 +50,7 @@ STALE_S = 2.0  # stats older than this belong to a finished query
 PUBLISH_BATCH = 1000  # budget updates sent in one pipeline
 
 
-class Allocator:
+class Allocator(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.bus = Bus(client, settings.consumer)
         self.r = client

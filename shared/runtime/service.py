@@ -14,7 +14,8 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_CONSECUTIVE_FAILURES",
     "LoopFailed",
     "Service",
+    "Unprepared",
     "configure_logging",
     "guarded",
     "loop_forever",
@@ -44,8 +46,30 @@ __all__ = [
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ClusterError, RedisClusterException)
 
 
-class Service(Protocol):
+class Service(ABC):
+    """What `run_service` calls on the service it builds, in this order: `prepare`, `run`,
+    `summary`."""
+
+    async def prepare(self) -> None:  # noqa: B027 - a hook: most services have nothing to prepare
+        """Before the service says it started: wait for what it needs (a serving engine, its
+        flags), bind its port. A ValueError or OSError here is a one-line error, status 2."""
+
+    @abstractmethod
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set (SIGTERM, Ctrl-C)."""
+
+    @abstractmethod
+    def summary(self) -> Mapping[str, object]:
+        """The counts the `service_stopped` line reports."""
+
+
+class Unprepared(Protocol):
+    """A service that does not subclass `Service` (the coordinator, until it does): it has
+    nothing to prepare. Once none is left, `run_service` takes `Service` alone."""
+
     async def run(self, stop: asyncio.Event) -> None: ...
+
+    def summary(self) -> Mapping[str, object]: ...
 
 
 def configure_logging(level: str = "info") -> None:
@@ -121,8 +145,16 @@ def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis
     return connect.redis_client(settings, retry_once)
 
 
-def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **overrides: object) -> int:
-    """Run one service in this process until SIGTERM/SIGINT."""
+def run_service(
+    name: str,
+    build: Callable[[aioredis.Redis, Settings], Service | Unprepared],
+    *,
+    retry_once: bool = False,
+    **overrides: object,
+) -> int:
+    """Run one service in this process until SIGTERM/SIGINT. `retry_once`: its Redis client
+    retries a command once on a fresh connection (a service that serves requests, the ingress;
+    one that loops on the bus sees the reconnect instead)."""
     try:
         settings = Settings.from_env(None, **overrides)
     except ValueError as exc:
@@ -138,13 +170,10 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
 
     async def main() -> int:
         try:  # a bad token file, password file, engine directory or server: one line, status 2
-            # A service that serves requests (the ingress) retries a command once on a fresh
-            # connection; one that loops on the bus sees the reconnect instead.
-            client = redis_client(settings, getattr(build, "retry_once", False))
+            client = redis_client(settings, retry_once)
             service = build(client, settings)
-            prepare = getattr(service, "prepare", None)
-            if prepare is not None:  # e.g. wait for a serving engine and check its flags
-                await prepare()
+            if isinstance(service, Service):
+                await service.prepare()
         except (ValueError, OSError) as exc:
             print(f"spex {name}: error: {exc}", file=sys.stderr)
             return 2
@@ -163,7 +192,7 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
             log.error("service_failed", error=str(exc) or repr(exc), error_type=type(exc).__name__)
             status = 1
         finally:
-            log.info("service_stopped", status=status, **getattr(service, "summary", dict)())
+            log.info("service_stopped", status=status, **service.summary())
             await client.aclose()
             tracing.flush()
         return status

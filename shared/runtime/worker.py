@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,7 +32,7 @@ from spex.shared.engine.live import LiveEngine
 from spex.shared.runtime.bus import Bus, Delivery
 from spex.shared.runtime.jobs import tell_query
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, JOB_SECONDS, JOBS, QUEUE_WAIT
-from spex.shared.runtime.service import guarded
+from spex.shared.runtime.service import Service, guarded
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.tracing import job_span
 
@@ -54,7 +54,7 @@ class Job(Generic[Req]):
 J = TypeVar("J", bound="Job[GenerateRequest] | Job[ScoreRequest]")
 
 
-class JobWorker(ABC, Generic[J]):
+class JobWorker(Service, Generic[J]):
     """One service's jobs on one engine. A subclass names its `service` and consumer `group`,
     fills `handlers` (message type → handler of its delivery) and says how a finished job's
     result is published."""
@@ -167,7 +167,7 @@ class JobWorker(ABC, Generic[J]):
         if c.reason == "finished":
             JOB_SECONDS.labels(self.job_kind, priority).observe(time.monotonic() - job.taken_s)
         if c.first_token_s is not None:  # in the engine's clock: the simulator's is scaled
-            wall = (c.first_token_s - c.arrival_s) * getattr(self.engine, "time_scale", 1.0)
+            wall = (c.first_token_s - c.arrival_s) * self.engine.time_scale
             QUEUE_WAIT.labels(self.service, priority).observe(max(0.0, wall))
         if c.reason == "error":  # the engine refused or failed it: park it with the reason
             self.log.error("job_failed", job_id=req.job_id, query_id=req.query_id, error=c.text)
