@@ -84,6 +84,8 @@ class _InFlight:
 
 
 class ServingEngine:
+    time_scale = 1.0  # its clock is the wall clock
+
     def __init__(
         self,
         backend: Backend,
