@@ -190,7 +190,9 @@ def make_content(cfg: BenchConfig, gen: Engine, prm: Engine | None) -> Content:
 
 
 def _template(engine: Engine | None) -> Template:
-    return getattr(engine, "template", plain_template)
+    """The engine's prompt template; plain for the simulator (and for no engine)."""
+    template = engine.template if engine is not None else None
+    return template or plain_template
 
 
 class SizedPrompt:
@@ -232,7 +234,7 @@ def _sized(engine: Engine | None, split: Split) -> SizedPrompt | None:
     """How a real engine's synthetic prompts are written (None on the simulator: no text)."""
     if engine is None or isinstance(engine, SimEngine):
         return None
-    return SizedPrompt(_template(engine), split, getattr(engine, "count_tokens", None))
+    return SizedPrompt(_template(engine), split, engine.count_tokens)
 
 
 def _steps(node: Node) -> list[str]:
@@ -299,7 +301,7 @@ class RealContent:
         self.same_answer: Equivalence | None = equivalent
         self._gen_text = _template(gen)
         self._prm_text = _template(prm)
-        count = getattr(gen, "count_tokens", None) or len  # a server without --model: characters
+        count = gen.count_tokens or len  # a server without --model: characters
         self.questions: list[Question] = []
         for q in load_questions(str(cfg.dataset), cfg.questions, level=cfg.level):
             head = prompt_pieces(q.text, [], self._gen_text, cfg.step_split)[0]

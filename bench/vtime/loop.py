@@ -172,9 +172,8 @@ class _Run:
         """Let go of the engines that hold something outside this process (a server's
         connections and the thread that talks to it)."""
         for engine in (self.gen, self.prm):  # only these can be real (several workers: sim only)
-            close = getattr(engine, "close", None)
-            if close is not None:
-                close()
+            if engine is not None:
+                engine.close()
 
     # ------------------------------------------------------------------ queries
     def _start_query(self, now: float) -> None:

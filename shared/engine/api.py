@@ -11,10 +11,12 @@ the wall clock through the `LiveEngine` interface (`spex.shared.engine.live`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from spex.proto.messages import PRIMARY
+from spex.shared.content.prompts import Template
 from spex.shared.core.commands import Segment
 
 __all__ = [
@@ -178,3 +180,21 @@ class Engine(Protocol):
         ...
 
     def utilization(self, span_s: float) -> float: ...
+
+    # --- what a driver's content needs of an engine that reads text
+    @property
+    def template(self) -> Template | None:
+        """The prompt template of an engine that reads text (a model), or None for one that
+        reads token counts only (the simulator)."""
+        ...
+
+    @property
+    def count_tokens(self) -> Callable[[str], int] | None:
+        """The engine's token count of a text, or None where it has no tokenizer (the
+        simulator, an in-process reward model, a server without its model's)."""
+        ...
+
+    def close(self) -> None:
+        """The run is over: let go of what the engine holds (a server's connections and
+        thread, a model's KV); nothing for the simulator."""
+        ...
