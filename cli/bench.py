@@ -16,7 +16,7 @@ from rich.table import Table
 from spex.bench.pairs import compare_pairs
 from spex.bench.results import Repeated, RunSummary, compare, summarize, write_json
 from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
-from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
+from spex.bench.vtime.config import SCHEDULINGS
 from spex.cli.version import spex_version
 from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
@@ -25,6 +25,7 @@ from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import ALGORITHMS, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import PredictorFactory, algorithm_predictor
+from spex.shared.engine.api import ENGINES
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.roofline.hardware import list_profiles
 from spex.shared.runtime.settings import without_password
@@ -154,7 +155,7 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     """The engine and the content: the simulated GPU, or a real model on real questions."""
     b.add_argument(
         "--engine",
-        choices=list(BACKENDS),
+        choices=list(ENGINES),
         default="sim",
         help="sim (the simulated GPU), hf (in process), or a live vllm or sglang server (--engine-url)",
     )

@@ -15,8 +15,9 @@ from rich.console import Console
 
 from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.core.search.base import ALGORITHMS
+from spex.shared.engine.api import ENGINES
 from spex.shared.roofline.admission import OBJECTIVES
-from spex.shared.runtime.settings import ENGINES, Settings
+from spex.shared.runtime.settings import Settings
 
 # The trained-model demo's search: short steps, four levels — a 135M model on two CPU cores —
 # on the engine's batch-invariant mode, so SPEX grows the baseline's very trees.

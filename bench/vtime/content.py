@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spex.bench.vtime.config import SERVERS, BenchConfig
+from spex.bench.vtime.config import BenchConfig
 from spex.proto import Split
 from spex.shared.content.datasets import load_questions
 from spex.shared.content.prompts import (
@@ -34,7 +34,7 @@ from spex.shared.core.commands import GenerateCommand, ScoreCommand, Segment
 from spex.shared.core.search.answers import Equivalence
 from spex.shared.core.search.base import ALGORITHMS
 from spex.shared.core.tree import Node
-from spex.shared.engine.api import UNTIL_STOP, Completion, Engine, EngineRequest
+from spex.shared.engine.api import ENGINES, UNTIL_STOP, Completion, Engine, EngineName, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import SimEngine
 from spex.shared.sim.workload import Generation, SyntheticQuestion, SyntheticWorkload
@@ -104,10 +104,24 @@ def sim_generator(cfg: BenchConfig) -> SimEngine:
 
 
 def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
-    """The generator engine and the reward engine (None for the logprob reward)."""
-    if cfg.backend in SERVERS:
-        return _serving_engines(cfg)
-    gen: Engine = sim_generator(cfg) if cfg.backend == "sim" else _hf_generator(cfg)
+    """The generator engine and the reward engine (None for the logprob reward), as the table
+    builds them for `cfg.backend` (an unknown one: a one-line ValueError, never a default)."""
+    build = ENGINE_BUILDERS.get(cfg.backend)
+    if build is None:
+        raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, not {cfg.backend!r}")
+    return build(cfg)
+
+
+def _sim_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
+    return _with_reward(cfg, sim_generator(cfg))
+
+
+def _hf_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
+    return _with_reward(cfg, _hf_generator(cfg))
+
+
+def _with_reward(cfg: BenchConfig, gen: Engine) -> tuple[Engine, Engine | None]:
+    """`gen`, and the reward engine in process: a local PRM, else the simulated one."""
     if cfg.reward != "prm":
         return gen, None
     if cfg.prm is not None:
@@ -181,6 +195,15 @@ def _wall_engine(live: ServingEngine, clock: WallClock, field: str) -> Engine:
         return WallEngine(live, clock, START_TIMEOUT_S)
     except EngineUnavailable as exc:  # not there, or started without a flag SPEX needs
         raise ValueError(f"{field}: {exc}") from None
+
+
+# Each engine a run may name, with its reward engine (a test holds the keys to ENGINES).
+ENGINE_BUILDERS: dict[EngineName, Callable[[BenchConfig], tuple[Engine, Engine | None]]] = {
+    "sim": _sim_engines,
+    "hf": _hf_engines,
+    "vllm": _serving_engines,
+    "sglang": _serving_engines,
+}
 
 
 def make_content(cfg: BenchConfig, gen: Engine, prm: Engine | None) -> Content:

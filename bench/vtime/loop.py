@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spex.bench.vtime.bookkeeping import EngineBook, GenJob, RequestId, ScoreJob
-from spex.bench.vtime.config import SERVERS, BenchConfig
+from spex.bench.vtime.config import BenchConfig
 from spex.bench.vtime.content import make_content, make_engines, sim_generator
 from spex.bench.vtime.metrics import CriticalPath, GovernorRow, QueryRecord, RunMetrics, SpecTotals
 from spex.proto.messages import PRIMARY
@@ -35,7 +35,7 @@ from spex.shared.core.commands import (
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.routing import SHARED, Load, Ring, route
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
-from spex.shared.engine.api import Completion, Engine, EngineFailed
+from spex.shared.engine.api import SERVERS, Completion, Engine, EngineFailed
 from spex.shared.roofline.admission import FLAT, Admission, Objective, Offer, admit, divide, even_split
 from spex.shared.roofline.capacity import StepCurve, TpotGovernor, kv_room
 from spex.shared.roofline.measured import load_measured

@@ -13,23 +13,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template
 from spex.shared.core.commands import Segment
 
 __all__ = [
+    "ENGINES",
+    "SERVERS",
     "UNTIL_STOP",
     "Completion",
     "CompletionReason",
     "Engine",
     "EngineFailed",
     "EngineLoad",
+    "EngineName",
     "EngineRequest",
     "EngineStats",
+    "ServerName",
     "StopReason",
 ]
+
+# The engines a worker or a benchmark runs on: the simulated GPU, the in-process PyTorch engine,
+# and the servers reached at a URL. Each driver builds them from one table keyed by the name.
+ServerName = Literal["vllm", "sglang"]
+EngineName = Literal["sim", "hf", ServerName]
+ENGINES: tuple[EngineName, ...] = get_args(EngineName)  # the nested Literal comes flattened
+SERVERS: tuple[ServerName, ...] = get_args(ServerName)
 
 UNTIL_STOP = -1  # output_tokens of a real generation: until a stop string, EOS or the limit
 

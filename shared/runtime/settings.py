@@ -11,12 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
+from spex.shared.engine.api import ENGINES, SERVERS, EngineName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
 
-__all__ = ["ENGINES", "ENV", "Settings", "parse_targets", "without_password"]
+__all__ = ["ENV", "Settings", "parse_targets", "without_password"]
 
 DEFAULT_MAX_TARGET = 256
-ENGINES = ("sim", "hf", "vllm", "sglang")
 DTYPES = ("", "float32", "bfloat16")  # hf: "" keeps the saved one
 
 # name -> (Settings field, meaning)
@@ -103,6 +103,7 @@ RANGES = {
     "tpot_slack": "0 to 100",
     "tpot_target": "0 to 10",
     "objective": " or ".join(OBJECTIVES),
+    "engine": " | ".join(ENGINES),
     "profile_file": "a file that exists",
     "engine_timeout_s": "1 to 86,400",
     "worker_slots": "1 to 4096",
@@ -143,7 +144,7 @@ class Settings:
     metrics_port: int = 0
     http_port: int = 8080
     log_level: str = "info"
-    engine: str = "sim"
+    engine: EngineName = "sim"
     engine_url: str = ""
     prm_url: str = ""
     engine_timeout_s: float = 600.0
@@ -199,7 +200,7 @@ class Settings:
             # On a cluster the global streams need parts (one part is one slot, one shard).
             "partitions": (2 if self.redis_cluster else 1) <= self.partitions <= 16_384,
             "engine": self.engine in ENGINES,
-            "engine_url": self.engine not in ("vllm", "sglang") or _http(self.engine_url),
+            "engine_url": self.engine not in SERVERS or _http(self.engine_url),
             "engine_timeout_s": 1 <= self.engine_timeout_s <= 86_400,
             # A served reward model: its URL, and SPEX_PRM for its tokenizer (and the prm reward).
             "prm_url": not self.prm_url or (_http(self.prm_url) and bool(self.prm)),
