@@ -17,7 +17,7 @@ answered as rejected (its client told, its in-flight place freed).
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 import msgspec
 
@@ -50,6 +50,7 @@ __all__ = [
     "Message",
     "Mode",
     "NodeEvent",
+    "NodeFinishReason",
     "NodeState",
     "PromoteRequest",
     "QueryStatsEvent",
@@ -71,6 +72,7 @@ MAX_MESSAGE_BYTES = 1 << 20  # an encoded message may not be larger (1 MiB), eit
 Content = Literal["synthetic", "real"]  # what a job's text is: the synthetic workload's, or a model's
 SimStyle = Literal["bfs", "dfs"]  # the synthetic workload's step-length model: its search's family
 FinishReason = Literal["stop", "eos", "length", "abort"]  # stop: the step delimiter (or a stop string)
+NodeFinishReason = Literal[FinishReason, ""]  # a tree node's: "" until it is generated
 JobKind = Literal["generate", "score"]  # the job a JobFailedEvent reports
 Algorithm = Literal["ets", "rebase", "rest", "rstar"]  # a search (the core registers one class each)
 Mode = Literal["baseline", "spex"]  # a query searched plainly, or with speculation
@@ -131,6 +133,7 @@ class GenerateRequest(Message, frozen=True):
     engine builds its prompt from `question` and `steps` (the text of every step on the path,
     carried inline: see docs/architecture.md for the measurement behind that choice)."""
 
+    job_kind: ClassVar[JobKind] = "generate"  # not on the wire: what a JobFailedEvent says of it
     job_id: str
     node_id: str
     parent_id: str
@@ -197,6 +200,7 @@ class PromoteRequest(Message, frozen=True):
 
 
 class ScoreRequest(Message, frozen=True):
+    job_kind: ClassVar[JobKind] = "score"  # not on the wire: what a JobFailedEvent says of it
     job_id: str
     node_id: str
     prompt_node_ids: list[str]  # the path including the node to score
@@ -294,5 +298,5 @@ class NodeEvent(Message, frozen=True):
     tokens: int = 0
     answer: str | None = None
     reward: float | None = None
-    finish_reason: str = ""
+    finish_reason: NodeFinishReason = ""
     t_s: float = 0.0  # seconds since the coordinator took the query up

@@ -97,7 +97,7 @@ class _GenJob(Job[GenerateRequest]):
 
 class Generator(JobWorker[_GenJob]):
     service = "generator"
-    job_kind = "generate"
+    job_kind = GenerateRequest.job_kind
     group = GENERATOR_GROUP
 
     def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = DEFAULT_POOL) -> None:

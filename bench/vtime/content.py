@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spex.bench.vtime.config import BenchConfig
-from spex.proto import Split
+from spex.proto import FinishReason, Split
 from spex.shared.content.datasets import load_questions
 from spex.shared.content.prompts import (
     Template,
@@ -71,7 +71,7 @@ class Step:
 
     text: str
     tokens: int
-    finish_reason: str
+    finish_reason: FinishReason
     mean_logprob: float
 
 

@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 import structlog
 from opentelemetry.trace import Span
 
-from spex.proto import PRIMARY, GenerateRequest, Message, ScoreRequest
+from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest
 from spex.proto.names import spread
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
@@ -61,7 +61,7 @@ class JobWorker(Service, Generic[J]):
 
     service: ClassVar[str]
     group: ClassVar[str]
-    job_kind: ClassVar[str]  # what its jobs are: "generate" or "score" (the metrics' label)
+    job_kind: ClassVar[JobKind]  # what its jobs are (the metrics' label)
     engine_name: ClassVar[str] = "engine"  # how dead-letter reasons name the engine
 
     def __init__(self, client: aioredis.Redis, settings: Settings, engine: LiveEngine) -> None:
