@@ -18,11 +18,11 @@ from spex.bench.results import Repeated, RunSummary, compare, summarize, write_j
 from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
 from spex.bench.vtime.config import SCHEDULINGS
 from spex.cli.version import spex_version
-from spex.proto import CONTENTS, MODES, SPLITS
+from spex.proto import ALGORITHMS, CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.machine import REWARDS, QueryMachine
 from spex.shared.core.search.answers import SELECTIONS
-from spex.shared.core.search.base import ALGORITHMS, preset_params
+from spex.shared.core.search.base import preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import PredictorFactory, algorithm_predictor
 from spex.shared.engine.api import ENGINES
@@ -46,7 +46,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 def _workload_args(b: argparse.ArgumentParser) -> None:
     """The search, the questions, the hardware and the workload."""
-    b.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
+    b.add_argument("--algorithm", choices=ALGORITHMS, default="rebase")
     b.add_argument("--target", type=int, default=16, help="REBASE/ETS width or MCTS rollouts")
     b.add_argument("--batch-size", type=int, default=1, help="questions in flight")
     b.add_argument("--questions", type=int, default=16)

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from spex.proto import CONTENTS, MODES, SPLITS
-from spex.shared.core.search.base import ALGORITHMS
+from spex.proto import ALGORITHMS, CONTENTS, MODES, SPLITS
 from spex.shared.engine.api import ENGINES
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.runtime.settings import Settings
@@ -126,7 +125,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--synthetic", action="store_true", help="the synthetic workload on the simulated GPU")
     d.add_argument("--questions", type=int, default=None, help="default 3 (the model), 6 (synthetic)")
-    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default=None, help="default rstar")
+    d.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default rstar")
     d.add_argument("--target", type=int, default=None, help="default 4, 10")
     d.add_argument(
         "--time-scale", type=float, default=0.05, help="synthetic: wall seconds per simulated second"
@@ -149,7 +148,7 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
     )
     sb.add_argument("--redis", required=True)
     sb.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
-    sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
+    sb.add_argument("--algorithm", choices=ALGORITHMS, default="rebase")
     sb.add_argument("--target", type=int, default=16)
     sb.add_argument("--mode", choices=list(MODES), default="spex")
     sb.add_argument("--client-key", default=None)

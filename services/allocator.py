@@ -33,7 +33,7 @@ from spex.proto.names import (
     worker_curve,
     worker_load,
 )
-from spex.shared.core.search import ALGORITHMS
+from spex.shared.core.search import SEARCHES
 from spex.shared.roofline.admission import Admission, Offer, admit, divide
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
@@ -140,7 +140,7 @@ class Allocator(Service):
         telemetry clamped to sane ranges (at most MAX_CANDIDATES of each, values in [0, 1], a
         NaN counted as 0)."""
         prefix = min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS)
-        search = ALGORITHMS.get(m.algorithm)
+        search = SEARCHES.get(m.algorithm)
         scale = search.spec_saving(sharing) / search.spec_saving(1) if search is not None else 1.0
         return Offer(m.query_id, _values(m.running, scale), _values(m.offers, scale), float(prefix))
 

@@ -32,7 +32,7 @@ from spex.shared.content.prompts import (
 )
 from spex.shared.core.commands import GenerateCommand, ScoreCommand, Segment
 from spex.shared.core.search.answers import Equivalence
-from spex.shared.core.search.base import ALGORITHMS
+from spex.shared.core.search.base import SEARCHES
 from spex.shared.core.tree import Node
 from spex.shared.engine.api import ENGINES, UNTIL_STOP, Completion, Engine, EngineName, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
@@ -268,12 +268,12 @@ class SyntheticContent:
     same_answer: Equivalence | None = None
 
     def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
-        self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, ALGORITHMS[cfg.algorithm].family)
+        self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, SEARCHES[cfg.algorithm].family)
         self.questions: list[SyntheticQuestion] = [self.workload.query(i) for i in range(cfg.questions)]
         # A mixed workload writes each question's steps in its own search's style.
         styles = {style: SyntheticWorkload(cfg.knobs, cfg.seed, style) for style in ("bfs", "dfs")}
         self._workload_of = {
-            q.query_id: styles[ALGORITHMS[cfg.search_of(q.query_id)[0]].family] for q in self.questions
+            q.query_id: styles[SEARCHES[cfg.search_of(q.query_id)[0]].family] for q in self.questions
         }
         self._pending: dict[tuple[str, str], Generation] = {}  # generated once, read at completion
         # A real engine reads text: the synthetic question's and steps', split and sampled as

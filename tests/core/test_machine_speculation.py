@@ -7,13 +7,13 @@ import pytest
 
 from spex.shared.core.commands import CancelCommand, GenerateCommand, PromoteCommand, ScoreCommand
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import ALGORITHMS, SearchConfig
+from spex.shared.core.search import SEARCHES, SearchConfig
 from spex.shared.core.speculation import MAX_SPEC_PRIORITY, SpecPolicy, spec_priority
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 
 def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event=None):
-    workload = SyntheticWorkload(WorkloadKnobs(), seed, ALGORITHMS[algorithm].family)
+    workload = SyntheticWorkload(WorkloadKnobs(), seed, SEARCHES[algorithm].family)
     spec = workload.query(1)
     machine = QueryMachine(
         spec.query_id,

@@ -10,14 +10,14 @@ import pytest
 
 from spex.shared.core.commands import GenerateCommand, ScoreCommand
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import ALGORITHMS, SearchConfig
+from spex.shared.core.search import SEARCHES, SearchConfig
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 CASES = [("rebase", 8), ("ets", 8), ("rstar", 5), ("rest", 5)]
 
 
 def run_query(algorithm, target, seed, order_seed=None, reward="prm", query=3):
-    workload = SyntheticWorkload(WorkloadKnobs(), seed, ALGORITHMS[algorithm].family)
+    workload = SyntheticWorkload(WorkloadKnobs(), seed, SEARCHES[algorithm].family)
     spec = workload.query(query)
     machine = QueryMachine(spec.query_id, spec.prompt_tokens, SearchConfig(algorithm, target), seed, reward)
     pending = list(machine.start(0.0))
