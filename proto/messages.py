@@ -35,6 +35,7 @@ __all__ = [
     "SIM_STYLES",
     "SPECULATIVE",
     "SPLITS",
+    "WIRE_SPLIT",
     "Algorithm",
     "AnswerResult",
     "AnswerWeight",
@@ -89,6 +90,9 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 SPLITS: tuple[Split, ...] = get_args(Split)
 ANSWER_WEIGHTS: tuple[AnswerWeight, ...] = get_args(AnswerWeight)
 NODE_STATES: tuple[NodeState, ...] = get_args(NodeState)
+# A job's split when its message names none: what a message from before splits existed meant.
+# Coordinators always send theirs (a run's default is DEFAULT_SPLIT, spex.shared.content.prompts).
+WIRE_SPLIT: Split = "blank-line"
 
 PRIMARY = 0  # engine priority of jobs the search is waiting on
 SPECULATIVE = 1  # engine priority of jobs generated ahead of the search
@@ -151,9 +155,7 @@ class GenerateRequest(Message, frozen=True):
     content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, root's child first
-    # Real content: how steps are delimited (its stop strings, its prompt). The default is what a
-    # message from before splits existed meant; coordinators always send it.
-    split: Split = "blank-line"
+    split: Split = WIRE_SPLIT  # real content: how steps are delimited (its stop strings, its prompt)
     min_tokens: int = 0  # real content: a stop string before this many tokens does not end the step
 
 
@@ -210,7 +212,7 @@ class ScoreRequest(Message, frozen=True):
     content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, the scored one last
-    split: Split = "blank-line"  # real content: how the steps are joined in the prompt
+    split: Split = WIRE_SPLIT  # real content: how the steps are joined in the prompt
 
 
 class ScoreResult(Message, frozen=True):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
+from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.engine.api import ENGINES, SERVERS, EngineName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
 
@@ -151,11 +152,11 @@ class Settings:
     model: str = ""
     prm: str = ""
     content: Content = "synthetic"
-    sampling_temperature: float = 0.3  # as content.prompts.DEFAULT_TEMPERATURE
+    sampling_temperature: float = DEFAULT_TEMPERATURE
     deterministic: bool = False
     max_running: int = 16
     max_step_tokens: int = 256
-    step_split: Split = "newline"  # as content.prompts.DEFAULT_SPLIT
+    step_split: Split = DEFAULT_SPLIT
     min_step_tokens: int = 0
     max_depth: int = 0
     device: str = "cpu"
