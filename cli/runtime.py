@@ -11,9 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 from rich.console import Console
 
-from spex.proto import ALGORITHMS, CONTENTS, MODES, SPLITS
+from spex.proto import ALGORITHMS, CONTENTS, MODES, SPLITS, SubmitQuestionRequest
+from spex.proto.messages import ANSWER_WEIGHTS
 from spex.shared.engine.api import ENGINES
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.runtime.settings import Settings
@@ -148,9 +150,11 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
     )
     sb.add_argument("--redis", required=True)
     sb.add_argument("--redis-password-file", default=None, help="file holding the Redis password")
-    sb.add_argument("--algorithm", choices=ALGORITHMS, default="rebase")
-    sb.add_argument("--target", type=int, default=16)
-    sb.add_argument("--mode", choices=list(MODES), default="spex")
+    # A flag left out takes the request's default (SubmitQuestionRequest's are the only ones).
+    default = {f.name: f.default for f in msgspec.structs.fields(SubmitQuestionRequest)}
+    sb.add_argument("--algorithm", choices=ALGORITHMS, default=None, help=f"default {default['algorithm']}")
+    sb.add_argument("--target", type=int, default=None, help=f"default {default['target']}")
+    sb.add_argument("--mode", choices=list(MODES), default=None, help=f"default {default['mode']}")
     sb.add_argument("--client-key", default=None)
     sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
     sb.add_argument("--reference", default=None, help="grade the answer against this reference answer")
@@ -159,16 +163,16 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="T3: stop the search once its answer is settled (may change it)",
     )
-    sb.add_argument("--early-stop-alpha", type=float, default=None, help="T3's α (default 0.5)")
+    sb.add_argument(
+        "--early-stop-alpha", type=float, default=None, help=f"T3's α (default {default['early_stop_alpha']})"
+    )
     sb.add_argument(
         "--early-stop-min",
         type=int,
         default=None,
         help="T3 waits for this many answers (default: the search's rule)",
     )
-    sb.add_argument(
-        "--early-stop-weight", choices=["min", "last"], default=None, help="an answer's T3 weight"
-    )
+    sb.add_argument("--early-stop-weight", choices=ANSWER_WEIGHTS, default=None, help="an answer's T3 weight")
 
 
 def add_result_parser(sub: argparse._SubParsersAction) -> None:

@@ -82,9 +82,8 @@ def load_tokens(settings: Settings) -> dict[str, str]:
 
 
 class IngressService(Service):
-    """POST /v1/questions {"question", "algorithm", "target", "seed", "mode", "client_key",
-    "reference_answer", "early_stop", "early_stop_alpha", "early_stop_min_answers",
-    "early_stop_weight"} → 202 {"query_id"}; GET /v1/questions/{id} → 200 with the answer (or
+    """POST /v1/questions {the client fields: `spex.proto.submission.CLIENT_FIELDS`} → 202
+    {"query_id"}; GET /v1/questions/{id} → 200 with the answer (or
     its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
