@@ -68,7 +68,7 @@ class Allocator(Service):
         self._gauged: set[str] = set()  # workers whose gauges this allocator set
         self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         slack = {w: round(g.slack, 3) for w, g in self.governors.items()}
         return {"rounds": self.rounds, "k_total": self.k_total, "slack": slack}
 

@@ -19,6 +19,7 @@ import contextlib
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -88,7 +89,7 @@ def _content(answer: AnswerResult) -> str:
 
 
 class OpenAIRoutes:
-    def __init__(self, client: IngressClient, client_of: Any) -> None:
+    def __init__(self, client: IngressClient, client_of: Callable[[web.Request], str]) -> None:
         self.client = client
         self.client_of = client_of  # request -> the token's client name
 

@@ -16,14 +16,17 @@ import signal
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import ClusterError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from structlog.typing import FilteringBoundLogger
 
+from spex.shared.engine.api import Completion
+from spex.shared.engine.live import OnComplete
 from spex.shared.runtime import connect, tracing
 from spex.shared.runtime.lifeline import watch_lifeline
 from spex.shared.runtime.metrics import serve_metrics
@@ -97,7 +100,7 @@ class LoopFailed(RuntimeError):
 async def loop_forever(
     stop: asyncio.Event,
     body: Callable[[], Awaitable[None]],
-    log: Any,
+    log: FilteringBoundLogger,
     on_reconnect: Callable[[], None],
     max_failures: int = MAX_CONSECUTIVE_FAILURES,
 ) -> None:
@@ -128,11 +131,11 @@ async def loop_forever(
             backoff = min(2.0, backoff * 2)
 
 
-def guarded(on_complete: Callable[[Any], Awaitable[None]], log: Any) -> Callable[[Any], Awaitable[None]]:
+def guarded(on_complete: OnComplete, log: FilteringBoundLogger) -> OnComplete:
     """An engine loop's completion callback whose failure is logged, never the loop's end (the
     job stays pending: it is reclaimed and retried, then dead-lettered)."""
 
-    async def call(completion: Any) -> None:
+    async def call(completion: Completion) -> None:
         try:
             await on_complete(completion)
         except Exception as exc:
