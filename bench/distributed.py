@@ -29,7 +29,7 @@ from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import Settings
-from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+from spex.shared.sim.workload import SyntheticQuestion, SyntheticWorkload, WorkloadKnobs
 
 __all__ = ["choose_time_scale", "drive", "live_coordinator", "run_distributed"]
 
@@ -43,7 +43,7 @@ async def drive(live: Settings, cfg: BenchConfig, mode: str) -> dict[str, Any]:
     answers: dict[str, Any] = {}
     latencies: list[float] = []
 
-    async def one(question: Any) -> None:
+    async def one(question: SyntheticQuestion) -> None:
         async with sem:
             t0 = time.monotonic()
             qid = await client.submit(

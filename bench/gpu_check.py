@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from spex.bench.gpu_report import aims, cell_rows, plot, print_table
 from spex.shared.hf.shapes import SHAPES
@@ -336,7 +336,7 @@ def finish(check: Check, profiles: dict[str, Path]) -> dict[str, Any]:
 class _Tee:
     """Standard output to the terminal and the log both."""
 
-    def __init__(self, *streams: Any) -> None:
+    def __init__(self, *streams: TextIO) -> None:
         self.streams = streams
 
     def write(self, text: str) -> int:

@@ -21,12 +21,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from spex.bench.comparison import compare
 from spex.bench.results import RunSummary, summarize
 from spex.bench.vtime import BenchConfig, run_bench
+from spex.proto import Algorithm
 from spex.shared.core.machine import Reward
 from spex.shared.core.spec.early_stop import EarlyStop
 
 __all__ = ["run_grid"]
 
-ALGORITHMS = [
+# The searches the grid runs, each at two sizes: (algorithm, target).
+GRID_SEARCHES: list[tuple[Algorithm, int]] = [
     ("rstar", 5),
     ("rstar", 10),
     ("rest", 5),
@@ -44,7 +46,7 @@ PROFILES: list[tuple[str, Reward]] = [
     ("R1-Qwen3-8B@A6000", "logprob"),
 ]
 BATCHES = [1, 2, 4, 8, 16]
-ABLATION = [("rstar", 10), ("rebase", 16)]
+ABLATION: list[tuple[Algorithm, int]] = [("rstar", 10), ("rebase", 16)]
 ABLATION_BATCHES = [1, 8]
 # T2 where it should matter: a mixed workload (searches, targets and difficulties in one run).
 MIX = (("rebase", 16), ("rstar", 10), ("ets", 8), ("rest", 5), ("rebase", 8), ("rstar", 5))
@@ -74,7 +76,7 @@ def _cell(base_cfg: BenchConfig, variants: list[tuple[str, BenchConfig]]) -> dic
 def _jobs(questions: int, seed: int) -> list[tuple[str, BenchConfig, list[tuple[str, BenchConfig]]]]:
     jobs = []
     for profile, reward in PROFILES:
-        for algorithm, target in ALGORITHMS:
+        for algorithm, target in GRID_SEARCHES:
             for batch in BATCHES:
                 base = BenchConfig(
                     algorithm=algorithm,
@@ -203,7 +205,7 @@ def _markdown(report: dict[str, Any]) -> str:
         lines += [f"**{profile}**, {scorer} — speedup T3 off / T3 on (accuracy T3 off → T3 on)", ""]
         lines.append("| search | " + " | ".join(f"B={b}" for b in BATCHES) + " |")
         lines.append("|---|" + "---|" * len(BATCHES))
-        for algorithm, target in ALGORITHMS:
+        for algorithm, target in GRID_SEARCHES:
             cells = []
             for b in BATCHES:
                 row = next(

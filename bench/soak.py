@@ -18,10 +18,12 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import redis.asyncio as aioredis
 
 from spex.proto import decode
 from spex.proto.names import ANSWERS
@@ -59,7 +61,7 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-async def sample(r: Any, t0: float, answered: int, submitted: int) -> dict[str, Any]:
+async def sample(r: aioredis.Redis, t0: float, answered: int, submitted: int) -> dict[str, Any]:
     streams: dict[str, int] = {}
     inboxes: list[int] = []  # the queries' own inboxes: how many, and the longest
     async for key in r.scan_iter(count=1000):
@@ -106,7 +108,7 @@ async def _submit(session: aiohttp.ClientSession, url: str, i: int, algorithm: s
         return resp.status
 
 
-async def drive(settings: Settings, args: argparse.Namespace, say: Any) -> dict[str, Any]:
+async def drive(settings: Settings, args: argparse.Namespace, say: Callable[[str], object]) -> dict[str, Any]:
     r = redis_client(settings)
     url = f"http://{settings.http_host}:{settings.http_port}/v1/questions"
     follower, stop = _Follower(r), asyncio.Event()
@@ -178,7 +180,7 @@ def _verdict(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_soak(args: argparse.Namespace, say: Any = print) -> dict[str, Any]:
+def run_soak(args: argparse.Namespace, say: Callable[[str], object] = print) -> dict[str, Any]:
     settings = Settings(http_port=free_port(), result_ttl_s=args.ttl, time_scale=args.time_scale)
     data = Path(args.data_dir) if args.data_dir else None
     started = time.monotonic()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from spex.bench.comparison import pair_records
+from spex.shared.engine.api import ENGINES
 
 __all__ = ["critical_path", "row", "table"]
 
@@ -41,7 +42,8 @@ def _labels(r: dict[str, Any], spex: dict[str, Any]) -> tuple[str, str]:
         search += " (oracle)"
     target = spex.get("tpot_target", "unrecorded")
     target = "fixed slack" if target is None else target if isinstance(target, str) else f"+{target:.0%}"
-    real = r["profile"].rpartition("@")[2] in ("hf", "vllm", "sglang")
+    engine = r["profile"].rpartition("@")[2]  # a real engine's run records MODEL@ENGINE
+    real = engine in ENGINES and engine != "sim"
     if real and "profile_file" in spex and spex["profile_file"] is None:  # no curve: --max-running
         target += " (static pool)"
     return search, target

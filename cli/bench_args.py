@@ -7,13 +7,14 @@ import argparse
 from collections.abc import Sequence
 
 from spex.bench.vtime import BenchConfig
-from spex.bench.vtime.config import BACKENDS, SCHEDULINGS
-from spex.proto import CONTENTS, MODES, SPLITS
+from spex.bench.vtime.config import SCHEDULINGS
+from spex.proto import ALGORITHMS, CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.machine import REWARDS
 from spex.shared.core.search.answers import SELECTIONS
-from spex.shared.core.search.base import ALGORITHMS, preset_params
+from spex.shared.core.search.base import preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
+from spex.shared.engine.api import ENGINES
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.sim.workload import WorkloadKnobs, load_knobs
 
@@ -32,7 +33,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 def _workload_args(b: argparse.ArgumentParser) -> None:
     """The search, the questions, the hardware and the workload."""
-    b.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
+    b.add_argument("--algorithm", choices=ALGORITHMS, default="rebase")
     b.add_argument("--target", type=int, default=16, help="REBASE/ETS width or MCTS rollouts")
     b.add_argument("--batch-size", type=int, default=1, help="questions in flight")
     b.add_argument("--questions", type=int, default=16)
@@ -141,7 +142,7 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     """The engine and the content: the simulated GPU, or a real model on real questions."""
     b.add_argument(
         "--engine",
-        choices=list(BACKENDS),
+        choices=list(ENGINES),
         default="sim",
         help="sim (the simulated GPU), hf (in process), or a live vllm or sglang server (--engine-url)",
     )

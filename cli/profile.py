@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from spex.bench.vtime.config import SERVERS, check_url
+from spex.bench.vtime.config import check_url
+from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, parse_profile
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
     )
     pr.add_argument(
         "--engine",
-        choices=["sim", "hf", *SERVERS],
+        choices=list(ENGINES),
         default="sim",
         help="sim: a catalog profile; hf: measure in process; vllm, sglang: measure a live server",
     )

@@ -11,12 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 from rich.console import Console
 
-from spex.proto import CONTENTS, MODES, SPLITS
-from spex.shared.core.search.base import ALGORITHMS
+from spex.proto import ALGORITHMS, CONTENTS, MODES, SPLITS, SubmitQuestionRequest
+from spex.proto.messages import ANSWER_WEIGHTS
+from spex.shared.engine.api import ENGINES
 from spex.shared.roofline.admission import OBJECTIVES
-from spex.shared.runtime.settings import ENGINES, Settings
+from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.settings_schema import flag_help
 
 # The trained-model demo's search: short steps, four levels — a 135M model on two CPU cores —
@@ -103,7 +105,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--synthetic", action="store_true", help="the synthetic workload on the simulated GPU")
     d.add_argument("--questions", type=int, default=None, help="default 3 (the model), 6 (synthetic)")
-    d.add_argument("--algorithm", choices=sorted(ALGORITHMS), default=None, help="default rstar")
+    d.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default rstar")
     d.add_argument("--target", type=int, default=None, help="default 4, 10")
     d.add_argument(
         "--time-scale", type=float, default=0.05, help=flag_help(Settings, "time_scale", variable=False)
@@ -126,9 +128,11 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
     )
     sb.add_argument("--redis", required=True)
     sb.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
-    sb.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="rebase")
-    sb.add_argument("--target", type=int, default=16)
-    sb.add_argument("--mode", choices=list(MODES), default="spex")
+    # A flag left out takes the request's default (SubmitQuestionRequest's are the only ones).
+    default = {f.name: f.default for f in msgspec.structs.fields(SubmitQuestionRequest)}
+    sb.add_argument("--algorithm", choices=ALGORITHMS, default=None, help=f"default {default['algorithm']}")
+    sb.add_argument("--target", type=int, default=None, help=f"default {default['target']}")
+    sb.add_argument("--mode", choices=list(MODES), default=None, help=f"default {default['mode']}")
     sb.add_argument("--client-key", default=None)
     sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
     sb.add_argument("--reference", default=None, help="grade the answer against this reference answer")
@@ -137,16 +141,16 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="T3: stop the search once its answer is settled (may change it)",
     )
-    sb.add_argument("--early-stop-alpha", type=float, default=None, help="T3's α (default 0.5)")
+    sb.add_argument(
+        "--early-stop-alpha", type=float, default=None, help=f"T3's α (default {default['early_stop_alpha']})"
+    )
     sb.add_argument(
         "--early-stop-min",
         type=int,
         default=None,
         help="T3 waits for this many answers (default: the search's rule)",
     )
-    sb.add_argument(
-        "--early-stop-weight", choices=["min", "last"], default=None, help="an answer's T3 weight"
-    )
+    sb.add_argument("--early-stop-weight", choices=ANSWER_WEIGHTS, default=None, help="an answer's T3 weight")
 
 
 def add_result_parser(sub: argparse._SubParsersAction) -> None:

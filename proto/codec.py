@@ -87,28 +87,33 @@ def decode(name: str, payload: bytes) -> Message:
     try:
         return _decoder(types).decode(payload)
     except msgspec.ValidationError as exc:
-        raise _invalid(name, types, head.get("type", "message"), str(exc)) from None
+        raise _invalid(name, types, head, str(exc)) from None
     except msgspec.DecodeError as exc:
         raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {name}: {exc}") from None
 
 
-def _invalid(name: str, types: tuple[type[Message], ...], kind: object, error: str) -> ProtocolError:
+def _invalid(name: str, types: tuple[type[Message], ...], head: dict[str, Any], error: str) -> ProtocolError:
     """A field with a bad value reads `field: problem (invalid Type on stream)`, the field first
-    as in the services' own reasons, with a value set's values; anything else, as msgspec says."""
-    problem, at, path = error.rpartition(" - at `$.")
-    if not at:
-        return ProtocolError(f"invalid {kind!s} on {name}: {error}")
-    field = path.removesuffix("`")
-    allowed = _values(types, kind, field)
-    if allowed:
-        problem += f"; known: {', '.join(allowed)}"
-    return ProtocolError(f"{field}: {problem} (invalid {kind!s} on {name})")
-
-
-def _values(types: tuple[type[Message], ...], kind: object, field: str) -> tuple[str, ...]:
-    """The values of `field` of message type `kind` if its type is a value set, else ()."""
-    for cls in types:
-        if cls.__name__ == kind:
-            tp = next((f.type for f in msgspec.structs.fields(cls) if f.name == field), None)
-            return tuple(map(str, get_args(tp))) if get_origin(tp) is Literal else ()
-    return ()
+    as in the services' own reasons, with a value set's values; anything else (a field
+    missing), as msgspec says. msgspec's ValidationError holds its text alone (no field, no
+    path), so the field is found by converting each field the payload holds, in its order,
+    to its declared type: the first that fails is the one the decoder stopped at."""
+    kind = head.get("type", "message")
+    cls = next((c for c in types if c.__name__ == kind), None)
+    if cls is None and "type" in head:
+        known = ", ".join(c.__name__ for c in types)
+        return ProtocolError(f"type: unknown {kind!r}; known: {known} (invalid {kind!s} on {name})")
+    declared = {f.encode_name: f for f in msgspec.structs.fields(cls)} if cls is not None else {}
+    for key, value in head.items():
+        field = declared.get(key)
+        if field is None:  # the type tag, or a field this version does not know
+            continue
+        try:
+            msgspec.convert(value, field.type)
+        except msgspec.ValidationError as exc:
+            values = get_args(field.type) if get_origin(field.type) is Literal else ()
+            known = f"; known: {', '.join(map(str, values))}" if values else ""
+            return ProtocolError(f"{field.name}: {exc}{known} (invalid {kind!s} on {name})")
+        except RecursionError:  # nested deeper than converting it allows: as msgspec says
+            break
+    return ProtocolError(f"invalid {kind!s} on {name}: {error}")

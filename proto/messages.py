@@ -17,7 +17,7 @@ answered as rejected (its client told, its in-flight place freed).
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 import msgspec
 
@@ -35,6 +35,7 @@ __all__ = [
     "SIM_STYLES",
     "SPECULATIVE",
     "SPLITS",
+    "WIRE_SPLIT",
     "Algorithm",
     "AnswerResult",
     "AnswerWeight",
@@ -50,6 +51,7 @@ __all__ = [
     "Message",
     "Mode",
     "NodeEvent",
+    "NodeFinishReason",
     "NodeState",
     "PromoteRequest",
     "QueryStatsEvent",
@@ -71,6 +73,7 @@ MAX_MESSAGE_BYTES = 1 << 20  # an encoded message may not be larger (1 MiB), eit
 Content = Literal["synthetic", "real"]  # what a job's text is: the synthetic workload's, or a model's
 SimStyle = Literal["bfs", "dfs"]  # the synthetic workload's step-length model: its search's family
 FinishReason = Literal["stop", "eos", "length", "abort"]  # stop: the step delimiter (or a stop string)
+NodeFinishReason = Literal[FinishReason, ""]  # a tree node's: "" until it is generated
 JobKind = Literal["generate", "score"]  # the job a JobFailedEvent reports
 Algorithm = Literal["ets", "rebase", "rest", "rstar"]  # a search (the core registers one class each)
 Mode = Literal["baseline", "spex"]  # a query searched plainly, or with speculation
@@ -87,6 +90,9 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 SPLITS: tuple[Split, ...] = get_args(Split)
 ANSWER_WEIGHTS: tuple[AnswerWeight, ...] = get_args(AnswerWeight)
 NODE_STATES: tuple[NodeState, ...] = get_args(NodeState)
+# A job's split when its message names none: what a message from before splits existed meant.
+# Coordinators always send theirs (a run's default is DEFAULT_SPLIT, spex.shared.content.prompts).
+WIRE_SPLIT: Split = "blank-line"
 
 PRIMARY = 0  # engine priority of jobs the search is waiting on
 SPECULATIVE = 1  # engine priority of jobs generated ahead of the search
@@ -131,6 +137,7 @@ class GenerateRequest(Message, frozen=True):
     engine builds its prompt from `question` and `steps` (the text of every step on the path,
     carried inline: see docs/architecture.md for the measurement behind that choice)."""
 
+    job_kind: ClassVar[JobKind] = "generate"  # not on the wire: what a JobFailedEvent says of it
     job_id: str
     node_id: str
     parent_id: str
@@ -148,9 +155,7 @@ class GenerateRequest(Message, frozen=True):
     content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, root's child first
-    # Real content: how steps are delimited (its stop strings, its prompt). The default is what a
-    # message from before splits existed meant; coordinators always send it.
-    split: Split = "blank-line"
+    split: Split = WIRE_SPLIT  # real content: how steps are delimited (its stop strings, its prompt)
     min_tokens: int = 0  # real content: a stop string before this many tokens does not end the step
 
 
@@ -197,6 +202,7 @@ class PromoteRequest(Message, frozen=True):
 
 
 class ScoreRequest(Message, frozen=True):
+    job_kind: ClassVar[JobKind] = "score"  # not on the wire: what a JobFailedEvent says of it
     job_id: str
     node_id: str
     prompt_node_ids: list[str]  # the path including the node to score
@@ -206,7 +212,7 @@ class ScoreRequest(Message, frozen=True):
     content: Content = "synthetic"
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, the scored one last
-    split: Split = "blank-line"  # real content: how the steps are joined in the prompt
+    split: Split = WIRE_SPLIT  # real content: how the steps are joined in the prompt
 
 
 class ScoreResult(Message, frozen=True):
@@ -294,5 +300,5 @@ class NodeEvent(Message, frozen=True):
     tokens: int = 0
     answer: str | None = None
     reward: float | None = None
-    finish_reason: str = ""
+    finish_reason: NodeFinishReason = ""
     t_s: float = 0.0  # seconds since the coordinator took the query up

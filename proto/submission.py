@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spex.proto.messages import ALGORITHMS, ANSWER_WEIGHTS, MODES, SubmitQuestionRequest
+import msgspec
+
+from spex.proto.messages import ALGORITHMS, ANSWER_WEIGHTS, MODES, Message, SubmitQuestionRequest
 
 __all__ = [
     "ALGORITHMS",
@@ -50,20 +52,11 @@ class Limits:
     client_in_flight: int = 1_000
 
 
-# What a client may set, and its type; everything else is the envelope, set by the client code.
+# What a client may set, and its type: SubmitQuestionRequest's fields but the envelope's (set by
+# the client code) and `client` (set by the ingress, from the token).
+_NOT_THE_CLIENTS = {f.name for f in msgspec.structs.fields(Message)} | {"client"}
 CLIENT_FIELDS: dict[str, type] = {
-    "question": str,
-    "client_key": str,
-    "algorithm": str,
-    "target": int,
-    "seed": int,
-    "mode": str,
-    "prompt_tokens": int,
-    "reference_answer": str,
-    "early_stop": bool,
-    "early_stop_alpha": float,
-    "early_stop_min_answers": int,
-    "early_stop_weight": str,
+    f.name: f.type for f in msgspec.structs.fields(SubmitQuestionRequest) if f.name not in _NOT_THE_CLIENTS
 }
 
 

@@ -33,14 +33,14 @@ from spex.proto.names import (
     worker_curve,
     worker_load,
 )
-from spex.shared.core.search import ALGORITHMS
+from spex.shared.core.search import SEARCHES
 from spex.shared.roofline.admission import Admission, Offer, admit, divide
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.roofline.measured import MeasuredProfile, parse_measured
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.metrics import GOVERNOR_SLACK, SPEC_BUDGET, SPEC_POOL
-from spex.shared.runtime.service import loop_forever, run_service
+from spex.shared.runtime.service import Service, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.streams import read_streams
 
@@ -51,7 +51,7 @@ STALE_S = 2.0  # stats older than this belong to a finished query
 PUBLISH_BATCH = 1000  # budget updates sent in one pipeline
 
 
-class Allocator:
+class Allocator(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.bus = Bus(client, settings.consumer)
         self.r = client
@@ -69,7 +69,7 @@ class Allocator:
         self._gauged: set[str] = set()  # workers whose gauges this allocator set
         self.log = structlog.get_logger().bind(service="allocator", consumer=settings.consumer)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         slack = {w: round(g.slack, 3) for w, g in self.governors.items()}
         return {"rounds": self.rounds, "k_total": self.k_total, "slack": slack}
 
@@ -141,7 +141,7 @@ class Allocator:
         telemetry clamped to sane ranges (at most MAX_CANDIDATES of each, values in [0, 1], a
         NaN counted as 0)."""
         prefix = min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS)
-        search = ALGORITHMS.get(m.algorithm)
+        search = SEARCHES.get(m.algorithm)
         scale = search.spec_saving(sharing) / search.spec_saving(1) if search is not None else 1.0
         return Offer(m.query_id, _values(m.running, scale), _values(m.offers, scale), float(prefix))
 

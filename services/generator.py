@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -48,7 +49,7 @@ from spex.proto.names import (
 )
 from spex.services.step_curve import publish_curve
 from spex.shared.content.prompts import prompt_pieces, stop_strings
-from spex.shared.engine.api import UNTIL_STOP, Completion, EngineRequest
+from spex.shared.engine.api import ENGINES, UNTIL_STOP, Completion, EngineName, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.bus import Delivery
@@ -97,7 +98,7 @@ class _GenJob(Job[GenerateRequest]):
 
 class Generator(JobWorker[_GenJob]):
     service = "generator"
-    job_kind = "generate"
+    job_kind = GenerateRequest.job_kind
     group = GENERATOR_GROUP
 
     def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = DEFAULT_POOL) -> None:
@@ -343,14 +344,26 @@ class Generator(JobWorker[_GenJob]):
 
 
 def _engine(settings: Settings) -> LiveEngine:
-    if settings.engine == "sim":
-        sim = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
-        return RealtimeEngine(SimEngine(parse_profile(settings.profile), sim), settings.time_scale)
-    if settings.engine in ("vllm", "sglang"):
-        from spex.shared.serving import open_engine
+    """The engine SPEX_ENGINE names (an unknown name: a one-line ValueError, never a default)."""
+    build = ENGINE_BUILDERS.get(settings.engine)
+    if build is None:
+        raise ValueError(f"SPEX_ENGINE: unknown engine {settings.engine!r}; known: {' | '.join(ENGINES)}")
+    return build(settings)
 
-        s = settings
-        return open_engine(s.engine, s.engine_url, s.engine_timeout_s, s.model, s.deterministic)
+
+def _sim_engine(settings: Settings) -> LiveEngine:
+    sim = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
+    return RealtimeEngine(SimEngine(parse_profile(settings.profile), sim), settings.time_scale)
+
+
+def _served_engine(settings: Settings) -> LiveEngine:
+    from spex.shared.serving import open_engine
+
+    s = settings
+    return open_engine(s.engine, s.engine_url, s.engine_timeout_s, s.model, s.deterministic)
+
+
+def _hf_engine(settings: Settings) -> LiveEngine:
     from spex.shared.hf.engine import HFConfig, HFEngine
     from spex.shared.hf.threaded import ThreadedEngine
 
@@ -362,6 +375,15 @@ def _engine(settings: Settings) -> LiveEngine:
         cuda_graphs=settings.cuda_graphs,
     )
     return ThreadedEngine(HFEngine.from_dir(settings.model, config))
+
+
+# Each engine a generator runs on, by its SPEX_ENGINE name (a test holds the keys to ENGINES).
+ENGINE_BUILDERS: dict[EngineName, Callable[[Settings], LiveEngine]] = {
+    "sim": _sim_engine,
+    "hf": _hf_engine,
+    "vllm": _served_engine,
+    "sglang": _served_engine,
+}
 
 
 def _job_problem(req: GenerateRequest, real_engine: bool) -> str:

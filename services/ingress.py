@@ -44,7 +44,7 @@ from spex.services.openai_api import OpenAIRoutes
 from spex.services.watch import WatchRoutes, answer_json
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
 from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
-from spex.shared.runtime.service import run_service
+from spex.shared.runtime.service import Service, run_service
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["IngressService", "load_tokens", "main"]
@@ -81,13 +81,10 @@ def load_tokens(settings: Settings) -> dict[str, str]:
     return tokens
 
 
-class IngressService:
-    """POST /v1/questions {"question", "algorithm", "target", "seed", "mode", "client_key",
-    "reference_answer", "early_stop", "early_stop_alpha", "early_stop_min_answers",
-    "early_stop_weight"} → 202 {"query_id"}; GET /v1/questions/{id} → 200 with the answer (or
+class IngressService(Service):
+    """POST /v1/questions {the client fields: `spex.proto.submission.CLIENT_FIELDS`} → 202
+    {"query_id"}; GET /v1/questions/{id} → 200 with the answer (or
     its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
-
-    retry_once = True  # its Redis client retries a command once on a fresh connection (connect.py)
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.client = IngressClient(client, settings.backlog_limit, settings.limits)
@@ -302,7 +299,8 @@ class _Runner(web.AppRunner):
 
 
 def main() -> int:
-    return run_service("ingress", IngressService)
+    # It serves requests: its Redis client retries a command once on a fresh connection.
+    return run_service("ingress", IngressService, retry_once=True)
 
 
 if __name__ == "__main__":

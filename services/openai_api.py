@@ -2,10 +2,9 @@
 so an application that speaks the OpenAI API asks SPEX as it would ask any model.
 
 `model` names the search: `spex:<algorithm>-<target>` (`spex:rebase-16`, `spex:rstar-8`) or
-`spex:<algorithm>` (its default target). The question is the last user message. SPEX's own
-fields ride as extra body fields (the client's `extra_body`): `target`, `mode`, `early_stop`,
-`early_stop_alpha`, `early_stop_min_answers`, `early_stop_weight`, `reference_answer`, and
-`seed` is OpenAI's own. The reply is one choice whose message is the solution's steps and its
+`spex:<algorithm>` (its default target). The question is the last user message. SPEX's other
+client fields ride as extra body fields (the client's `extra_body`; `EXTRA_FIELDS`), `seed`
+(OpenAI's own) among them. The reply is one choice whose message is the solution's steps and its
 answer; `usage.completion_tokens` counts every token the search generated; a `spex` field
 carries the query id, the answer, the tree's size and digest. `stream: true` sends a
 `chat.completion.chunk` per change of the tree (no choices; its `spex` field says what
@@ -20,6 +19,7 @@ import contextlib
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -33,10 +33,14 @@ __all__ = ["OpenAIRoutes", "parse_model"]
 
 MODEL = re.compile(r"spex:(?P<algorithm>[a-z]+)(?:-(?P<target>[0-9]{1,6}))?")
 LISTED_TARGETS = (4, 8, 16)
-EXTRA_FIELDS = (
-    "target", "mode", "early_stop", "early_stop_alpha", "early_stop_min_answers", "early_stop_weight",
-    "reference_answer",
-)  # fmt: skip
+# The client fields a request's body carries beside `model` (the algorithm and the target) and
+# `messages` (the question): the rest of the submission's, `seed` (OpenAI's own) among them,
+# but its client key and prompt tokens.
+EXTRA_FIELDS = tuple(
+    name
+    for name in submission.CLIENT_FIELDS
+    if name not in ("question", "algorithm", "client_key", "prompt_tokens")
+)
 WAIT_S = 3600.0  # the longest a request waits for its answer
 POLL_S = 0.05  # how often a waiting request looks for its answer
 BODY_TIMEOUT_S = 15.0  # a body not read in whole within this is a 408 (as the ingress's own)
@@ -86,7 +90,7 @@ def _content(answer: AnswerResult) -> str:
 
 
 class OpenAIRoutes:
-    def __init__(self, client: IngressClient, client_of: Any) -> None:
+    def __init__(self, client: IngressClient, client_of: Callable[[web.Request], str]) -> None:
         self.client = client
         self.client_of = client_of  # request -> the token's client name
 
@@ -120,8 +124,6 @@ class OpenAIRoutes:
         try:
             question = _question(body.get("messages"))
             fields = {k: body[k] for k in EXTRA_FIELDS if body.get(k) is not None}
-            if body.get("seed") is not None:
-                fields["seed"] = body["seed"]
             if target is not None:
                 fields.setdefault("target", target)
             fields = submission.check_fields(fields)

@@ -39,7 +39,7 @@ MAX_BATCH = 64
 
 class Scorer(JobWorker[Job[ScoreRequest]]):
     service = "scorer"
-    job_kind = "score"
+    job_kind = ScoreRequest.job_kind
     group = SCORER_GROUP
     engine_name = "reward engine"
 

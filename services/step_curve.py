@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
+from structlog.typing import FilteringBoundLogger
 
 from spex.proto.names import home, worker_curve
 from spex.shared.roofline.measured import parse_measured
@@ -41,7 +42,9 @@ def describe(settings: Settings) -> str:
     )
 
 
-async def publish_curve(r: aioredis.Redis, settings: Settings, engine: Any, log: Any) -> None:
+async def publish_curve(
+    r: aioredis.Redis, settings: Settings, engine: Any, log: FilteringBoundLogger
+) -> None:
     """Publish this worker's curve under `worker_curve`, measuring it first if it must; a
     profile file that does not parse is a one-line ValueError naming it."""
     text = None

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -59,7 +60,13 @@ class WatchRoutes:
     """The watching half of the ingress's routes; `known(request)` is the ingress's check that
     the query exists and is the caller's (a 404 response, or None)."""
 
-    def __init__(self, client: IngressClient, known: Any, client_key: Any, scoped: bool) -> None:
+    def __init__(
+        self,
+        client: IngressClient,
+        known: Callable[[web.Request, str], Awaitable[web.Response | None]],
+        client_key: web.RequestKey[str],
+        scoped: bool,
+    ) -> None:
         self.client = client
         self.known = known
         self.client_key, self.scoped = client_key, scoped  # the request's client name; tokens on

@@ -14,16 +14,15 @@ from spex.shared.core.search import SearchConfig, make_algorithm
 from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.tree import Tree
+from spex.shared.engine.api import ENGINES, SERVERS, EngineName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
 from spex.shared.roofline.hardware import Profile, parse_profile
 from spex.shared.roofline.measured import load_measured, measured_sim_profile
 from spex.shared.sim.engine import EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
-__all__ = ["BACKENDS", "SCHEDULINGS", "SERVERS", "BenchConfig", "check_url"]
+__all__ = ["SCHEDULINGS", "BenchConfig", "check_url"]
 
-SERVERS = ("vllm", "sglang")  # live servers, reached at an URL
-BACKENDS = ("sim", "hf", *SERVERS)
 SCHEDULINGS = ("sglang", "paused")
 
 
@@ -51,7 +50,7 @@ class BenchConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     params: dict[str, float] = field(default_factory=dict)
     # --- engines and content
-    backend: str = "sim"  # "sim" (the simulated GPU) | "hf" (in-process PyTorch) | a server
+    backend: EngineName = "sim"  # the simulated GPU, in-process PyTorch, or a server
     model: str | None = None  # hf: the generator's local model directory (a server: its tokenizer)
     prm: str | None = None  # a local reward-model directory (else the simulated PRM)
     engine_url: str | None = None  # vllm, sglang: the generator's server
@@ -141,8 +140,8 @@ class BenchConfig:
             make_algorithm(Tree("check", 0, 1), self.search_config(algorithm, target))
 
     def _validate_engines(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"engine: must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
+        if self.backend not in ENGINES:
+            raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, not {self.backend!r}")
         if self.content not in CONTENTS:
             raise ValueError(f"content: must be one of {', '.join(CONTENTS)}, not {self.content!r}")
         if self.backend == "hf" and not self.model:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spex.bench.vtime.config import SERVERS, BenchConfig
-from spex.proto import Split
+from spex.bench.vtime.config import BenchConfig
+from spex.proto import FinishReason, Split
 from spex.shared.content.datasets import load_questions
 from spex.shared.content.prompts import (
     Template,
@@ -32,9 +32,9 @@ from spex.shared.content.prompts import (
 )
 from spex.shared.core.commands import GenerateCommand, ScoreCommand, Segment
 from spex.shared.core.search.answers import Equivalence
-from spex.shared.core.search.base import ALGORITHMS
+from spex.shared.core.search.base import SEARCHES
 from spex.shared.core.tree import Node
-from spex.shared.engine.api import UNTIL_STOP, Completion, Engine, EngineRequest
+from spex.shared.engine.api import ENGINES, UNTIL_STOP, Completion, Engine, EngineName, EngineRequest
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.sim.engine import SimEngine
 from spex.shared.sim.workload import Generation, SyntheticQuestion, SyntheticWorkload
@@ -71,7 +71,7 @@ class Step:
 
     text: str
     tokens: int
-    finish_reason: str
+    finish_reason: FinishReason
     mean_logprob: float
 
 
@@ -104,10 +104,24 @@ def sim_generator(cfg: BenchConfig) -> SimEngine:
 
 
 def make_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
-    """The generator engine and the reward engine (None for the logprob reward)."""
-    if cfg.backend in SERVERS:
-        return _serving_engines(cfg)
-    gen: Engine = sim_generator(cfg) if cfg.backend == "sim" else _hf_generator(cfg)
+    """The generator engine and the reward engine (None for the logprob reward), as the table
+    builds them for `cfg.backend` (an unknown one: a one-line ValueError, never a default)."""
+    build = ENGINE_BUILDERS.get(cfg.backend)
+    if build is None:
+        raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, not {cfg.backend!r}")
+    return build(cfg)
+
+
+def _sim_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
+    return _with_reward(cfg, sim_generator(cfg))
+
+
+def _hf_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
+    return _with_reward(cfg, _hf_generator(cfg))
+
+
+def _with_reward(cfg: BenchConfig, gen: Engine) -> tuple[Engine, Engine | None]:
+    """`gen`, and the reward engine in process: a local PRM, else the simulated one."""
     if cfg.reward != "prm":
         return gen, None
     if cfg.prm is not None:
@@ -183,6 +197,15 @@ def _wall_engine(live: ServingEngine, clock: WallClock, field: str) -> Engine:
         raise ValueError(f"{field}: {exc}") from None
 
 
+# Each engine a run may name, with its reward engine (a test holds the keys to ENGINES).
+ENGINE_BUILDERS: dict[EngineName, Callable[[BenchConfig], tuple[Engine, Engine | None]]] = {
+    "sim": _sim_engines,
+    "hf": _hf_engines,
+    "vllm": _serving_engines,
+    "sglang": _serving_engines,
+}
+
+
 def make_content(cfg: BenchConfig, gen: Engine, prm: Engine | None) -> Content:
     if cfg.content == "real":
         return RealContent(cfg, gen, prm)
@@ -190,7 +213,9 @@ def make_content(cfg: BenchConfig, gen: Engine, prm: Engine | None) -> Content:
 
 
 def _template(engine: Engine | None) -> Template:
-    return getattr(engine, "template", plain_template)
+    """The engine's prompt template; plain for the simulator (and for no engine)."""
+    template = engine.template if engine is not None else None
+    return template or plain_template
 
 
 class SizedPrompt:
@@ -232,7 +257,7 @@ def _sized(engine: Engine | None, split: Split) -> SizedPrompt | None:
     """How a real engine's synthetic prompts are written (None on the simulator: no text)."""
     if engine is None or isinstance(engine, SimEngine):
         return None
-    return SizedPrompt(_template(engine), split, getattr(engine, "count_tokens", None))
+    return SizedPrompt(_template(engine), split, engine.count_tokens)
 
 
 def _steps(node: Node) -> list[str]:
@@ -243,12 +268,12 @@ class SyntheticContent:
     same_answer: Equivalence | None = None
 
     def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
-        self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, ALGORITHMS[cfg.algorithm].family)
+        self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, SEARCHES[cfg.algorithm].family)
         self.questions: list[SyntheticQuestion] = [self.workload.query(i) for i in range(cfg.questions)]
         # A mixed workload writes each question's steps in its own search's style.
         styles = {style: SyntheticWorkload(cfg.knobs, cfg.seed, style) for style in ("bfs", "dfs")}
         self._workload_of = {
-            q.query_id: styles[ALGORITHMS[cfg.search_of(q.query_id)[0]].family] for q in self.questions
+            q.query_id: styles[SEARCHES[cfg.search_of(q.query_id)[0]].family] for q in self.questions
         }
         self._pending: dict[tuple[str, str], Generation] = {}  # generated once, read at completion
         # A real engine reads text: the synthetic question's and steps', split and sampled as
@@ -299,7 +324,7 @@ class RealContent:
         self.same_answer: Equivalence | None = equivalent
         self._gen_text = _template(gen)
         self._prm_text = _template(prm)
-        count = getattr(gen, "count_tokens", None) or len  # a server without --model: characters
+        count = gen.count_tokens or len  # a server without --model: characters
         self.questions: list[Question] = []
         for q in load_questions(str(cfg.dataset), cfg.questions, level=cfg.level):
             head = prompt_pieces(q.text, [], self._gen_text, cfg.step_split)[0]

@@ -21,7 +21,7 @@ from typing import Any
 
 from spex.bench.vtime.bookkeeping import EngineBook, GenJob, RequestId, ScoreJob
 from spex.bench.vtime.budget import Budgeting
-from spex.bench.vtime.config import SERVERS, BenchConfig
+from spex.bench.vtime.config import BenchConfig
 from spex.bench.vtime.content import make_content, make_engines, sim_generator
 from spex.bench.vtime.metrics import CriticalPath, GovernorRow, QueryRecord, RunMetrics, SpecTotals
 from spex.proto.messages import PRIMARY
@@ -36,7 +36,7 @@ from spex.shared.core.commands import (
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.routing import SHARED, Load, Ring, route
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
-from spex.shared.engine.api import Completion, Engine, EngineFailed
+from spex.shared.engine.api import SERVERS, Completion, Engine, EngineFailed
 from spex.shared.roofline.capacity import TpotGovernor
 from spex.shared.roofline.measured import load_measured
 
@@ -171,9 +171,8 @@ class _Run(Budgeting):
         """Let go of the engines that hold something outside this process (a server's
         connections and the thread that talks to it)."""
         for engine in (self.gen, self.prm):  # only these can be real (several workers: sim only)
-            close = getattr(engine, "close", None)
-            if close is not None:
-                close()
+            if engine is not None:
+                engine.close()
 
     # ------------------------------------------------------------------ queries
     def _start_query(self, now: float) -> None:

@@ -44,7 +44,7 @@ from spex.shared.core.commands import (
 )
 from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import ALGORITHMS
+from spex.shared.core.search import SEARCHES
 from spex.shared.core.search.answers import normalize_answer
 from spex.shared.core.tree import Node
 
@@ -170,7 +170,7 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         max_new_tokens=cmd.max_new_tokens,
         priority=cmd.priority,
         sim_seed=req.seed,
-        sim_style=ALGORITHMS[req.algorithm].family,
+        sim_style=SEARCHES[req.algorithm].family,
         content=q.content,
         question=req.question,
         steps=_texts(node.parent),

@@ -48,7 +48,7 @@ from spex.services.coordinator.recovery import Recovery
 from spex.services.coordinator.routing import REFRESH_S, Router
 from spex.services.coordinator.store import QueryStore, Submitted
 from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery
-from spex.shared.runtime.service import loop_forever, run_service
+from spex.shared.runtime.service import Service, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.tracing import query_span
 
@@ -69,7 +69,7 @@ NOT_SUBMITTED = {
 }
 
 
-class Coordinator:
+class Coordinator(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.bus.on_dead = self._on_dead

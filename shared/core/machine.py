@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from spex.proto.messages import PRIMARY, SPECULATIVE
+from spex.proto.messages import PRIMARY, SPECULATIVE, FinishReason, JobKind, NodeFinishReason
 from spex.shared.core.commands import (
     CancelCommand,
     Command,
@@ -143,7 +143,7 @@ class QueryMachine(MachineSpeculation):
         node_id: str,
         text: str,
         tokens: int,
-        finish_reason: str,
+        finish_reason: FinishReason,
         mean_logprob: float,
         now_s: float,
     ) -> list[Command]:
@@ -188,7 +188,7 @@ class QueryMachine(MachineSpeculation):
         self._scored(node, reward)
         return self._resume(now_s) + self._housekeeping(now_s)
 
-    def on_failed(self, job_id: str, node_id: str, kind: str, reason: str, now_s: float) -> list[Command]:
+    def on_failed(self, job_id: str, node_id: str, kind: JobKind, reason: str, now_s: float) -> list[Command]:
         """A service gave up on a job (its engine refused it, or it kept failing). A speculative
         job the search has not asked for is dropped (and not issued again); a job the search
         waits on fails the query — retrying it would fail the same way, and a search with a
@@ -237,7 +237,9 @@ class QueryMachine(MachineSpeculation):
         return self._housekeeping(now_s)
 
     # ------------------------------------------------------------------ internals
-    def _fill(self, node: Node, text: str, tokens: int, finish_reason: str, mean_logprob: float) -> None:
+    def _fill(
+        self, node: Node, text: str, tokens: int, finish_reason: NodeFinishReason, mean_logprob: float
+    ) -> None:
         node.generated = True
         node.text, node.tokens, node.finish_reason = text, tokens, finish_reason
         node.mean_logprob = mean_logprob

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from spex.proto.messages import NodeFinishReason
 from spex.shared.core.ids import child_id, digest, node_seed, root_id
 
 __all__ = ["Node", "Tree", "EXPAND", "ROLLOUT"]
@@ -34,7 +35,7 @@ class Node:
     tokens: int = 0  # tokens of this step (the question's tokens for the root)
     cum_tokens: int = 0  # generated tokens on the path from the root, this step included
     answer: str | None = None
-    finish_reason: str = ""
+    finish_reason: NodeFinishReason = ""
     mean_logprob: float = 0.0
     # Filled in when the node is scored (last-step reward):
     reward: float | None = None

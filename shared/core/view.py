@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from spex.proto.messages import NODE_STATES, NodeState
+from spex.proto.messages import NODE_STATES, NodeFinishReason, NodeState
 
 if TYPE_CHECKING:
     from spex.shared.core.machine import QueryMachine
@@ -37,7 +37,7 @@ class NodeView:
     tokens: int
     answer: str | None
     reward: float | None
-    finish_reason: str
+    finish_reason: NodeFinishReason
 
 
 class TreeWatch:

@@ -11,23 +11,36 @@ the wall clock through the `LiveEngine` interface (`spex.shared.engine.live`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from spex.proto.messages import PRIMARY
+from spex.shared.content.prompts import Template
 from spex.shared.core.commands import Segment
 
 __all__ = [
+    "ENGINES",
+    "SERVERS",
     "UNTIL_STOP",
     "Completion",
     "CompletionReason",
     "Engine",
     "EngineFailed",
     "EngineLoad",
+    "EngineName",
     "EngineRequest",
     "EngineStats",
+    "ServerName",
     "StopReason",
 ]
+
+# The engines a worker or a benchmark runs on: the simulated GPU, the in-process PyTorch engine,
+# and the servers reached at a URL. Each driver builds them from one table keyed by the name.
+ServerName = Literal["vllm", "sglang"]
+EngineName = Literal["sim", "hf", ServerName]
+ENGINES: tuple[EngineName, ...] = get_args(EngineName)  # the nested Literal comes flattened
+SERVERS: tuple[ServerName, ...] = get_args(ServerName)
 
 UNTIL_STOP = -1  # output_tokens of a real generation: until a stop string, EOS or the limit
 
@@ -178,3 +191,21 @@ class Engine(Protocol):
         ...
 
     def utilization(self, span_s: float) -> float: ...
+
+    # --- what a driver's content needs of an engine that reads text
+    @property
+    def template(self) -> Template | None:
+        """The prompt template of an engine that reads text (a model), or None for one that
+        reads token counts only (the simulator)."""
+        ...
+
+    @property
+    def count_tokens(self) -> Callable[[str], int] | None:
+        """The engine's token count of a text, or None where it has no tokenizer (the
+        simulator, an in-process reward model, a server without its model's)."""
+        ...
+
+    def close(self) -> None:
+        """The run is over: let go of what the engine holds (a server's connections and
+        thread, a model's KV); nothing for the simulator."""
+        ...

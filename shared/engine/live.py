@@ -32,6 +32,12 @@ class LiveEngine(Protocol):
         ...
 
     @property
+    def time_scale(self) -> float:
+        """Wall seconds per second of the engine's clock (`Completion`'s times): the
+        simulator's scale, 1.0 for a real engine."""
+        ...
+
+    @property
     def healthy(self) -> bool:
         """False while the engine cannot be reached (a serving engine's server is down): the
         worker takes no job and stops reporting itself alive."""

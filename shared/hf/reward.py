@@ -40,6 +40,8 @@ class _Score:
 
 
 class RewardEngine(SteppedEngine):
+    count_tokens = None  # its prompts' texts go as they are
+
     def __init__(self, model: Any, tokenizer: Any, config: RewardConfig | None = None) -> None:
         super().__init__()
         self.model = model
@@ -123,6 +125,9 @@ class RewardEngine(SteppedEngine):
 
     def utilization(self, span_s: float) -> float:
         return 0.0
+
+    def close(self) -> None:
+        """Nothing to let go of: it caches no prompt, and its requests end with their pass."""
 
     # ------------------------------------------------------------------ one step
     def step(self) -> list[Completion]:

@@ -20,11 +20,14 @@ import platform
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from spex.shared.content.prompts import fewest_words, filler
-from spex.shared.engine.api import EngineRequest
+from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.roofline.measured import Cell, profile_json
+
+if TYPE_CHECKING:
+    from spex.shared.hf.engine import HFEngine
 
 __all__ = ["HEAD_TOKENS", "fits", "measure_hf", "startup_curve"]
 
@@ -39,23 +42,23 @@ STARTUP_LONG_BATCHES = (1, 4)  # at the longer context
 STARTUP_STEPS = 4
 
 
-def fits(engine: Any, batch: int, context: int, new_tokens: int) -> bool:
+def fits(engine: HFEngine, batch: int, context: int, new_tokens: int) -> bool:
     return batch * (context + HEAD_TOKENS + new_tokens) <= engine.capacity_tokens
 
 
-def _prompt(engine: Any, head: str, context: int) -> str:
+def _prompt(engine: HFEngine, head: str, context: int) -> str:
     """`context` tokens or a few more of plain text, unique from its first words."""
     return fewest_words(
         filler(context), lambda words: f"{head} " + " ".join(words), engine.count_tokens, context
     )
 
 
-def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> tuple[float, float]:
+def _cell(engine: HFEngine, batch: int, context: int, new_tokens: int, tag: str) -> tuple[float, float]:
     """(time per output token, time to the first token) of one run of the cell. The time per
     token is the mean step while all `batch` sequences decode and no prompt rows ride along:
     after the last first token, before the first finish (a GPU cell's prompts may take several
     passes, and a sequence done with its own decodes beside the others' prompts meanwhile)."""
-    done: list[Any] = []
+    done: list[Completion] = []
     engine.trace = []
     for i in range(batch):
         rid = f"{tag}/{i}"
@@ -69,23 +72,26 @@ def _cell(engine: Any, batch: int, context: int, new_tokens: int, tag: str) -> t
         raise RuntimeError(f"cell {tag}: {engine.waiting} of {batch} requests could not be admitted at once")
     while len(done) < batch:
         done += engine.advance_to(float("inf"))
-    trace, engine.trace = engine.trace, None
-    together = max(c.first_token_s for c in done)
+    trace, engine.trace = engine.trace or [], None
+    first_s = {c.rid: c.first_token_s for c in done if c.first_token_s is not None}
+    if len(first_s) < len(done):
+        raise RuntimeError(f"cell {tag}: a request ended before its first token")
+    together = max(first_s.values())
     first_done = min(c.time_s for c in done)
     steps = [t1 - t0 for t0, t1, n in trace if n == batch and t0 >= together and t1 < first_done]
     if not steps:
         raise RuntimeError(f"cell {tag}: no step with all {batch} sequences decoding (too few tokens?)")
-    firsts = [c.first_token_s - c.arrival_s for c in done]
+    firsts = [first_s[c.rid] - c.arrival_s for c in done]
     return statistics.fmean(steps), statistics.fmean(firsts)
 
 
 def measure_hf(
-    engine: Any,
+    engine: HFEngine,
     batches: list[int],
     contexts: list[int],
     new_tokens: int | Callable[[int, int], int] = 32,
     repeats: int = 3,
-    on_cell: Any = None,
+    on_cell: Callable[[Cell], None] | None = None,
     grid: list[tuple[int, int]] | None = None,
 ) -> tuple[list[Cell], list[tuple[int, int]]]:
     """Each batch × context cell (or each (batch, context) of `grid`) that fits on `engine`
@@ -111,7 +117,7 @@ def measure_hf(
     return cells, skipped
 
 
-def startup_curve(engine: Any, model_dir: str | Path, cache_dir: str | Path) -> tuple[str, Path, bool]:
+def startup_curve(engine: HFEngine, model_dir: str | Path, cache_dir: str | Path) -> tuple[str, Path, bool]:
     """The step curve of `engine` (an HFEngine loaded from `model_dir`, idle) as a profile
     file's text, the file it is cached in, and whether it was measured now (else read from
     the cache). Its stats are reset after a sweep, so the TPOT governor never sees it."""
@@ -143,11 +149,11 @@ def startup_curve(engine: Any, model_dir: str | Path, cache_dir: str | Path) -> 
     return text, path, True
 
 
-def _dtype(engine: Any) -> str:
+def _dtype(engine: HFEngine) -> str:
     return str(engine.runner.dtype).removeprefix("torch.")
 
 
-def _cache_key(engine: Any, model_dir: str | Path, batches: list[int]) -> str:
+def _cache_key(engine: HFEngine, model_dir: str | Path, batches: list[int]) -> str:
     """What the curve depends on: the model (its config and weights' sizes and times), the
     engine's settings, this machine and its threads, and the grid."""
     import torch

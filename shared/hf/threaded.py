@@ -37,6 +37,8 @@ _Op = (
 
 
 class ThreadedEngine:
+    time_scale = 1.0  # its clock is the wall clock
+
     def __init__(self, engine: SteppedEngine) -> None:
         self.engine = engine  # an HFEngine or a RewardEngine
         self._ops: list[_Op] = []

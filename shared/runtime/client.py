@@ -146,34 +146,14 @@ class IngressClient:
         *,
         query_id: str | None = None,
         client_key: str | None = None,
-        algorithm: str | None = None,
-        target: int | None = None,
-        seed: int | None = None,
-        mode: str | None = None,
-        prompt_tokens: int | None = None,
-        reference_answer: str | None = None,
-        early_stop: bool | None = None,
-        early_stop_alpha: float | None = None,
-        early_stop_min_answers: int | None = None,
-        early_stop_weight: str | None = None,
         client: str = "",
+        **given: object,
     ) -> str:
         """Submit a question; returns its query id (the first one's, for a repeated client
-        key). A field left None takes `SubmitQuestionRequest`'s default; a bad one raises
+        key). `given`: the other client fields (`submission.CLIENT_FIELDS`, by name); one left
+        None takes `SubmitQuestionRequest`'s default; an unknown or bad one raises
         `SubmissionError` naming it."""
         qid = query_id or _new_query_id(f"{client}/{client_key}" if client_key else None)
-        given = {
-            "algorithm": algorithm,
-            "target": target,
-            "seed": seed,
-            "mode": mode,
-            "prompt_tokens": prompt_tokens,
-            "reference_answer": reference_answer,
-            "early_stop": early_stop,
-            "early_stop_alpha": early_stop_alpha,
-            "early_stop_min_answers": early_stop_min_answers,
-            "early_stop_weight": early_stop_weight,
-        }
         fields = submission.check_fields({k: v for k, v in given.items() if v is not None})
         key = client_key or qid
         req = submission.validate(

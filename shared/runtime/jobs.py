@@ -25,17 +25,22 @@ async def job_wanted(r: aioredis.Redis, query_id: str, job_id: str | None = None
     return bool(known) and not answered and not any(cancelled)
 
 
-# A job's message type -> the kind its JobFailedEvent reports.
-JOB_KINDS: dict[str, JobKind] = {GenerateRequest.__name__: "generate", ScoreRequest.__name__: "score"}
+# The job requests by type name (an undecodable entry's `Envelope` names its type).
+JOB_REQUESTS: dict[str, type[GenerateRequest] | type[ScoreRequest]] = {
+    cls.__name__: cls for cls in (GenerateRequest, ScoreRequest)
+}
 
 
 async def tell_query(bus: Bus, message: Message | Envelope, reason: str) -> None:
     """A job given up on (`Bus.on_dead`): its query fails instead of waiting for it forever —
     also when the job's bytes did not decode (`Envelope`: the ids they name)."""
+    kind: JobKind
     if isinstance(message, GenerateRequest | ScoreRequest):
-        kind, job_id, node_id = JOB_KINDS[type(message).__name__], message.job_id, message.node_id
-    elif isinstance(message, Envelope) and message.type in JOB_KINDS and message.query_id and message.job_id:
-        kind, job_id, node_id = JOB_KINDS[message.type], message.job_id, message.node_id
+        kind, job_id, node_id = message.job_kind, message.job_id, message.node_id
+    elif (
+        isinstance(message, Envelope) and message.type in JOB_REQUESTS and message.query_id and message.job_id
+    ):
+        kind, job_id, node_id = JOB_REQUESTS[message.type].job_kind, message.job_id, message.node_id
     else:
         return
     event = JobFailedEvent(

@@ -14,15 +14,18 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
 
 import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import ClusterError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from structlog.typing import FilteringBoundLogger
 
+from spex.shared.engine.api import Completion
+from spex.shared.engine.live import OnComplete
 from spex.shared.runtime import connect, tracing
 from spex.shared.runtime.lifeline import watch_lifeline
 from spex.shared.runtime.metrics import serve_metrics
@@ -44,8 +47,21 @@ __all__ = [
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ClusterError, RedisClusterException)
 
 
-class Service(Protocol):
-    async def run(self, stop: asyncio.Event) -> None: ...
+class Service(ABC):
+    """What `run_service` calls on the service it builds, in this order: `prepare`, `run`,
+    `summary`."""
+
+    async def prepare(self) -> None:  # noqa: B027 - a hook: most services have nothing to prepare
+        """Before the service says it started: wait for what it needs (a serving engine, its
+        flags), bind its port. A ValueError or OSError here is a one-line error, status 2."""
+
+    @abstractmethod
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set (SIGTERM, Ctrl-C)."""
+
+    @abstractmethod
+    def summary(self) -> Mapping[str, object]:
+        """The counts the `service_stopped` line reports."""
 
 
 def configure_logging(level: str = "info") -> None:
@@ -73,7 +89,7 @@ class LoopFailed(RuntimeError):
 async def loop_forever(
     stop: asyncio.Event,
     body: Callable[[], Awaitable[None]],
-    log: Any,
+    log: FilteringBoundLogger,
     on_reconnect: Callable[[], None],
     max_failures: int = MAX_CONSECUTIVE_FAILURES,
 ) -> None:
@@ -104,11 +120,11 @@ async def loop_forever(
             backoff = min(2.0, backoff * 2)
 
 
-def guarded(on_complete: Callable[[Any], Awaitable[None]], log: Any) -> Callable[[Any], Awaitable[None]]:
+def guarded(on_complete: OnComplete, log: FilteringBoundLogger) -> OnComplete:
     """An engine loop's completion callback whose failure is logged, never the loop's end (the
     job stays pending: it is reclaimed and retried, then dead-lettered)."""
 
-    async def call(completion: Any) -> None:
+    async def call(completion: Completion) -> None:
         try:
             await on_complete(completion)
         except Exception as exc:
@@ -121,8 +137,16 @@ def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis
     return connect.redis_client(settings, retry_once)
 
 
-def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **overrides: object) -> int:
-    """Run one service in this process until SIGTERM/SIGINT."""
+def run_service(
+    name: str,
+    build: Callable[[aioredis.Redis, Settings], Service],
+    *,
+    retry_once: bool = False,
+    **overrides: object,
+) -> int:
+    """Run one service in this process until SIGTERM/SIGINT. `retry_once`: its Redis client
+    retries a command once on a fresh connection (a service that serves requests, the ingress;
+    one that loops on the bus sees the reconnect instead)."""
     try:
         settings = Settings.from_env(None, **overrides)
     except ValueError as exc:
@@ -138,13 +162,9 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
 
     async def main() -> int:
         try:  # a bad token file, password file, engine directory or server: one line, status 2
-            # A service that serves requests (the ingress) retries a command once on a fresh
-            # connection; one that loops on the bus sees the reconnect instead.
-            client = redis_client(settings, getattr(build, "retry_once", False))
+            client = redis_client(settings, retry_once)
             service = build(client, settings)
-            prepare = getattr(service, "prepare", None)
-            if prepare is not None:  # e.g. wait for a serving engine and check its flags
-                await prepare()
+            await service.prepare()
         except (ValueError, OSError) as exc:
             print(f"spex {name}: error: {exc}", file=sys.stderr)
             return 2
@@ -163,7 +183,7 @@ def run_service(name: str, build: Callable[[aioredis.Redis, Settings], Any], **o
             log.error("service_failed", error=str(exc) or repr(exc), error_type=type(exc).__name__)
             status = 1
         finally:
-            log.info("service_stopped", status=status, **getattr(service, "summary", dict)())
+            log.info("service_stopped", status=status, **service.summary())
             await client.aclose()
             tracing.flush()
         return status

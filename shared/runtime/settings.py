@@ -15,13 +15,13 @@ from dataclasses import dataclass, fields
 
 from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
+from spex.shared.engine.api import ENGINES, SERVERS, EngineName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
 from spex.shared.runtime.settings_schema import reader, row, setting
 
-__all__ = ["ENGINES", "ENV", "RANGES", "Settings", "parse_targets", "without_password"]
+__all__ = ["ENV", "RANGES", "Settings", "parse_targets", "without_password"]
 
 DEFAULT_MAX_TARGET = 256
-ENGINES = ("sim", "hf", "vllm", "sglang")
 DTYPES = ("", "float32", "bfloat16")  # hf: "" keeps the saved one
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -154,17 +154,18 @@ class Settings:
         help="debug | info | warning | error",
         check=lambda v, _: v in LOG_LEVELS,
     )
-    engine: str = setting(
+    engine: EngineName = setting(
         "sim",
         env="SPEX_ENGINE",
         help="engine: sim | hf (in process) | vllm | sglang (a server)",
         check=lambda v, _: v in ENGINES,
+        allowed=" | ".join(ENGINES),
     )
     engine_url: str = setting(
         "",
         env="SPEX_ENGINE_URL",
         help="vllm/sglang: the serving engine's base URL (one per generator)",
-        check=lambda v, s: s.engine not in ("vllm", "sglang") or _http(v),
+        check=lambda v, s: s.engine not in SERVERS or _http(v),
     )
     # A served reward model: its URL, and SPEX_PRM for its tokenizer (and the prm reward).
     prm_url: str = setting(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,14 +25,14 @@ import redis.asyncio as aioredis
 import structlog
 from opentelemetry.trace import Span
 
-from spex.proto import PRIMARY, GenerateRequest, Message, ScoreRequest
+from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest
 from spex.proto.names import spread
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.runtime.bus import Bus, Delivery
 from spex.shared.runtime.jobs import tell_query
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, JOB_SECONDS, JOBS, QUEUE_WAIT
-from spex.shared.runtime.service import guarded
+from spex.shared.runtime.service import Service, guarded
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.tracing import job_span
 
@@ -59,14 +59,14 @@ class NoResult(Exception):
     would end the same way, so the job is dead-lettered with that reason (its query hears)."""
 
 
-class JobWorker(ABC, Generic[J]):
+class JobWorker(Service, Generic[J]):
     """One service's jobs on one engine. A subclass names its `service` and consumer `group`,
     fills `handlers` (message type → handler of its delivery) and says how a finished job's
     result is published."""
 
     service: ClassVar[str]
     group: ClassVar[str]
-    job_kind: ClassVar[str]  # what its jobs are: "generate" or "score" (the metrics' label)
+    job_kind: ClassVar[JobKind]  # what its jobs are (the metrics' label)
     engine_name: ClassVar[str] = "engine"  # how dead-letter reasons name the engine
 
     def __init__(self, client: aioredis.Redis, settings: Settings, engine: LiveEngine) -> None:
@@ -172,7 +172,7 @@ class JobWorker(ABC, Generic[J]):
         if c.reason == "finished":
             JOB_SECONDS.labels(self.job_kind, priority).observe(time.monotonic() - job.taken_s)
         if c.first_token_s is not None:  # in the engine's clock: the simulator's is scaled
-            wall = (c.first_token_s - c.arrival_s) * getattr(self.engine, "time_scale", 1.0)
+            wall = (c.first_token_s - c.arrival_s) * self.engine.time_scale
             QUEUE_WAIT.labels(self.service, priority).observe(max(0.0, wall))
         if c.reason == "error":  # the engine refused or failed it: park it with the reason
             self.log.error("job_failed", job_id=req.job_id, query_id=req.query_id, error=c.text)

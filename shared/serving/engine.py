@@ -69,6 +69,8 @@ def server_rid(nonce: str, job_id: str) -> str:
 
 
 class ServingEngine:
+    time_scale = 1.0  # its clock is the wall clock
+
     def __init__(
         self,
         backend: Backend,

@@ -37,6 +37,9 @@ __all__ = ["Completion", "EngineConfig", "EngineLoad", "EngineStats", "SimEngine
 
 
 class SimEngine(StepPlanning):
+    template = None  # it reads token counts only: no text, no tokenizer
+    count_tokens = None
+
     def __init__(self, profile: Profile, config: EngineConfig | None = None) -> None:
         self.profile = profile
         self.config = config or EngineConfig()
@@ -240,3 +243,6 @@ class SimEngine(StepPlanning):
         if span_s <= 0:
             return 0.0
         return self.stats.flops * self.profile.compute_s(1.0) / span_s
+
+    def close(self) -> None:
+        """Nothing is held outside this process."""

@@ -5,7 +5,7 @@ import random
 
 from spex.shared.core.commands import CancelCommand, GenerateCommand, ScoreCommand
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import ALGORITHMS, SearchConfig
+from spex.shared.core.search import SEARCHES, SearchConfig
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
@@ -14,7 +14,7 @@ def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event
     """Run query 1 of the workload to the end, its commands completed in the order `order_seed`
     draws, speculating (with `share`) or not; `after_event(machine)` after each command:
     (machine, the commands in the order they ran)."""
-    workload = SyntheticWorkload(WorkloadKnobs(), seed, ALGORITHMS[algorithm].family)
+    workload = SyntheticWorkload(WorkloadKnobs(), seed, SEARCHES[algorithm].family)
     spec = workload.query(1)
     machine = QueryMachine(
         spec.query_id,
@@ -51,7 +51,7 @@ def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event
 def run_query(algorithm, target, seed, order_seed=None, reward="prm", query=3):
     """Run query `query` of the workload to the end without speculation, its commands completed
     first to last or, given `order_seed`, in the order it draws: the finished machine."""
-    workload = SyntheticWorkload(WorkloadKnobs(), seed, ALGORITHMS[algorithm].family)
+    workload = SyntheticWorkload(WorkloadKnobs(), seed, SEARCHES[algorithm].family)
     spec = workload.query(query)
     machine = QueryMachine(spec.query_id, spec.prompt_tokens, SearchConfig(algorithm, target), seed, reward)
     pending = list(machine.start(0.0))

@@ -6,14 +6,14 @@ import random
 from spex.proto.messages import PRIMARY
 from spex.shared.core.commands import CancelCommand, GenerateCommand, ScoreCommand
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import ALGORITHMS, SearchConfig
+from spex.shared.core.search import SEARCHES, SearchConfig
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 
 def drive(speculate, fail, algorithm="rebase", target=8, seed=0):
     """Run one query; `fail(cmd, machine)` says whether a job fails instead of finishing."""
-    workload = SyntheticWorkload(WorkloadKnobs(), seed, ALGORITHMS[algorithm].family)
+    workload = SyntheticWorkload(WorkloadKnobs(), seed, SEARCHES[algorithm].family)
     spec = workload.query(1)
     machine = QueryMachine(
         spec.query_id, spec.prompt_tokens, SearchConfig(algorithm, target), seed,

@@ -4,7 +4,7 @@ import pytest
 
 from spex.proto import SubmissionError, SubmitQuestionRequest
 from spex.proto.submission import ALGORITHMS, CLIENT_FIELDS, check_fields, validate
-from spex.shared.core.search import ALGORITHMS as IMPLEMENTED
+from spex.shared.core.search import SEARCHES as IMPLEMENTED
 
 
 def request(**fields):

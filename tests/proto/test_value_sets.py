@@ -72,6 +72,12 @@ def test_every_value_of_a_set_decodes_and_no_other(stream, message, field, value
         decode(stream, _with(message, **{field: "bogus"}))
 
 
+def test_each_job_request_names_its_kind_and_the_kinds_are_the_set():
+    assert (GenerateRequest.job_kind, ScoreRequest.job_kind) == ("generate", "score")
+    assert {GenerateRequest.job_kind, ScoreRequest.job_kind} == set(JOB_KINDS)
+    assert "job_kind" not in msgspec.msgpack.decode(encode(JOB))  # not on the wire
+
+
 def test_the_tuples_are_the_types_values():
     assert CONTENTS == get_args(Content) == ("synthetic", "real")
     assert MODES == ("baseline", "spex")

@@ -14,12 +14,12 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, Protocol
 
-from spex.proto.messages import SimStyle
+from spex.proto.messages import Algorithm, SimStyle
 from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.tree import EXPAND, Node, Tree
 
 __all__ = [
-    "ALGORITHMS",
+    "SEARCHES",
     "Need",
     "Program",
     "SearchAlgorithm",
@@ -65,7 +65,7 @@ class SpecView(Protocol):
 
 
 class SearchAlgorithm(ABC):
-    name: str
+    name: Algorithm
     family: SimStyle  # breadth- or depth-first: the synthetic workload's step lengths follow it
     default_selection: AnswerSelection
     presets: ClassVar[dict[str, dict[str, float]]] = {}  # named parameter sets (`preset_params`)
@@ -127,11 +127,13 @@ def apply_params(defaults: object, params: dict[str, float]) -> object:
     return replace(defaults, **typed)  # type: ignore[type-var]
 
 
-ALGORITHMS: dict[str, type[SearchAlgorithm]] = {}
+# Each search's class by its name, one of the wire's ALGORITHMS (each module registers its own;
+# a test holds the two equal). Keyed by `str`: a name from a request is looked up unchecked.
+SEARCHES: dict[str, type[SearchAlgorithm]] = {}
 
 
 def register(cls: type[SearchAlgorithm]) -> type[SearchAlgorithm]:
-    ALGORITHMS[cls.name] = cls
+    SEARCHES[cls.name] = cls
     return cls
 
 
@@ -139,7 +141,7 @@ def preset_params(algorithm: str, preset: str | None, params: dict[str, float]) 
     """`params` over the algorithm's named preset (None: no preset); unknown names fail."""
     if preset is None:
         return dict(params)
-    cls = ALGORITHMS.get(algorithm)
+    cls = SEARCHES.get(algorithm)
     known = cls.presets if cls is not None else {}
     if preset not in known:
         names = ", ".join(sorted(known)) or "none"
@@ -148,7 +150,7 @@ def preset_params(algorithm: str, preset: str | None, params: dict[str, float]) 
 
 
 def make_algorithm(tree: Tree, config: SearchConfig) -> SearchAlgorithm:
-    cls = ALGORITHMS.get(config.algorithm)
+    cls = SEARCHES.get(config.algorithm)
     if cls is None:
-        raise ValueError(f"unknown algorithm {config.algorithm!r}; known: {', '.join(sorted(ALGORITHMS))}")
+        raise ValueError(f"unknown algorithm {config.algorithm!r}; known: {', '.join(sorted(SEARCHES))}")
     return cls(tree, config)
