@@ -41,6 +41,7 @@ from spex.proto.messages import (
     SimStyle,
     Split,
     SubmitQuestionRequest,
+    Synthetic,
     WorkerLoadEvent,
 )
 from spex.proto.submission import Limits, SubmissionError, SubmissionTooLarge
@@ -84,6 +85,7 @@ __all__ = [
     "SubmissionError",
     "SubmissionTooLarge",
     "SubmitQuestionRequest",
+    "Synthetic",
     "WorkerLoadEvent",
     "decode",
     "encode",

@@ -60,6 +60,7 @@ __all__ = [
     "SimStyle",
     "Split",
     "SubmitQuestionRequest",
+    "Synthetic",
     "WorkerLoadEvent",
 ]
 
@@ -132,6 +133,15 @@ class SubmitQuestionRequest(Message, frozen=True):
     early_stop_weight: str = "min"  # one of ANSWER_WEIGHTS (checked by spex.proto.submission)
 
 
+class Synthetic(msgspec.Struct, frozen=True):
+    """The simulator's extension of a job: where the synthetic workload's step (or reward)
+    comes from — its world seed, and the step-length model of the search's family. Set on
+    jobs of synthetic content only, and read only by the synthetic content source."""
+
+    seed: int = 0
+    style: SimStyle = "bfs"
+
+
 class GenerateRequest(Message, frozen=True):
     """Generate one node: the step after `prompt_node_ids`, sampled with `seed`. A real
     engine builds its prompt from `question` and `steps` (the text of every step on the path,
@@ -150,9 +160,8 @@ class GenerateRequest(Message, frozen=True):
     temperature: float = 1.0
     stop: list[str] = []
     priority: int = PRIMARY
-    sim_seed: int = 0  # sim engine only: world seed of the synthetic workload
-    sim_style: SimStyle = "bfs"  # sim engine only: the step-length model
     content: Content = "synthetic"
+    synthetic: Synthetic | None = None  # synthetic content: the simulator's extension
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, root's child first
     split: Split = WIRE_SPLIT  # real content: how steps are delimited (its stop strings, its prompt)
@@ -208,8 +217,8 @@ class ScoreRequest(Message, frozen=True):
     prompt_node_ids: list[str]  # the path including the node to score
     prompt_tokens: list[int]
     priority: int = PRIMARY
-    sim_seed: int = 0  # sim scorer only: world seed of the synthetic workload
     content: Content = "synthetic"
+    synthetic: Synthetic | None = None  # synthetic content: the simulator's extension
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, the scored one last
     split: Split = WIRE_SPLIT  # real content: how the steps are joined in the prompt

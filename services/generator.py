@@ -6,10 +6,8 @@ skeleton it shares with the scorer: `spex.shared.runtime.worker`).
 Engines (`SPEX_ENGINE`): `sim` — the simulated GPU in scaled real time (`SPEX_TIME_SCALE`);
 `hf` — the in-process PyTorch engine (`SPEX_MODEL`), its steps in a worker thread; `vllm` or
 `sglang` — a serving engine at `SPEX_ENGINE_URL` (one server per worker), waited for and its
-flags checked before the worker takes a job. A job's
-content says what to write: `synthetic` — the workload's step (on a real engine, exactly its
-number of tokens), so results equal the virtual-time benchmark's; `real` — the model's own
-step, prompted with the question and the steps on the path, up to the step delimiter.
+flags checked before the worker takes a job. What a job writes is its content's source's
+(`step_sources`: the synthetic workload's step, or the model's own), given to the generator.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -25,9 +23,9 @@ import redis.asyncio as aioredis
 
 from spex.proto import (
     CancelRequest,
+    Content,
     GenerateRequest,
     GenerateResult,
-    LogprobSummary,
     PromoteRequest,
     ProtocolError,
     WorkerLoadEvent,
@@ -47,11 +45,11 @@ from spex.proto.names import (
     worker_jobs,
     worker_load,
 )
+from spex.services.generator_engines import live_engine
 from spex.services.step_curve import publish_curve
-from spex.shared.content.prompts import prompt_pieces, stop_strings
-from spex.shared.engine.api import ENGINES, UNTIL_STOP, Completion, EngineName, EngineRequest
-from spex.shared.engine.live import LiveEngine
-from spex.shared.roofline.hardware import parse_profile
+from spex.services.step_sources import SOURCES, Step, StepSource
+from spex.shared.content.prompts import prompt_pieces
+from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.runtime.bus import Delivery
 from spex.shared.runtime.jobs import job_wanted
 from spex.shared.runtime.metrics import JOBS_IN_FLIGHT
@@ -59,9 +57,6 @@ from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.streams import read_streams
 from spex.shared.runtime.worker import Job, JobWorker
-from spex.shared.sim.engine import EngineConfig, SimEngine
-from spex.shared.sim.realtime import RealtimeEngine
-from spex.shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnobs
 
 __all__ = ["Generator", "main"]
 
@@ -93,7 +88,7 @@ return 1
 
 @dataclass(eq=False)
 class _GenJob(Job[GenerateRequest]):
-    synthetic: Generation | None = None  # the synthetic workload's step (synthetic content)
+    step: Step = Step(0)  # its step as its content's source plans it
 
 
 class Generator(JobWorker[_GenJob]):
@@ -101,8 +96,12 @@ class Generator(JobWorker[_GenJob]):
     job_kind = GenerateRequest.job_kind
     group = GENERATOR_GROUP
 
-    def __init__(self, client: aioredis.Redis, settings: Settings, pool: str = DEFAULT_POOL) -> None:
-        super().__init__(client, settings, _engine(settings))
+    def __init__(
+        self, client: aioredis.Redis, settings: Settings, pool: str = DEFAULT_POOL,
+        sources: Mapping[Content, StepSource] = SOURCES,
+    ) -> None:  # fmt: skip
+        super().__init__(client, settings, live_engine(settings))
+        self.sources = sources  # what a job writes, by its content
         self.pool = pool
         self.own = worker_jobs(pool, settings.consumer)  # jobs routed to us by prefix affinity
         self.shared = gen_jobs(pool)  # jobs no worker had room for, or unrouted ones
@@ -144,26 +143,20 @@ class Generator(JobWorker[_GenJob]):
             await self.bus.ack(d, GENERATOR_GROUP)
             self.aborted += 1
             return
+        source = self.sources[req.content]
         problem = _job_problem(req, real_engine=self.reads_text)
         if problem:
             await self.bus.dead_letter(d, GENERATOR_GROUP, problem)
             return
         prompt = tuple(zip(req.prompt_node_ids, req.prompt_tokens, strict=True))
-        job = _GenJob(d, req)
-        if req.content == "real":
-            tokens, stop = UNTIL_STOP, tuple(req.stop) or stop_strings(req.split)
-        else:
-            workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed, req.sim_style)
-            path = [*req.prompt_node_ids[1:], req.node_id]
-            job.synthetic = workload.generate(workload.question(req.query_id), path)
-            tokens, stop = min(job.synthetic.tokens, req.max_new_tokens), ()
+        step = source.plan(req)
+        job = _GenJob(d, req, step=step)
         priority = min(req.priority, self._promoted.pop(req.job_id, req.priority))
         request = EngineRequest(
-            req.job_id, prompt, req.node_id, tokens, req.max_new_tokens, priority, req.seed,
-            req.temperature, stop,
+            req.job_id, prompt, req.node_id, step.tokens, req.max_new_tokens, priority, req.seed,
+            req.temperature, step.stop,
         )  # fmt: skip
-        if req.content == "real":
-            request.min_tokens = req.min_tokens
+        request.min_tokens = step.min_tokens
         if self.engine.template is not None:
             request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template, req.split))
         await self.start(job, request)
@@ -190,7 +183,8 @@ class Generator(JobWorker[_GenJob]):
             self._promoted.popitem(last=False)
 
     async def publish(self, job: _GenJob, c: Completion) -> None:
-        req, gen = job.request, job.synthetic
+        req = job.request
+        text, finish_reason, logprobs = self.sources[req.content].result(job.step, c)
         result = GenerateResult(
             msg_id=f"{req.query_id}/{req.job_id}/result",
             query_id=req.query_id,
@@ -199,11 +193,11 @@ class Generator(JobWorker[_GenJob]):
             epoch=req.epoch,
             job_id=req.job_id,
             node_id=req.node_id,
-            text=gen.text if gen is not None else c.text.strip(),
+            text=text,
             tokens=c.generated,
             cached_tokens=c.cached_tokens,
-            finish_reason=gen.finish_reason if gen is not None else c.stop_reason or "stop",
-            logprobs=_logprobs(gen, c),
+            finish_reason=finish_reason,
+            logprobs=logprobs,
             worker=self.settings.consumer,
         )
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
@@ -343,52 +337,9 @@ class Generator(JobWorker[_GenJob]):
         await self._report(keys=keys, args=[encode(event), ttl_ms, consumer])
 
 
-def _engine(settings: Settings) -> LiveEngine:
-    """The engine SPEX_ENGINE names (an unknown name: a one-line ValueError, never a default)."""
-    build = ENGINE_BUILDERS.get(settings.engine)
-    if build is None:
-        raise ValueError(f"SPEX_ENGINE: unknown engine {settings.engine!r}; known: {' | '.join(ENGINES)}")
-    return build(settings)
-
-
-def _sim_engine(settings: Settings) -> LiveEngine:
-    sim = EngineConfig(spec_step_slack=settings.tpot_slack)  # as in the virtual-time bench
-    return RealtimeEngine(SimEngine(parse_profile(settings.profile), sim), settings.time_scale)
-
-
-def _served_engine(settings: Settings) -> LiveEngine:
-    from spex.shared.serving import open_engine
-
-    s = settings
-    return open_engine(s.engine, s.engine_url, s.engine_timeout_s, s.model, s.deterministic)
-
-
-def _hf_engine(settings: Settings) -> LiveEngine:
-    from spex.shared.hf.engine import HFConfig, HFEngine
-    from spex.shared.hf.threaded import ThreadedEngine
-
-    config = HFConfig(
-        settings.max_running,
-        deterministic=settings.deterministic,
-        device=settings.device,
-        dtype=settings.dtype or None,
-        cuda_graphs=settings.cuda_graphs,
-    )
-    return ThreadedEngine(HFEngine.from_dir(settings.model, config))
-
-
-# Each engine a generator runs on, by its SPEX_ENGINE name (a test holds the keys to ENGINES).
-ENGINE_BUILDERS: dict[EngineName, Callable[[Settings], LiveEngine]] = {
-    "sim": _sim_engine,
-    "hf": _hf_engine,
-    "vllm": _served_engine,
-    "sglang": _served_engine,
-}
-
-
 def _job_problem(req: GenerateRequest, real_engine: bool) -> str:
     """Why this worker cannot run `req` (a one-line reason), or "" if it can. (A value outside
-    its set — content, sim_style — never gets here: the decoder refuses it.)"""
+    its set — content, a synthetic style — never gets here: the decoder refuses it.)"""
     if req.content == "real" and not real_engine:
         return "real content needs a real engine (SPEX_ENGINE=hf, vllm or sglang)"
     if not req.prompt_node_ids or len(req.prompt_node_ids) != len(req.prompt_tokens):
@@ -398,12 +349,6 @@ def _job_problem(req: GenerateRequest, real_engine: bool) -> str:
     if sum(req.prompt_tokens) < 1:  # the question has a token; an empty prompt upsets the engine
         return "prompt_tokens: the path holds no tokens (the question has at least one)"
     return ""
-
-
-def _logprobs(gen: Generation | None, c: Completion) -> LogprobSummary:
-    if gen is not None:  # the synthetic workload's
-        return LogprobSummary(mean=gen.mean_logprob, min=gen.mean_logprob, count=c.generated)
-    return LogprobSummary(mean=c.logprob_mean, min=c.logprob_min, count=c.generated)
 
 
 def main() -> int:

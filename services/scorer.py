@@ -17,7 +17,7 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from spex.proto import ScoreRequest, ScoreResult
+from spex.proto import ScoreRequest, ScoreResult, Synthetic
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox, query_request
 from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
@@ -84,7 +84,8 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
                 raise NoResult(f"reward engine: {c.text or 'no reward'}")
             reward = c.reward
         else:
-            workload = SyntheticWorkload(WorkloadKnobs(), req.sim_seed)
+            where = req.synthetic or Synthetic()  # a job without the extension: the defaults' world
+            workload = SyntheticWorkload(WorkloadKnobs(), where.seed)
             reward = workload.prm_reward(workload.question(req.query_id), req.prompt_node_ids[1:])
         result = ScoreResult(
             msg_id=f"{req.query_id}/{req.job_id}/reward",

@@ -6,8 +6,8 @@ import pytest
 from spex.bench.vtime.config import BenchConfig
 from spex.bench.vtime.content import ENGINE_BUILDERS as BENCH_BUILDERS
 from spex.bench.vtime.content import make_engines
-from spex.services.generator import ENGINE_BUILDERS as GENERATOR_BUILDERS
-from spex.services.generator import _engine
+from spex.services.generator_engines import ENGINE_BUILDERS as GENERATOR_BUILDERS
+from spex.services.generator_engines import live_engine
 from spex.shared.engine import ENGINES, SERVERS
 from spex.shared.runtime.settings import Settings
 
@@ -35,7 +35,7 @@ def test_a_generator_never_falls_back_to_the_in_process_engine():
     settings = Settings()
     object.__setattr__(settings, "engine", "tpu")  # past the settings' own check
     with pytest.raises(ValueError) as err:
-        _engine(settings)
+        live_engine(settings)
     assert _one_line(err).startswith("SPEX_ENGINE: unknown engine 'tpu'")
 
 

@@ -31,6 +31,7 @@ from spex.proto import (
     ScoreResult,
     Split,
     SubmitQuestionRequest,
+    Synthetic,
 )
 from spex.proto.names import GEN_CONTROL, SCORE_JOBS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, stop_strings
@@ -169,9 +170,8 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         seed=node.seed,
         max_new_tokens=cmd.max_new_tokens,
         priority=cmd.priority,
-        sim_seed=req.seed,
-        sim_style=SEARCHES[req.algorithm].family,
         content=q.content,
+        synthetic=_synthetic(q),
         question=req.question,
         steps=_texts(node.parent),
         stop=list(stop_strings(q.split)) if q.content == "real" else [],
@@ -195,8 +195,8 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
         prompt_node_ids=list(ids),
         prompt_tokens=list(tokens),
         priority=cmd.priority,
-        sim_seed=req.seed,
         content=q.content,
+        synthetic=_synthetic(q),
         question=req.question,
         steps=_texts(cmd.node),
         split=q.split,
@@ -254,6 +254,14 @@ def failed(q: Outgoing, reason: str) -> Answer:
         answer=None, error=f"failed: {reason}", latency_s=q.latency_s, correct=q.correct,
     )  # fmt: skip
     return Answer(message)
+
+
+def _synthetic(q: Outgoing) -> Synthetic | None:
+    """The simulator's extension of a job of synthetic content: the workload's seed (the
+    question's) and the step-length model of its search's family."""
+    if q.content != "synthetic":
+        return None
+    return Synthetic(q.request.seed, SEARCHES[q.request.algorithm].family)
 
 
 def _texts(node: Node | None) -> list[str]:

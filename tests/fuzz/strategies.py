@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from spex.proto import CONTENTS, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Message
+from spex.proto import CONTENTS, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, SIM_STYLES, Message, Synthetic
 from spex.proto.names import KEYS, STREAMS, Name
 from spex.proto.submission import ALGORITHMS, MODES
 
@@ -219,7 +219,6 @@ PLAUSIBLE_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "content": weighted((3, st.just("synthetic")), (1, st.sampled_from(CONTENTS))),
     "algorithm": st.sampled_from(ALGORITHMS),
     "mode": st.sampled_from(MODES),
-    "sim_style": st.sampled_from(["bfs", "dfs"]),
     "finish_reason": st.sampled_from(["stop", "eos", "length", "abort"]),
     "kind": st.sampled_from(["generate", "score"]),
     "reward": st.one_of(st.sampled_from(["prm", "sim"]), floats()),
@@ -233,16 +232,24 @@ PLAUSIBLE_VALUES: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
+SYNTHETIC = st.builds(Synthetic, seed=st.integers(0, 2**16), style=st.sampled_from(SIM_STYLES))
+
+
 @st.composite
 def _plausible(draw: st.DrawFn, cls: type[Message], ids: Sequence[str], query_ids: Sequence[str]) -> Message:
     msg = draw(message(cls, ids=ids, query_ids=query_ids))
     types_ = {f.name: f.type for f in msgspec.structs.fields(cls)}
     tamed = [name for name in PLAUSIBLE_VALUES if isinstance(types_.get(name), type)]
+    tamed += ["synthetic"] if "synthetic" in types_ else []  # the simulator's extension (optional)
     paired = types_.get("prompt_node_ids") == list[str] and types_.get("prompt_tokens") == list[int]
     # One of the fields (or none) keeps its extreme value: each first check is met alone.
     wild = draw(st.sampled_from([None, None, *tamed, *(["path"] if paired else [])]))
     changes: dict[str, Any] = {}
     for name in tamed:
+        if name == "synthetic":
+            if wild != name:
+                changes[name] = draw(SYNTHETIC)
+            continue
         kind = types_[name]
         value = draw(PLAUSIBLE_VALUES[name])
         if name != wild and isinstance(value, kind) and not (kind is int and isinstance(value, bool)):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spex.proto import CancelRequest, GenerateRequest, encode
+from spex.proto import CancelRequest, GenerateRequest, Synthetic, encode
 from spex.proto.names import DEFAULT_POOL, GEN_CONTROL, GENERATOR_GROUP, gen_jobs
 from tests.fuzz import strategies as fz
 from tests.fuzz.harness import CASES, DRAIN_S, FUZZ, NOTES, Fuzz, as_text, count, entry_order
@@ -64,7 +64,7 @@ def seed_jobs_one_field_off(fuzz: Fuzz, stream: str, qid: str, running) -> list[
     arrive): each is dead-lettered with a reason that names its field. The entries added."""
     job = _job(qid)
     bad = {
-        "sim_style": msgspec.structs.replace(job, job_id="j-style", sim_style="zigzag"),
+        "synthetic": msgspec.structs.replace(job, job_id="j-style", synthetic=Synthetic(1, "zigzag")),
         "prompt_tokens": msgspec.structs.replace(
             job, job_id="j-empty", prompt_node_ids=["root"], prompt_tokens=[0], max_new_tokens=1
         ),
@@ -107,4 +107,5 @@ def _job(qid: str) -> GenerateRequest:
         prompt_tokens=[300],
         seed=1,
         max_new_tokens=256,
+        synthetic=Synthetic(seed=1),
     )

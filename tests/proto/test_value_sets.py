@@ -20,6 +20,7 @@ from spex.proto import (
     ProtocolError,
     ScoreRequest,
     SubmitQuestionRequest,
+    Synthetic,
     decode,
     encode,
     submission,
@@ -44,7 +45,6 @@ FAILED = JobFailedEvent(**ENV, job_id="j", node_id="n", kind="generate", reason=
 
 FIELDS = [
     (gen_jobs(DEFAULT_POOL), JOB, "content", CONTENTS),
-    (gen_jobs(DEFAULT_POOL), JOB, "sim_style", SIM_STYLES),
     (SCORE_JOBS, SCORE, "content", CONTENTS),
     (query_inbox("q"), RESULT, "finish_reason", FINISH_REASONS),
     (query_inbox("q"), FAILED, "kind", JOB_KINDS),
@@ -70,6 +70,15 @@ def test_every_value_of_a_set_decodes_and_no_other(stream, message, field, value
         assert getattr(decode(stream, _with(message, **{field: value})), field) == value
     with pytest.raises(ProtocolError, match=f"^{field}: "):
         decode(stream, _with(message, **{field: "bogus"}))
+
+
+def test_a_synthetic_style_outside_its_set_fails_to_decode_naming_the_extension():
+    for style in SIM_STYLES:
+        assert decode(
+            gen_jobs(DEFAULT_POOL), _with(JOB, synthetic={"seed": 1, "style": style})
+        ).synthetic == Synthetic(1, style)
+    with pytest.raises(ProtocolError, match="^synthetic: "):
+        decode(gen_jobs(DEFAULT_POOL), _with(JOB, synthetic={"seed": 1, "style": "bogus"}))
 
 
 def test_each_job_request_names_its_kind_and_the_kinds_are_the_set():

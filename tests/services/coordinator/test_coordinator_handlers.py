@@ -15,6 +15,7 @@ from spex.proto import (
     ScoreRequest,
     ScoreResult,
     SubmitQuestionRequest,
+    Synthetic,
 )
 from spex.proto.names import GEN_CONTROL, SCORE_JOBS
 from spex.services.coordinator.handlers import (
@@ -64,7 +65,7 @@ def test_generate_commands_become_job_messages_with_deterministic_ids():
         node.index,
     )
     assert msg.prompt_node_ids == [q.machine.tree.root.id] and msg.prompt_tokens == [20]
-    assert (msg.epoch, msg.trace_id, msg.sim_seed, msg.sim_style, msg.seed) == (5, "t", 3, "bfs", node.seed)
+    assert (msg.epoch, msg.trace_id, msg.synthetic, msg.seed) == (5, "t", Synthetic(3, "bfs"), node.seed)
     assert msg.msg_id == f"q7/{commands[0].job_id}/gen"
 
 
@@ -153,3 +154,4 @@ def test_a_generation_carries_its_split_s_stop_strings_and_minimum_length():
     assert tuple(message.stop) == stop_strings("numbered")
     (synthetic,) = effects(outgoing(), outgoing().machine.start(0.0)[:1])
     assert synthetic.message.stop == [] and synthetic.message.min_tokens == 0
+    assert message.synthetic is None  # the simulator's extension: on synthetic jobs alone
