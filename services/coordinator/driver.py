@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from structlog.typing import FilteringBoundLogger
+
 from spex.proto import Message, ProtocolError, decode
 from spex.proto.names import query_cancelled, query_inbox
 from spex.services.coordinator.handlers import (
@@ -44,7 +46,7 @@ GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third
 class Driver:
     def __init__(
         self, bus: Bus, store: QueryStore, router: Router, holdings: Holdings, observer: Observer,
-        settings: Settings, log: Any, keep_s: dict[str, float],
+        settings: Settings, log: FilteringBoundLogger, keep_s: dict[str, float],
     ) -> None:  # fmt: skip
         self.bus, self.store, self.router = bus, store, router
         self.holdings, self.observer = holdings, observer

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import structlog
+from structlog.typing import FilteringBoundLogger
 
 from spex.services.coordinator.query import HeldQuery, Phase
 from spex.services.coordinator.recovery import Recovery
@@ -35,7 +35,7 @@ class Ending(enum.Enum):
 class Holdings:
     """The queries held by coordinator `owner` (by id) and those being adopted."""
 
-    def __init__(self, owner: str, recovery: Recovery, log: structlog.typing.FilteringBoundLogger) -> None:
+    def __init__(self, owner: str, recovery: Recovery, log: FilteringBoundLogger) -> None:
         self.owner = owner
         self.recovery = recovery
         self.log = log

@@ -7,9 +7,9 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from opentelemetry.trace import Span
+from structlog.typing import FilteringBoundLogger
 
 from spex.proto import QueryStatsEvent, SubmitQuestionRequest
 from spex.shared.content.grading import equivalent, grade
@@ -103,7 +103,9 @@ def stats(query: HeldQuery, worker: str) -> QueryStatsEvent:
     )
 
 
-async def graded(answer: str | None, reference: str, limit_s: float, log: Any) -> bool | None:
+async def graded(
+    answer: str | None, reference: str, limit_s: float, log: FilteringBoundLogger
+) -> bool | None:
     """math-verify in a worker thread, so a slow parse never stalls the leases; None when
     there is no reference, or grading took longer than `limit_s`."""
     if not reference:
