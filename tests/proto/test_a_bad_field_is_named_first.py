@@ -5,21 +5,9 @@ missing) as msgspec says it."""
 import msgspec
 import pytest
 
-from spex.proto import GenerateRequest, ProtocolError, decode, encode
+from spex.proto import ProtocolError, decode, encode
 from spex.proto.names import DEFAULT_POOL, gen_jobs, query_inbox
-
-ENV = {"msg_id": "m", "query_id": "q"}
-JOB = GenerateRequest(
-    **ENV,
-    job_id="j",
-    node_id="n",
-    parent_id="r",
-    child_index=0,
-    action="expand",
-    prompt_node_ids=["r"],
-    prompt_tokens=[10],
-    seed=1,
-)
+from tests.proto.examples import ENV, JOB
 
 
 def _reason(stream: str, raw: dict) -> str:

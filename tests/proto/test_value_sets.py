@@ -26,19 +26,8 @@ from spex.proto import (
     submission,
 )
 from spex.proto.names import DEFAULT_POOL, INGRESS, SCORE_JOBS, gen_jobs, query_inbox
+from tests.proto.examples import ENV, JOB
 
-ENV = {"msg_id": "m", "query_id": "q"}
-JOB = GenerateRequest(
-    **ENV,
-    job_id="j",
-    node_id="n",
-    parent_id="r",
-    child_index=0,
-    action="expand",
-    prompt_node_ids=["r"],
-    prompt_tokens=[10],
-    seed=1,
-)
 SCORE = ScoreRequest(**ENV, job_id="j", node_id="n", prompt_node_ids=["r", "n"], prompt_tokens=[10, 5])
 RESULT = GenerateResult(**ENV, job_id="j", node_id="n", text="Step 1.", tokens=3)
 FAILED = JobFailedEvent(**ENV, job_id="j", node_id="n", kind="generate", reason="refused")
