@@ -56,6 +56,18 @@ browser:
 test: lint $(REDIS_TLS)/.installed browser
 	SPEX_TEST_TLS_REDIS=$(abspath $(REDIS_TLS))/bin/redis-server $(BIN)/python -m pytest
 
+# The documentation site (mkdocs.yml over docs/): `make docs` serves it with live reload on
+# :8000, `make docs-build` builds it as tests/test_docs_site.py does, failing on a broken link or
+# anchor and on a page missing from the nav. Material's notice about MkDocs 2.0 is silenced.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+.PHONY: docs docs-build
+docs: $(BIN)/.installed
+	$(MKDOCS) serve
+
+docs-build: $(BIN)/.installed
+	$(MKDOCS) build --strict -d build/site
+
 # The GPU check (bench/gpu_check.py; docs/gpu/README.md). Here, `make gpu-wheels` fetches what
 # the GPU machines' image lacks (GPU_NEEDS) as wheels for its Python 3.12 into .whl/; there,
 # with no network, `make gpu-check` installs the project from this working tree and those

@@ -1,0 +1,34 @@
+"""The documentation site builds with `mkdocs build --strict`: a broken link or anchor, or a page
+under docs/ that the nav leaves out, fails the build (mkdocs.yml's `validation`)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_docs_site_builds_strict_with_every_page_in_the_nav(tmp_path):
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice about MkDocs 2.0
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(site),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    for page in ("index.html", "journal/index.html", "reference/index.html", "reference/cli/index.html"):
+        assert (site / page).is_file(), page
