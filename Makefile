@@ -68,6 +68,17 @@ docs: $(BIN)/.installed
 docs-build: $(BIN)/.installed
 	$(MKDOCS) build --strict -d build/site
 
+# The fast loop while working: the pure core, the contract, content, the hardware model, the
+# simulator, the manifests (checked statically), the settings and the top-level tests. No Redis
+# (tests/conftest.py marks `redis` every test that starts one, and these leave them out), no
+# Debian packages, no browser: about a minute on 2 cores, where `make test` takes some 15.
+UNIT := tests/core tests/proto tests/content tests/roofline tests/sim tests/deploy \
+	$(wildcard tests/runtime/test_settings_*.py) $(wildcard tests/test_*.py)
+
+.PHONY: unit
+unit: $(BIN)/.installed
+	$(BIN)/python -m pytest -m 'not slow and not vllm and not redis' $(UNIT)
+
 # The GPU check (bench/gpu_check.py; docs/gpu/README.md). Here, `make gpu-wheels` fetches what
 # the GPU machines' image lacks (GPU_NEEDS) as wheels for its Python 3.12 into .whl/; there,
 # with no network, `make gpu-check` installs the project from this working tree and those

@@ -51,6 +51,13 @@ def _docker() -> bool:
 SERVERS = sorted(redis_binaries()) + (["container"] if _docker() else [])
 
 
+def pytest_itemcollected(item):
+    """A test that starts a Redis (through the `redis_server` fixture, directly or not) is
+    marked `redis`, so `make unit` leaves out every such test by one marker."""
+    if "redis_server" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.redis)
+
+
 def pytest_collection_modifyitems(config, items):
     """A test on a Redis runs on the first server kind; one marked `every_redis` (the bus, the
     pipeline, the scripts: where versions differ) on each. Every server kind for every test

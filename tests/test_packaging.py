@@ -1,5 +1,5 @@
 """The wheel installs one top-level package, `spex`, holding every module of the folders it
-maps and the shipped dataset."""
+maps and the shipped dataset, and carries the licence (LICENSE, Apache-2.0)."""
 
 import shutil
 import subprocess
@@ -46,3 +46,6 @@ def test_the_wheel_has_one_top_level_package_with_every_module(tmp_path):
     assert "spex/data/math500.jsonl" in names  # the shipped dataset
     kernels = {"spex/shared/hf/attention.c", "spex/shared/hf/linear.c", "spex/shared/hf/bf16.h"}
     assert kernels <= set(names)  # built on first use
+    (info,) = {name.split("/")[0] for name in names if name.split("/")[0].endswith(".dist-info")}
+    assert any(n.startswith(f"{info}/") and n.endswith("LICENSE") for n in names)  # the Apache-2.0 text
+    assert "Apache-2.0" in zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
