@@ -24,6 +24,17 @@ API_VERSION = "1"  # the paths' /v1/
 JSON = "application/json"
 SSE = "text/event-stream"
 
+# The groups of operations, in the order the reference shows them.
+TAGS = [
+    {"name": "Questions", "description": "SPEX's own API: submit a question, read its answer, cancel it."},
+    {
+        "name": "Watch",
+        "description": "What the ingress shows of the searches: a tree, its events, the cluster.",
+    },
+    {"name": "OpenAI", "description": "The OpenAI-compatible face: `model` names the search."},
+    {"name": "Probes", "description": "Liveness and readiness, for an orchestrator."},
+    {"name": "Meta", "description": "This API's description."},
+]
 QID: Schema = {
     "name": "qid",
     "in": "path",
@@ -83,12 +94,12 @@ def _questions() -> dict[str, dict[str, Schema]]:
     return {
         "/v1/questions": {
             "post": _op(
-                "submitQuestion", "questions", "submit a question", submit, requestBody=_body("Question")
+                "submitQuestion", "Questions", "submit a question", submit, requestBody=_body("Question")
             )
         },
         "/v1/questions/{qid}": {
-            "get": _op("getQuestion", "questions", "a question's answer", read, parameters=[QID]),
-            "delete": _op("cancelQuestion", "questions", "cancel a question", cancel, parameters=[QID]),
+            "get": _op("getQuestion", "Questions", "a question's answer", read, parameters=[QID]),
+            "delete": _op("cancelQuestion", "Questions", "cancel a question", cancel, parameters=[QID]),
         },
     }
 
@@ -99,7 +110,7 @@ def _watch() -> dict[str, dict[str, Schema]]:
     no_such = _refused("no such question (or another client's)")
     tree = {"200": _json("its nodes so far", ref("Tree")), "404": no_such, "503": unreachable}
     events = {
-        "200": _text("a `node` event (a Node) per change of a node, an `answer` event, the end", SSE),
+        "200": _text("a `node` event per change of a node (a Node), then an `answer` event (an Answer)", SSE),
         "404": no_such,
         "429": _refused(f"{STREAMS_PER_CLIENT} event streams open already (per client)"),
         "503": unreachable,
@@ -110,35 +121,35 @@ def _watch() -> dict[str, dict[str, Schema]]:
     }
     return {
         "/v1/questions/{qid}/tree": {
-            "get": _op("getTree", "watch", "a question's tree", tree, parameters=[QID])
+            "get": _op("getTree", "Watch", "a question's tree", tree, parameters=[QID])
         },
         "/v1/questions/{qid}/events": {
-            "get": _op("streamEvents", "watch", "a question's tree as it grows", events, parameters=[QID])
+            "get": _op("streamEvents", "Watch", "a question's tree as it grows", events, parameters=[QID])
         },
         "/v1/overview": {
             "get": _op(
                 "getOverview",
-                "watch",
+                "Watch",
                 "the cluster at a glance",
                 {"200": _json("its figures", ref("Overview")), "503": unreachable},
             )
         },
         "/": {
-            "get": _op("getLiveView", "watch", "the live web view", {"200": _text("the page", "text/html")})
+            "get": _op("getLiveView", "Watch", "the live web view", {"200": _text("the page", "text/html")})
         },
         "/health": {
             "get": _op(
                 "getHealth",
-                "probes",
+                "Probes",
                 "the process answers",
                 {"200": _json('{"status": "ok"}', ref("Status"))},
             )
         },
-        "/ready": {"get": _op("getReady", "probes", "the process reaches Redis", ready)},
+        "/ready": {"get": _op("getReady", "Probes", "the process reaches Redis", ready)},
         "/openapi.json": {
             "get": _op(
                 "getOpenAPI",
-                "meta",
+                "Meta",
                 "this document",
                 {"200": _json("the OpenAPI document", {"type": "object"})},
             )
@@ -166,11 +177,11 @@ def _openai() -> dict[str, dict[str, Schema]]:
     }
     models = {"200": _json("a sample of the model names (any target is served)", ref("Models"))}
     return {
-        "/v1/models": {"get": _op("listModels", "openai", "the searches, as OpenAI models", models)},
+        "/v1/models": {"get": _op("listModels", "OpenAI", "the searches, as OpenAI models", models)},
         "/v1/chat/completions": {
             "post": _op(
                 "createChatCompletion",
-                "openai",
+                "OpenAI",
                 "ask SPEX as an OpenAI model",
                 chat,
                 requestBody=_body("ChatRequest"),
@@ -199,6 +210,7 @@ def document(open_paths: Collection[str]) -> Schema:
             "an OpenAI-compatible face on the same. Every refusal is one line of JSON.",
         },
         "security": [{"bearer": []}],
+        "tags": TAGS,
         "paths": paths,
         "components": {
             "schemas": schemas(),

@@ -10,6 +10,7 @@ answer's, a node's and the overview's are what `spex.services.watch.answer_json`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -76,6 +77,11 @@ def _t(kind: str | list[str], description: str = "", **more: Any) -> Schema:
 def _object(properties: dict[str, Schema], required: Collection[str] | None = None) -> Schema:
     """An object of these properties, every one always there unless `required` says which."""
     return {"type": "object", "properties": properties, "required": list(required or properties)}
+
+
+def _unnamed(pattern: str) -> str:
+    """A Python pattern's named groups as plain ones: JSON Schema's patterns are ECMA 262's."""
+    return re.sub(r"\(\?P<\w+>", "(", pattern)
 
 
 def client_fields() -> dict[str, Schema]:
@@ -176,7 +182,7 @@ def _openai() -> dict[str, Schema]:
     message = _object({"role": _t("string"), "content": _t(["string", "array"])}, required=["role"])
     fields = client_fields()
     request = {
-        "model": _t("string", "spex:<algorithm>[-<target>]", pattern=f"^{MODEL.pattern}$"),
+        "model": _t("string", "spex:<algorithm>[-<target>]", pattern=f"^{_unnamed(MODEL.pattern)}$"),
         "messages": _t("array", "the question is the last user message", items=message),
         "stream": _t("boolean", "send chat.completion.chunk events, then [DONE]", default=False),
         **{name: fields[name] for name in EXTRA_FIELDS},
