@@ -59,11 +59,13 @@ def test_the_document_is_well_formed_openapi_3_1():
         assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
     refs = re.findall(r"'\$ref': '#/components/schemas/([^']+)'", repr(doc))
     assert refs and set(refs) <= set(schemas), set(refs) - set(schemas)
-    ids = []
+    ids, tags = [], [tag["name"] for tag in doc["tags"]]
+    assert len(tags) == len(set(tags)) and all(tag["description"] for tag in doc["tags"])
     for path, ops in doc["paths"].items():
         assert path.startswith("/") and set(ops) <= METHODS, path
         for op in ops.values():
             ids.append(op["operationId"])
+            assert len(op["tags"]) == 1 and op["tags"][0] in tags, path
             assert op["summary"] and op["responses"], path
             for status, response in op["responses"].items():
                 assert re.fullmatch(r"[1-5][0-9][0-9]", status) and response["description"], (path, status)
