@@ -1,6 +1,7 @@
 """HTTP ingress (`spex worker ingress`): POST /v1/questions, GET and DELETE /v1/questions/{id};
 the tree, its live events, the cluster's overview and the web view (`watch`); an
-OpenAI-compatible chat completions endpoint (`openai_api`); /health and /ready.
+OpenAI-compatible chat completions endpoint (`openai_api`); /health and /ready; and
+/openapi.json, the OpenAPI document of all of these (`openapi`).
 
 A thin HTTP face on the ingress client (`spex.shared.runtime.client`): the body's fields are
 checked and validated by `spex.proto.submission`, the one validator every way in shares.
@@ -40,6 +41,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
+from spex.services import openapi
 from spex.services.openai_api import OpenAIRoutes
 from spex.services.watch import WatchRoutes, answer_json
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
@@ -53,7 +55,9 @@ TOKEN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 IDLE_TIMEOUT_S = 15.0  # a connection without a whole request (headers) for this long is closed
 BODY_TIMEOUT_S = 15.0  # a body not read in whole within this is a 408
 GAUGE_EVERY_S = 1.0  # how often the in-flight and backlog gauges are read
-OPEN_PATHS = frozenset({"/", "/health", "/ready"})  # served without a token
+# Served without a token: the page itself, the probes and the API's description hold nothing
+# of anyone's.
+OPEN_PATHS = frozenset({"/", "/health", "/ready", "/openapi.json"})
 CLIENT = web.RequestKey("client", str)  # the token's name ("" without auth)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -111,9 +115,14 @@ class IngressService(Service):
                 web.delete("/v1/questions/{qid}", self.delete),
                 *self.watch.routes(),
                 *self.openai.routes(),
+                web.get("/openapi.json", self.describe),
             ]
         )
         return app
+
+    async def describe(self, request: web.Request) -> web.Response:
+        """The OpenAPI document of these routes."""
+        return web.json_response(openapi.document(OPEN_PATHS))
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -128,7 +137,6 @@ class IngressService(Service):
             HTTP_REQUESTS.labels(route.canonical if route is not None else "unmatched", str(status)).inc()
 
     async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        # The page itself and the probes hold nothing of anyone's: served without a token.
         client = "" if request.path in OPEN_PATHS else self._client_of(request)
         if client is None:
             return _error(
