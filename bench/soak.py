@@ -7,7 +7,7 @@ questions over HTTP at a steady rate for `--minutes`, then waits out the TTL. Ev
 service's resident memory, and it follows the `answers` stream to count what was answered.
 The report compares the last sample (idle, past the TTL) with the first after a warm-up (idle
 too: one wave of questions answered and expired, so imports and caches are loaded), and each
-stream's longest length with its stated bound (README, "What Redis holds").
+stream's longest length with its stated bound (docs/guides/operations.md, "What Redis holds").
 """
 
 from __future__ import annotations

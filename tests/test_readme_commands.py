@@ -1,6 +1,6 @@
 """Every `spex` command the README shows parses with the real command line (its subcommand and
 flags exist, its values are accepted), and its quick start is the two make targets `.ci/run`
-and a new user run."""
+and a new user run; every file it links is in the repository."""
 
 import re
 import shlex
@@ -42,3 +42,8 @@ def test_each_spex_command_parses(argv):
 def test_the_readme_shows_spex_commands_and_is_short():
     assert len(spex_commands()) >= 4
     assert len(README.splitlines()) < 200
+
+
+def test_every_file_the_readme_links_exists():
+    links = [link.split("#")[0] for link in re.findall(r"\]\(([^)]+)\)", README) if "://" not in link]
+    assert links and not [link for link in links if not (ROOT / link).exists()]

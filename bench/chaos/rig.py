@@ -6,7 +6,7 @@ Faults, each one call: `kill` (SIGKILL; the supervisor restarts it), `stall`/`re
 `restart_redis` (SIGKILL, then the same port and data). `heal_all` undoes whatever is still
 in effect. The Redis fsyncs every write (`appendfsync always`), so a SIGKILL of Redis loses
 nothing acknowledged: the invariants the chaos run checks are the pipeline's, not a
-consequence of the everysec loss window (documented in the README).
+consequence of the everysec loss window (docs/guides/operations.md).
 
 With `cluster`, a Valkey Cluster (three primaries, three replicas, no password) replaces the
 one Redis and its proxies (a cluster client follows MOVED to the nodes themselves, past any

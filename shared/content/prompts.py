@@ -43,8 +43,10 @@ __all__ = [
     "stop_strings",
 ]
 
-DEFAULT_SPLIT: Split = "newline"  # measured best for SmolLM2-135M on the easy set (README)
-DEFAULT_TEMPERATURE = 0.3  # real content's sampling temperature: measured on the easy set (README)
+# The default split and real content's sampling temperature: the best measured for SmolLM2-135M
+# on the easy set (docs/journal/real-model.md).
+DEFAULT_SPLIT: Split = "newline"
+DEFAULT_TEMPERATURE = 0.3
 _DELIMITERS: dict[Split, str] = {"blank-line": "\n\n", "newline": "\n", "numbered": "\n"}
 _NUMBERED = 30  # numbered steps the stop strings know ("\n2." to "\n30.")
 _HOW: dict[Split, str] = {
