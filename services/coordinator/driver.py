@@ -74,14 +74,16 @@ class Driver:
         finally:
             await self.settle({query.query_id: batch})
 
-    async def apply_read(self, reads: list[tuple[str, Entries]]) -> None:
-        """One read of the live inboxes: every query's events, then one round trip for all
-        their effects and checkpoints (each query's effects before its checkpoint)."""
+    async def apply_read(self, read_for: dict[str, HeldQuery], reads: list[tuple[str, Entries]]) -> None:
+        """One read of the live inboxes, made for the queries of `read_for`: every query's
+        events, then one round trip for all their effects and checkpoints (each query's effects
+        before its checkpoint). A query let go and adopted again while the read blocked is
+        skipped: its replay applies the inbox in order, and the next read goes on from it."""
         batches: dict[str, list[Effect]] = {}
         try:
             for qid, entries in reads:
                 query = self.holdings.queries.get(qid)
-                if query is None:
+                if query is None or query is not read_for.get(qid):
                     continue
                 try:
                     await self._apply_events(query, entries, batches.setdefault(qid, []))

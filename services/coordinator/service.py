@@ -112,12 +112,13 @@ class Coordinator(Service):
     async def inbox_round(self) -> None:
         """The new inbox entries of every query we hold (leases confirmed, replays done)."""
         fresh = time.monotonic() - self.settings.lease_s
-        after = {q: h.last_id for q, h in self.queries.items() if h.renewed > fresh and not h.replaying}
-        if not after:  # none held, or every lease is unconfirmed (we stalled): wait
+        live = {q: h for q, h in self.queries.items() if h.renewed > fresh and not h.replaying}
+        if not live:  # none held, or every lease is unconfirmed (we stalled): wait
             await asyncio.sleep(self.settings.block_ms / 1000)
             return
+        after = {q: h.last_id for q, h in live.items()}
         await self.driver.apply_read(
-            await self.store.read_inboxes(after, INBOX_BATCH, self.settings.block_ms)
+            live, await self.store.read_inboxes(after, INBOX_BATCH, self.settings.block_ms)
         )
         if time.monotonic() - self._stats_sent >= STATS_EVERY_S:
             self._stats_sent = time.monotonic()
