@@ -57,13 +57,13 @@ test: lint $(REDIS_TLS)/.installed browser
 	SPEX_TEST_TLS_REDIS=$(abspath $(REDIS_TLS))/bin/redis-server $(BIN)/python -m pytest
 
 # The documentation site (mkdocs.yml over docs/): `make docs` serves it with live reload on
-# :8000, `make docs-build` builds it as tests/test_docs_site.py does, failing on a broken link or
+# :8001, `make docs-build` builds it as tests/test_docs_site.py does, failing on a broken link or
 # anchor and on a page missing from the nav. Material's notice about MkDocs 2.0 is silenced.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
 .PHONY: docs docs-build
 docs: $(BIN)/.installed
-	$(MKDOCS) serve
+	$(MKDOCS) serve -a 127.0.0.1:8001  # 8000 is every vLLM example's
 
 docs-build: $(BIN)/.installed
 	$(MKDOCS) build --strict -d build/site

@@ -63,7 +63,11 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
         help="hf on CUDA: decode passes run eagerly",
     )
     pr.add_argument("--deterministic", action="store_true", help="hf: batch-invariant outputs")
-    pr.add_argument("--json", default=None, help="hf: write the cells here (and a plot beside it)")
+    pr.add_argument(
+        "--json",
+        default=None,
+        help="write the cells here (and a plot beside it): a step curve for --profile-file",
+    )
 
 
 def profile_command(args: argparse.Namespace, console: Console) -> int:

@@ -77,7 +77,12 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
     )
     u.add_argument("--generators", type=int, default=1)
     u.add_argument("--time-scale", type=float, default=None, help=_help("time_scale"))
-    u.add_argument("--engine", choices=list(ENGINES), default=None, help="sim (default), hf, vllm or sglang")
+    u.add_argument(
+        "--engine",
+        choices=list(ENGINES),
+        default=None,
+        help="sim (default; hf when --model is given), hf, vllm or sglang",
+    )
     u.add_argument("--engine-url", default=None, help="vllm/sglang: server URL, or one per generator: A,B")
     u.add_argument("--model", default=None, help=_help("model"))
     u.add_argument("--prm", default=None, help=_help("prm"))

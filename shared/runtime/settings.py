@@ -187,7 +187,12 @@ class Settings:
         check=lambda v, s: s.engine != "hf" or bool(v),
     )
     prm: str = setting(
-        "", env="SPEX_PRM", help="hf: the reward model's local directory (empty: simulated PRM)"
+        "",
+        env="SPEX_PRM",
+        help=(
+            "the reward model's local directory, run in process (empty: real content is rewarded by "
+            "the generator's own log-probabilities, synthetic content by the simulated PRM)"
+        ),
     )
     content: Content = setting(
         "synthetic",
