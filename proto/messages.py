@@ -32,6 +32,7 @@ __all__ = [
     "NODE_STATES",
     "PRIMARY",
     "PROTOCOL_VERSION",
+    "REWARDS",
     "SIM_STYLES",
     "SPECULATIVE",
     "SPLITS",
@@ -55,8 +56,10 @@ __all__ = [
     "NodeState",
     "PromoteRequest",
     "QueryStatsEvent",
+    "Reward",
     "ScoreRequest",
     "ScoreResult",
+    "ServedBy",
     "SimStyle",
     "Split",
     "SubmitQuestionRequest",
@@ -80,6 +83,7 @@ Algorithm = Literal["ets", "rebase", "rest", "rstar"]  # a search (the core regi
 Mode = Literal["baseline", "spex"]  # a query searched plainly, or with speculation
 Split = Literal["blank-line", "newline", "numbered"]  # real content: where one step ends (content.prompts)
 NodeState = Literal["root", "primary", "adopted", "speculative", "cancelled", "unused"]  # NodeEvent
+Reward = Literal["prm", "logprob"]  # a step's reward: a reward model's score, or the step's log-probability
 AnswerWeight = Literal["min", "last"]  # T3: an answer weighs its path's lowest step reward, or its own
 
 CONTENTS: tuple[Content, ...] = get_args(Content)
@@ -91,6 +95,7 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 SPLITS: tuple[Split, ...] = get_args(Split)
 ANSWER_WEIGHTS: tuple[AnswerWeight, ...] = get_args(AnswerWeight)
 NODE_STATES: tuple[NodeState, ...] = get_args(NodeState)
+REWARDS: tuple[Reward, ...] = get_args(Reward)
 # A job's split when its message names none: what a message from before splits existed meant.
 # Coordinators always send theirs (a run's default is DEFAULT_SPLIT, spex.shared.content.prompts).
 WIRE_SPLIT: Split = "blank-line"
@@ -131,6 +136,10 @@ class SubmitQuestionRequest(Message, frozen=True):
     early_stop_alpha: float = 0.5
     early_stop_min_answers: int = 0
     early_stop_weight: str = "min"  # one of ANSWER_WEIGHTS (checked by spex.proto.submission)
+    # Lossless, checkable: the same question, seed and search also run with speculation off (a
+    # second query, `twin_id`), and the answer reports both trees' digests.
+    baseline_twin: bool = False
+    twin_of: str = ""  # set by the ingress on a twin: the query it twins (whose tree it grows)
 
 
 class Synthetic(msgspec.Struct, frozen=True):
@@ -140,6 +149,7 @@ class Synthetic(msgspec.Struct, frozen=True):
 
     seed: int = 0
     style: SimStyle = "bfs"
+    question: str = ""  # the synthetic question's key ("": the job's query id; a twin's: its original's)
 
 
 class GenerateRequest(Message, frozen=True):
@@ -278,6 +288,16 @@ class WorkerLoadEvent(Message, frozen=True):
     primary_alone_s: float = 0.0
 
 
+class ServedBy(msgspec.Struct, frozen=True):
+    """What answered a question: the engine, its model, what it wrote (the model's text, or the
+    synthetic workload's stand-ins: a demonstration) and what rewarded its steps."""
+
+    engine: str = ""  # sim (a simulated GPU) | hf (in process) | vllm | sglang
+    model: str = ""  # the generator's model (a directory or a served name; "" on sim)
+    content: Content = "synthetic"
+    reward: Reward = "prm"  # a reward model's (the simulated PRM's for synthetic content), or the model's own
+
+
 class AnswerResult(Message, frozen=True):
     answer: str | None
     correct: bool | None = None  # graded against the request's reference answer, if it had one
@@ -291,6 +311,7 @@ class AnswerResult(Message, frozen=True):
     cancelled: bool = False  # its client cancelled it before it was answered
     spec_issued: int = 0  # speculative jobs issued for it (0 for a baseline query)
     spec_adopted: int = 0  # ... that the search used
+    served_by: ServedBy | None = None  # None: from a coordinator before answers said so
 
 
 class NodeEvent(Message, frozen=True):

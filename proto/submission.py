@@ -28,6 +28,7 @@ __all__ = [
     "SubmissionError",
     "SubmissionTooLarge",
     "check_query_id",
+    "twin_id",
     "check_fields",
     "validate",
 ]
@@ -41,6 +42,7 @@ MAX_REFERENCE_CHARS = 1_000
 MAX_KEY_CHARS = 200  # client keys and query ids
 MAX_INT = 2**63 - 1  # what MessagePack's int64 holds
 QUERY_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+TWIN_SUFFIX = ".baseline"  # a baseline twin's query id: its original's and this
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,8 @@ class Limits:
 
 
 # What a client may set, and its type: SubmitQuestionRequest's fields but the envelope's (set by
-# the client code) and `client` (set by the ingress, from the token).
-_NOT_THE_CLIENTS = {f.name for f in msgspec.structs.fields(Message)} | {"client"}
+# the client code), `client` (set by the ingress, from the token) and `twin_of` (set on a twin).
+_NOT_THE_CLIENTS = {f.name for f in msgspec.structs.fields(Message)} | {"client", "twin_of"}
 CLIENT_FIELDS: dict[str, type] = {
     f.name: f.type for f in msgspec.structs.fields(SubmitQuestionRequest) if f.name not in _NOT_THE_CLIENTS
 }
@@ -147,7 +149,20 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
         raise SubmissionError(
             "early_stop_weight", f"must be one of {', '.join(ANSWER_WEIGHTS)}, not {req.early_stop_weight!r}"
         )
+    if req.baseline_twin and req.mode != "spex":
+        raise SubmissionError("baseline_twin", "a twin checks speculation: the question's mode must be spex")
+    if req.baseline_twin and req.early_stop:
+        raise SubmissionError("baseline_twin", "speculation is lossless with early_stop off: turn one off")
+    if req.baseline_twin and not QUERY_ID.fullmatch(twin_id(req.query_id)):
+        raise SubmissionError(
+            "baseline_twin", f"the query id is too long to name a twin (at most {64 - len(TWIN_SUFFIX)})"
+        )
     return req
+
+
+def twin_id(query_id: str) -> str:
+    """The query id of `query_id`'s baseline twin."""
+    return f"{query_id}{TWIN_SUFFIX}"
 
 
 def _utf8(text: str) -> bool:

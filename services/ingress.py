@@ -41,6 +41,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
+from spex.proto.submission import twin_id
 from spex.services import openapi
 from spex.services.openai_api import OpenAIRoutes
 from spex.services.watch import WatchRoutes, answer_json
@@ -48,6 +49,7 @@ from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict,
 from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
 from spex.shared.runtime.service import Service, run_service
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.views import served_by, twin_json
 
 __all__ = ["IngressService", "load_tokens", "main"]
 
@@ -96,7 +98,7 @@ class IngressService(Service):
         self.max_body = settings.max_message_bytes
         self.tokens = load_tokens(settings)
         self.submitted = 0
-        self.watch = WatchRoutes(self.client, self._known, CLIENT, scoped=bool(self.tokens))
+        self.watch = WatchRoutes(self.client, self._known, CLIENT, bool(self.tokens), served_by(settings))
         self.openai = OpenAIRoutes(self.client, lambda request: request[CLIENT])
         self._runner: web.AppRunner | None = None  # listening once `prepare` ran
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
@@ -217,7 +219,11 @@ class IngressService(Service):
         answer = await self.client.result(qid)
         if answer is None:
             return web.json_response({"status": "searching"}, status=202)
-        return web.json_response(answer_json(answer))
+        body = answer_json(answer)
+        if (await self.client.request(qid, request[CLIENT])).baseline_twin:
+            twin = twin_id(qid)
+            body["baseline_twin"] = twin_json(twin, answer, await self.client.result(twin))
+        return web.json_response(body)
 
     async def delete(self, request: web.Request) -> web.Response:
         qid = request.match_info["qid"]
@@ -226,6 +232,9 @@ class IngressService(Service):
             return refused
         try:
             await self.client.cancel(qid)
+            if (await self.client.request(qid, request[CLIENT])).baseline_twin:
+                with contextlib.suppress(UnknownQuery):  # its twin checks nothing alone
+                    await self.client.cancel(twin_id(qid))
         except UnknownQuery:
             return _error(404, f"query_id: no question {qid[:64]!r}")
         return web.json_response({"status": "cancelling"}, status=202)

@@ -16,8 +16,16 @@ from typing import Any
 
 import msgspec
 
-from spex.proto import ALGORITHMS, FINISH_REASONS, MODES, NODE_STATES, SubmitQuestionRequest, submission
-from spex.proto.messages import ANSWER_WEIGHTS
+from spex.proto import (
+    ALGORITHMS,
+    CONTENTS,
+    FINISH_REASONS,
+    MODES,
+    NODE_STATES,
+    SubmitQuestionRequest,
+    submission,
+)
+from spex.proto.messages import ANSWER_WEIGHTS, REWARDS
 from spex.services.openai_api import EXTRA_FIELDS, MODEL
 
 __all__ = ["BOUNDS", "Schema", "client_fields", "ref", "schemas"]
@@ -50,7 +58,7 @@ _MEANINGS = {
     "client_key": "idempotency key: one question per key (per client); another question under it: a 409",
     "algorithm": "the search",
     "target": "REBASE/ETS width, or MCTS rollouts (at most SPEX_MAX_TARGET for its algorithm)",
-    "seed": "the search's seed: the same question, seed and target search the same tree",
+    "seed": "the search's seed (with its query id, what its random choices derive from)",
     "mode": "baseline: searched plainly; spex: with speculation",
     "prompt_tokens": "the question's length in tokens (0: estimated from the text)",
     "reference_answer": "if given, the answer is graded against it (math-verify)",
@@ -58,6 +66,10 @@ _MEANINGS = {
     "early_stop_alpha": "T3's margin scale α",
     "early_stop_min_answers": "T3 waits for this many answers (0: the search's rule; at most the target)",
     "early_stop_weight": "an answer's T3 weight: its path's lowest step reward (min), or its own (last)",
+    "baseline_twin": (
+        "also search it with speculation off (same question, seed and search; early_stop off): "
+        "the answer reports both trees' digests and whether they are the same"
+    ),
 }
 
 
@@ -104,6 +116,24 @@ def _question() -> Schema:
     return {"type": "object", "properties": fields, "required": required, "additionalProperties": False}
 
 
+def _served(description: str) -> Schema:
+    """What answers questions (`views.served_json`)."""
+    engine = _t("string", "sim (a simulated GPU), hf (in process), vllm or sglang")
+    content = _t("string", "real: the model's text; synthetic: the workload's stand-ins", enum=list(CONTENTS))
+    reward = _t("string", "prm: a reward model's; logprob: the model's own", enum=list(REWARDS))
+    properties = {
+        "engine": engine,
+        "model": _t(["string", "null"], "the generator's model (null on sim)"),
+        "content": content,
+        "reward": reward,
+        "demonstration": _t(
+            "string", "there for synthetic content: what it is, and that it is not a model's"
+        ),
+    }
+    schema = _object(properties, required=["engine", "model", "content", "reward"])
+    return schema | {"type": ["object", "null"], "description": description}
+
+
 def _answer() -> Schema:
     properties = {
         "status": _t("string", "what became of it", enum=["answered", "failed", "cancelled"]),
@@ -117,9 +147,21 @@ def _answer() -> Schema:
         "early_stopped": _t("boolean", "T3 stopped the search"),
         "speculative_issued": _t("integer", "speculative jobs issued for it"),
         "speculative_adopted": _t("integer", "... that the search used"),
+        "served_by": _served("what answered it (null: an answer from before answers said so)"),
+        "baseline_twin": _object(
+            {
+                "query_id": _t("string", "the twin's: searched with speculation off, same seed"),
+                "status": _t("string", enum=["searching", "answered", "failed", "cancelled"]),
+                "answer": _t(["string", "null"]),
+                "tree_digest": _t("string"),
+                "lossless": _t(["boolean", "null"], "the two trees the same (null until both are answered)"),
+            },
+            required=["query_id", "status", "lossless"],
+        ),
         "error": _t("string", "why the query failed (there only when it did)"),
     }
-    return _object(properties, required=[name for name in properties if name != "error"])
+    optional = ("error", "baseline_twin")  # there only when it failed; only when a twin was asked for
+    return _object(properties, required=[name for name in properties if name not in optional])
 
 
 def _nodes() -> dict[str, Schema]:
@@ -166,6 +208,7 @@ def _overview() -> Schema:
             "granted": _t(["integer", "null"], "speculative jobs the allocator grants (null: none active)"),
             "tpot_target": _t(["number", "null"], "the allocator's TPOT target"),
             "workers": _t("array", "each generator's load and its governor's slack", items=_t("object")),
+            "served_by": _served("what this ingress's pipeline is configured to answer with"),
         }
     )
 

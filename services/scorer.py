@@ -86,7 +86,9 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         else:
             where = req.synthetic or Synthetic()  # a job without the extension: the defaults' world
             workload = SyntheticWorkload(WorkloadKnobs(), where.seed)
-            reward = workload.prm_reward(workload.question(req.query_id), req.prompt_node_ids[1:])
+            reward = workload.prm_reward(
+                workload.question(where.question or req.query_id), req.prompt_node_ids[1:]
+            )
         result = ScoreResult(
             msg_id=f"{req.query_id}/{req.job_id}/reward",
             query_id=req.query_id,

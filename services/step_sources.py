@@ -46,7 +46,7 @@ class SyntheticSteps:
         where = req.synthetic or Synthetic()  # a job without the extension: the defaults' world
         workload = SyntheticWorkload(WorkloadKnobs(), where.seed, where.style)
         path = [*req.prompt_node_ids[1:], req.node_id]
-        written = workload.generate(workload.question(req.query_id), path)
+        written = workload.generate(workload.question(where.question or req.query_id), path)
         return Step(min(written.tokens, req.max_new_tokens), written=written)
 
     def result(self, step: Step, c: Completion) -> tuple[str, FinishReason, LogprobSummary]:

@@ -23,9 +23,9 @@ from typing import Any
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from spex.proto import AnswerResult
+from spex.proto import AnswerResult, ServedBy
 from spex.shared.runtime.client import IngressClient
-from spex.shared.runtime.views import answer_status, node_json, overview
+from spex.shared.runtime.views import answer_status, node_json, overview, served_json
 
 __all__ = ["KEEPALIVE_S", "WatchRoutes", "answer_json"]
 
@@ -50,6 +50,7 @@ def answer_json(answer: AnswerResult) -> dict[str, Any]:
         "early_stopped": answer.early_stopped,
         "speculative_issued": answer.spec_issued,
         "speculative_adopted": answer.spec_adopted,
+        "served_by": served_json(answer.served_by),
     }
     if answer.error:
         out["error"] = answer.error
@@ -66,8 +67,10 @@ class WatchRoutes:
         known: Callable[[web.Request, str], Awaitable[web.Response | None]],
         client_key: web.RequestKey[str],
         scoped: bool,
+        served: ServedBy | None = None,
     ) -> None:
         self.client = client
+        self.served = served_json(served)  # what the pipeline answers with (its settings say)
         self.known = known
         self.client_key, self.scoped = client_key, scoped  # the request's client name; tokens on
         self._overviews: dict[str | None, tuple[float, dict[str, Any]]] = {}
@@ -103,7 +106,7 @@ class WatchRoutes:
         client = request[self.client_key] if self.scoped else None
         at, figures = self._overviews.get(client, (0.0, {}))
         if time.monotonic() - at >= OVERVIEW_EVERY_S:
-            figures = await overview(self.client, client)
+            figures = await overview(self.client, client) | {"served_by": self.served}
             self._overviews[client] = (time.monotonic(), figures)
         return web.json_response(figures)
 

@@ -37,6 +37,7 @@ from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, QUERIES, QUERY_LATENCY
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.streams import ScriptCall, entry_after
+from spex.shared.runtime.views import served_by
 
 __all__ = ["Driver"]
 
@@ -51,6 +52,7 @@ class Driver:
         self.bus, self.store, self.router = bus, store, router
         self.holdings, self.observer = holdings, observer
         self.settings = settings
+        self.served_by = served_by(settings)  # what every answer says answered it
         self.log = log
         self.keep_s = keep_s  # streams trimmed by age as they are published to
         self.events = 0
@@ -248,7 +250,7 @@ class Driver:
         s = self.settings
         return Outgoing(
             query.request, query.epoch, query.machine, s.content, s.sampling_temperature, s.step_split,
-            s.min_step_tokens, latency_s, correct,
+            s.min_step_tokens, latency_s, correct, self.served_by,
         )  # fmt: skip
 
     async def _finishing(self, query: HeldQuery, answer: str | None) -> Outgoing:

@@ -29,6 +29,7 @@ from spex.proto import (
     PromoteRequest,
     ScoreRequest,
     ScoreResult,
+    ServedBy,
     Split,
     SubmitQuestionRequest,
     Synthetic,
@@ -117,6 +118,7 @@ class Outgoing:
     # Measured by the service before commands that end the query become effects:
     latency_s: float = 0.0  # since the query was adopted here
     correct: bool | None = None  # the answer graded against the request's reference (None: ungraded)
+    served_by: ServedBy | None = None  # what answers: engine, model, content, reward
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,7 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         spec_adopted=m.stats.spec_adopted,
         latency_s=q.latency_s,
         correct=q.correct,
+        served_by=q.served_by,
     )
     return [Answer(message)]
 
@@ -252,16 +255,18 @@ def failed(q: Outgoing, reason: str) -> Answer:
     message = AnswerResult(
         msg_id=f"{req.query_id}/answer", query_id=req.query_id, trace_id=req.trace_id, epoch=q.epoch,
         answer=None, error=f"failed: {reason}", latency_s=q.latency_s, correct=q.correct,
+        served_by=q.served_by,
     )  # fmt: skip
     return Answer(message)
 
 
 def _synthetic(q: Outgoing) -> Synthetic | None:
     """The simulator's extension of a job of synthetic content: the workload's seed (the
-    question's) and the step-length model of its search's family."""
+    question's), the step-length model of its search's family, and whose synthetic question it
+    is (a baseline twin's is its original's)."""
     if q.content != "synthetic":
         return None
-    return Synthetic(q.request.seed, SEARCHES[q.request.algorithm].family)
+    return Synthetic(q.request.seed, SEARCHES[q.request.algorithm].family, q.request.twin_of)
 
 
 def _texts(node: Node | None) -> list[str]:

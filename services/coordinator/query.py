@@ -19,8 +19,17 @@ from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.core.view import TreeWatch
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.views import served_by
 
-__all__ = ["LOCAL_SHARE", "HeldQuery", "Phase", "Unpublishable", "graded", "new_machine", "stats"]
+__all__ = [
+    "LOCAL_SHARE",
+    "HeldQuery",
+    "Phase",
+    "Unpublishable",
+    "graded",
+    "new_machine",
+    "stats",
+]
 
 LOCAL_SHARE = 4  # speculative jobs per query when no allocator publishes a share
 MAX_OFFERS = 64  # new speculative candidates a query offers the allocator per report
@@ -72,8 +81,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         req.prompt_tokens or max(1, len(req.question) // 4),
         search,
         req.seed,
-        # Real content without a reward model: the generator's own log-probabilities.
-        reward="logprob" if settings.content == "real" and not settings.prm else "prm",
+        reward=served_by(settings).reward,
         speculation=SpecPolicy(enabled=speculate),
         early_stop=EarlyStop(
             req.early_stop,
@@ -83,6 +91,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         ),
         share=LOCAL_SHARE if speculate else 0,
         same_answer=equivalent if settings.content == "real" else None,  # 0.5 and \frac12 vote together
+        tree_key=req.twin_of,
     )
 
 

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, get_args
 
-from spex.proto.messages import PRIMARY, SPECULATIVE, FinishReason, JobKind, NodeFinishReason
+from spex.proto.messages import PRIMARY, REWARDS, SPECULATIVE, FinishReason, JobKind, NodeFinishReason, Reward
 from spex.shared.core.commands import (
     CancelCommand,
     Command,
@@ -44,9 +43,6 @@ from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy
 from spex.shared.core.tree import Node, Tree
 
 __all__ = ["REWARDS", "QueryMachine", "QueryStats", "Reward"]
-
-Reward = Literal["prm", "logprob"]  # a node's reward: the PRM's score, or the step's log-probability
-REWARDS: tuple[Reward, ...] = get_args(Reward)
 
 
 @dataclass
@@ -74,6 +70,7 @@ class QueryMachine(MachineSpeculation):
     share: int = 0  # speculative jobs this query may have in flight (set by the T2 allocator)
     predictor: PredictorFactory = algorithm_predictor
     same_answer: Equivalence | None = None  # answers vote together when equivalent (else by spelling)
+    tree_key: str = ""  # whose tree this grows ("": its own id; a baseline twin's: its original's)
     tree: Tree = field(init=False)
     stats: QueryStats = field(default_factory=QueryStats)
     done: bool = False
@@ -88,7 +85,7 @@ class QueryMachine(MachineSpeculation):
     def __post_init__(self) -> None:
         if self.reward not in REWARDS:
             raise ValueError(f"reward must be one of {REWARDS}, not {self.reward!r}")
-        self.tree = Tree(self.query_id, self.seed, self.question_tokens)
+        self.tree = Tree(self.tree_key or self.query_id, self.seed, self.question_tokens)
         self.algorithm = make_algorithm(self.tree, self.config)
         self._predictor = self.predictor(self.algorithm)
         self._cache = SpecCache(self.seed, self.speculation.cache_nodes)

@@ -40,6 +40,7 @@ from spex.proto import (
     names,
     submission,
 )
+from spex.proto.submission import twin_id
 from spex.shared.runtime.durable import Durable
 from spex.shared.runtime.streams import is_cluster
 from spex.shared.runtime.views import fold_tree
@@ -169,6 +170,25 @@ class IngressClient:
             ),
             self.limits,
         )
+        qid = await self._submit_one(req)
+        if req.baseline_twin:  # its twin, under its own id and key: a retry finds both
+            twin = twin_id(qid)
+            await self._submit_one(
+                msgspec.structs.replace(
+                    req,
+                    msg_id=f"submit/{client}/{twin}",
+                    query_id=twin,
+                    client_key=twin,
+                    mode="baseline",
+                    baseline_twin=False,
+                    twin_of=qid,
+                )  # fmt: skip
+            )
+        return qid
+
+    async def _submit_one(self, req: SubmitQuestionRequest) -> str:
+        """Run the submit script for `req`: its query id, or the first one's for a repeated key."""
+        qid, key, client = req.query_id, req.client_key, req.client
         try:
             payload = encode(req)
         except ProtocolError as exc:

@@ -6,14 +6,35 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from spex.proto import AnswerResult, NodeEvent, ProtocolError, WorkerLoadEvent, decode, names
+from spex.proto import (
+    AnswerResult,
+    NodeEvent,
+    ProtocolError,
+    Reward,
+    ServedBy,
+    WorkerLoadEvent,
+    decode,
+    names,
+)
 
 if TYPE_CHECKING:
     from spex.shared.runtime.client import IngressClient
+    from spex.shared.runtime.settings import Settings
 
-__all__ = ["ANSWERS_SAMPLED", "answer_status", "fold_tree", "node_json", "overview"]
+__all__ = [
+    "ANSWERS_SAMPLED",
+    "answer_status",
+    "demonstration",
+    "fold_tree",
+    "node_json",
+    "overview",
+    "served_by",
+    "served_json",
+    "twin_json",
+]
 
 ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
 
@@ -21,6 +42,51 @@ ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent 
 def answer_status(answer: AnswerResult) -> str:
     """What became of a question: "failed", "cancelled" or "answered" (HTTP and CLI alike)."""
     return "failed" if answer.error else "cancelled" if answer.cancelled else "answered"
+
+
+def served_by(settings: Settings) -> ServedBy:
+    """What answers questions under `settings`, as each answer says it. The reward: real content
+    without a reward model is rewarded by the generator's own log-probabilities; otherwise by a
+    reward model (for synthetic content, the simulated PRM)."""
+    model = PurePath(settings.model).name if settings.engine != "sim" else ""
+    reward: Reward = "logprob" if settings.content == "real" and not settings.prm else "prm"
+    return ServedBy(settings.engine, model, settings.content, reward)
+
+
+def demonstration(served: ServedBy | None) -> str:
+    """What a reader must be told of synthetic content ("" for a model's text): its steps and
+    answer are the workload's stand-ins, sized like a model's, not anything a model wrote."""
+    if served is None or served.content != "synthetic":
+        return ""
+    where = "a simulated GPU" if served.engine == "sim" else f"the {served.engine} engine"
+    return f"a demonstration: synthetic content on {where}, not a model's text or answer"
+
+
+def served_json(served: ServedBy | None) -> dict[str, Any] | None:
+    """What answered, as JSON (None: an answer from before answers said so)."""
+    if served is None:
+        return None
+    out: dict[str, Any] = {
+        "engine": served.engine, "model": served.model or None, "content": served.content,
+        "reward": served.reward,
+    }  # fmt: skip
+    if demonstration(served):
+        out["demonstration"] = demonstration(served)
+    return out
+
+
+def twin_json(query_id: str, answer: AnswerResult, twin: AnswerResult | None) -> dict[str, Any]:
+    """A question's baseline twin beside it: its answer and tree digest, and whether the two
+    trees and answers are the same (`lossless`; None until both are answered)."""
+    out: dict[str, Any] = {
+        "query_id": query_id,
+        "status": "searching" if twin is None else answer_status(twin),
+    }
+    if twin is not None:
+        out |= {"answer": twin.answer, "tree_digest": twin.tree_digest}
+    both = twin is not None and answer_status(twin) == answer_status(answer) == "answered"
+    out["lossless"] = (twin.tree_digest == answer.tree_digest) if both and twin is not None else None
+    return out
 
 
 def node_json(event: NodeEvent) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def test_the_page_draws_a_live_search_as_it_grows(redis_url):
         finally:
             await cluster.stop()
 
-    samples, final, states, tree, shot = asyncio.run(go())
+    samples, final, states, tree, shot, demo = asyncio.run(go())
     growing = [n for n, status in samples if "searching" in status]
     assert len(set(growing)) >= 3, samples  # nodes appeared while the search ran
     assert growing == sorted(growing), samples  # ... and only ever more of them
@@ -61,6 +61,9 @@ def test_the_page_draws_a_live_search_as_it_grows(redis_url):
     assert final[0] == len(tree["nodes"]), (final, len(tree["nodes"]))  # the whole tree drawn
     assert {"root", "primary"} <= states and states & {"adopted", "speculative", "unused", "cancelled"}
     assert shot.stat().st_size > 10_000
+    # The simulated GPU's synthetic content is labelled a demonstration, on the page and the answer.
+    assert demo.startswith("This is a demonstration: synthetic content on a simulated GPU"), demo
+    assert "(a demonstration: synthetic content" in final[1], final
 
 
 def watch(base: str):
@@ -90,9 +93,11 @@ def watch(base: str):
             nodes = driver.find_elements(By.CSS_SELECTOR, "#tree g.node")
             states = {n.get_attribute("data-state") for n in nodes}
             final = (len(nodes), driver.find_element(By.ID, "status").text)
+            banner = driver.find_element(By.ID, "demo")
+            demo = banner.text if banner.is_displayed() else ""
             out = Path(os.environ.get("SPEX_SCREENSHOT_DIR") or tempfile.mkdtemp()) / "live-view.png"
             driver.save_screenshot(str(out))
         finally:
             driver.quit()
     _, tree = http("GET", f"{base}/v1/questions/{qid}/tree")
-    return samples, final, states, tree, out
+    return samples, final, states, tree, out, demo

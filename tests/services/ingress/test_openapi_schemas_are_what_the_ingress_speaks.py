@@ -6,12 +6,12 @@ are valid by their schemas (with no property left undocumented). No server."""
 import msgspec
 import pytest
 
-from spex.proto import AnswerResult, NodeEvent, SubmissionError, SubmitQuestionRequest, submission
+from spex.proto import AnswerResult, NodeEvent, ServedBy, SubmissionError, SubmitQuestionRequest, submission
 from spex.services.ingress import OPEN_PATHS
 from spex.services.openapi import document
 from spex.services.openapi_schemas import BOUNDS
 from spex.services.watch import answer_json
-from spex.shared.runtime.views import fold_tree, node_json
+from spex.shared.runtime.views import fold_tree, node_json, twin_json
 
 TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 ENVELOPE = {"msg_id": "m", "query_id": "q"}
@@ -76,11 +76,18 @@ def test_a_documented_bound_is_the_validator_s(name):
 
 
 def test_an_answer_a_node_and_a_tree_are_what_their_schemas_say():
-    answered = AnswerResult(**ENVELOPE, answer="4", correct=True, solution=["2+2", "4"], nodes=3)
+    served = ServedBy("sim", "", "synthetic", "prm")
+    answered = AnswerResult(
+        **ENVELOPE, answer="4", correct=True, solution=["2+2", "4"], nodes=3, served_by=served
+    )
     failed = AnswerResult(**ENVELOPE, answer=None, error="a job failed")
     for answer in (answered, failed):
         check(answer_json(answer), "Answer")
-    assert set(answer_json(failed)) == set(schema("Answer")["properties"])
+    for twin in (None, answered, failed):  # searching, the same tree, one failed
+        check(answer_json(answered) | {"baseline_twin": twin_json("q.baseline", answered, twin)}, "Answer")
+    assert twin_json("q.baseline", answered, answered)["lossless"] is True
+    assert twin_json("q.baseline", answered, failed)["lossless"] is None
+    assert set(answer_json(failed)) | {"baseline_twin"} == set(schema("Answer")["properties"])
     events = [
         NodeEvent(**ENVELOPE, node_id="n0", state="root", t_s=0.0),
         NodeEvent(**ENVELOPE, node_id="n1", parent_id="n0", state="primary", index=0, running=True, t_s=0.1),
