@@ -30,6 +30,7 @@ __all__ = [
     "check_query_id",
     "twin_id",
     "check_fields",
+    "estimate_tokens",
     "validate",
 ]
 
@@ -43,6 +44,9 @@ MAX_KEY_CHARS = 200  # client keys and query ids
 MAX_INT = 2**63 - 1  # what MessagePack's int64 holds
 QUERY_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 TWIN_SUFFIX = ".baseline"  # a baseline twin's query id: its original's and this
+# Where no tokenizer is at hand (a question sent without `prompt_tokens`, the OpenAI face's
+# usage), a text's tokens are estimated as one per this many characters.
+CHARS_PER_TOKEN = 4
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,11 @@ class SubmissionError(ValueError):
 
 class SubmissionTooLarge(SubmissionError):
     """A field (the question) longer than the operator allows: HTTP 413."""
+
+
+def estimate_tokens(text: str) -> int:
+    """A text's length in tokens, estimated from its characters (at least 1)."""
+    return max(1, len(text) // CHARS_PER_TOKEN)
 
 
 def check_query_id(qid: str) -> str:

@@ -10,12 +10,13 @@ Security: it binds loopback unless `SPEX_HTTP_HOST` says otherwise. With tokens 
 (`SPEX_AUTH_TOKENS` or `SPEX_AUTH_TOKENS_FILE`, never the command line) every request needs
 `Authorization: Bearer <token>`, and client keys and results are scoped to the token's name:
 one client can neither reuse another's key nor read or cancel another's question. Every
-refusal is a one-line JSON reason: 400 a bad field, 401 no or a wrong token, 404 no such
-question, 408 a body not sent in time, 409 a client key reused for a different question, 413
-too large (a declared length is refused before the body is read), 415 a body of another type
-than JSON (none given: JSON), 429 too many
-in flight, 503 Redis unreachable. A request aiohttp's parser refuses (a malformed header) is a
-JSON 400 too, and neither it nor the log quotes the request's bytes (they may hold a token).
+refusal is a one-line JSON reason (on the OpenAI face's paths, OpenAI's error shape): 400 a
+bad field or a body that is not a JSON object (`http_body` says why), 401 no or a wrong token,
+404 no such question, 408 a body not sent in time, 409 a client key reused for a different
+question, 413 too large (a declared length is refused before the body is read), 415 a body of
+another type than JSON (none given: JSON), 429 too many in flight (Retry-After), 503 Redis
+unreachable. A request aiohttp's parser refuses (a malformed header) is a JSON 400 too, and
+neither it nor the log quotes the request's bytes (they may hold a token).
 A connection that has not sent a whole request within `IDLE_TIMEOUT_S` is closed.
 """
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import os
 import re
 from collections.abc import Awaitable, Callable
@@ -43,7 +43,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
 from spex.proto.submission import twin_id
 from spex.services import openapi
-from spex.services.openai_api import OpenAIRoutes
+from spex.services.http_body import BodyRefused, read_json_object
+from spex.services.openai_api import OpenAIRoutes, openai_error, serves
 from spex.services.watch import WatchRoutes, answer_json
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
 from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
@@ -55,7 +56,6 @@ __all__ = ["IngressService", "load_tokens", "main"]
 
 TOKEN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 IDLE_TIMEOUT_S = 15.0  # a connection without a whole request (headers) for this long is closed
-BODY_TIMEOUT_S = 15.0  # a body not read in whole within this is a 408
 GAUGE_EVERY_S = 1.0  # how often the in-flight and backlog gauges are read
 # Served without a token: the page itself, the probes and the API's description hold nothing
 # of anyone's.
@@ -99,7 +99,9 @@ class IngressService(Service):
         self.tokens = load_tokens(settings)
         self.submitted = 0
         self.watch = WatchRoutes(self.client, self._known, CLIENT, bool(self.tokens), served_by(settings))
-        self.openai = OpenAIRoutes(self.client, lambda request: request[CLIENT])
+        self.openai = OpenAIRoutes(
+            self.client, lambda request: request[CLIENT], self.max_body, settings.sampling_temperature
+        )
         self._runner: web.AppRunner | None = None  # listening once `prepare` ran
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
         if not self.tokens and self.host not in ("127.0.0.1", "localhost", "::1"):
@@ -139,22 +141,24 @@ class IngressService(Service):
             HTTP_REQUESTS.labels(route.canonical if route is not None else "unmatched", str(status)).inc()
 
     async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        # The OpenAI face's refusals are OpenAI's shape, SPEX's own routes' one line.
+        refuse = openai_error if serves(request.path) else _error
         client = "" if request.path in OPEN_PATHS else self._client_of(request)
         if client is None:
-            return _error(
-                401, "authorization: a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
-            )
+            message = "authorization: a valid bearer token is required"
+            return refuse(401, message, headers={"WWW-Authenticate": "Bearer"})
         request[CLIENT] = client
         try:
             return await handler(request)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             self.log.warning("redis_unavailable", error=str(exc))
-            return _error(503, "the queue is unreachable; retry later")
+            return refuse(503, "the queue is unreachable; retry later")
         except web.HTTPException as exc:  # aiohttp's own refusals (no such route, wrong method)
             if exc.status < 400:
                 raise
             allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-            return _error(exc.status, f"{request.method} {request.path[:64]}: {exc.reason.lower()}", allow)
+            message = f"{request.method} {request.path[:64]}: {exc.reason.lower()}"
+            return refuse(exc.status, message, headers=allow)
 
     def _client_of(self, request: web.Request) -> str | None:
         if not self.tokens:
@@ -172,22 +176,12 @@ class IngressService(Service):
         return found
 
     async def post(self, request: web.Request) -> web.Response:
-        if request.content_length is not None and request.content_length > self.max_body:
-            return _error(413, f"body: larger than {self.max_body:,} bytes", close=True)  # not read
         if "Content-Type" in request.headers and request.content_type != "application/json":
-            return _error(415, "body: send it as application/json", close=True)
+            return _error(415, "body: send it as application/json", close=True)  # not read
         try:
-            raw = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
-        except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"body: larger than {self.max_body:,} bytes", close=True)
-        except TimeoutError:
-            return _error(408, f"body: not sent within {BODY_TIMEOUT_S:.0f} s", close=True)
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
-            return _error(400, "body: not a JSON object")
-        if not isinstance(body, dict):
-            return _error(400, "body: expected a JSON object")
+            body = await read_json_object(request, self.max_body)
+        except BodyRefused as exc:
+            return _error(exc.status, str(exc), close=exc.close)
         try:
             fields = submission.check_fields(body)
             qid = await self.client.submit(fields.pop("question", ""), client=request[CLIENT], **fields)

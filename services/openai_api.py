@@ -2,14 +2,17 @@
 so an application that speaks the OpenAI API asks SPEX as it would ask any model.
 
 `model` names the search: `spex:<algorithm>-<target>` (`spex:rebase-16`, `spex:rstar-8`) or
-`spex:<algorithm>` (its default target). The question is the last user message. SPEX's other
-client fields ride as extra body fields (the client's `extra_body`; `EXTRA_FIELDS`), `seed`
-(OpenAI's own) among them. The reply is one choice whose message is the solution's steps and its
-answer; `usage.completion_tokens` counts every token the search generated; a `spex` field
-carries the query id, the answer, the tree's size and digest. `stream: true` sends a
-`chat.completion.chunk` per change of the tree (no choices; its `spex` field says what
-changed), then the content, then `[DONE]`. Errors are OpenAI's shape:
-`{"error": {"message", "type", "param", "code"}}`. A client that goes away cancels its query.
+`spex:<algorithm>` (its default target). The question is the one user message. Every other
+parameter is honoured or refused with a 400 naming it (`spex.services.openai_params`); SPEX's
+own client fields ride as extra body fields (the client's `extra_body`). The reply is one
+choice whose message is the solution's steps and its answer (cut at `stop` and `max_tokens`);
+`usage` counts the question's and the reply's tokens; a `spex` field carries the query id, the
+answer, the tree's size and digest, and every token the search generated. `stream: true` sends
+a `chat.completion.chunk` per change of the tree (no choices; its `spex` field says what
+changed), then the content, then (with `stream_options.include_usage`) the usage, then
+`[DONE]`. Every refusal on these routes, the ingress's own (401, 503, no such route) among
+them, is OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`. A client that goes
+away cancels its query.
 """
 
 from __future__ import annotations
@@ -17,69 +20,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
+import structlog
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from spex.proto import ALGORITHMS, AnswerResult, SubmissionError, submission
+from spex.proto import ALGORITHMS, AnswerResult, SubmissionError, SubmissionTooLarge
+from spex.services.http_body import BodyRefused, read_json_object
+from spex.services.openai_params import ChatAsk, ParamError, chat_ask
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
-from spex.shared.runtime.views import node_json
+from spex.shared.runtime.views import demonstration, node_json, served_json
 
-__all__ = ["OpenAIRoutes", "parse_model"]
+__all__ = ["OpenAIRoutes", "openai_error", "serves"]
 
-MODEL = re.compile(r"spex:(?P<algorithm>[a-z]+)(?:-(?P<target>[0-9]{1,6}))?")
 LISTED_TARGETS = (4, 8, 16)
-# The client fields a request's body carries beside `model` (the algorithm and the target) and
-# `messages` (the question): the rest of the submission's, `seed` (OpenAI's own) among them,
-# but its client key and prompt tokens.
-EXTRA_FIELDS = tuple(
-    name
-    for name in submission.CLIENT_FIELDS
-    if name not in ("question", "algorithm", "client_key", "prompt_tokens")
-)
 WAIT_S = 3600.0  # the longest a request waits for its answer
 POLL_S = 0.05  # how often a waiting request looks for its answer
-BODY_TIMEOUT_S = 15.0  # a body not read in whole within this is a 408 (as the ingress's own)
+PATHS = ("/v1/chat/", "/v1/models")  # the paths whose refusals are OpenAI's shape (prefixes)
+# OpenAI's error code of a refusal with no more particular one, by status.
+CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
 
 
-def parse_model(name: object) -> tuple[str, int | None]:
-    """(algorithm, target or None) of a model name; SubmissionError naming `model` if it is
-    not one of ours."""
-    m = MODEL.fullmatch(name) if isinstance(name, str) else None
-    if m is None or m["algorithm"] not in ALGORITHMS:
-        raise SubmissionError(
-            "model", f"expected spex:<algorithm>[-<target>], algorithm one of {list(ALGORITHMS)}"
-        )
-    return m["algorithm"], int(m["target"]) if m["target"] else None
+def serves(path: str) -> bool:
+    """Whether `path` is one of the OpenAI face's (or under one): its refusals are OpenAI's."""
+    return path.startswith(PATHS)
 
 
-def _error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
-    code = {404: "model_not_found", 429: "rate_limit_exceeded"}.get(status)
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return web.json_response(body, status=status)
-
-
-def _question(messages: object) -> str:
-    """The last user message's text (a string, or a list of text parts)."""
-    if not isinstance(messages, list) or not messages:
-        raise SubmissionError("messages", "expected a non-empty list of messages")
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-                texts = [t for t in parts if isinstance(t, str)]
-                if len(texts) != len(parts):
-                    raise SubmissionError("messages", "a text part's text must be a string")
-                return "\n".join(texts)
-            raise SubmissionError("messages", "a user message's content must be text")
-    raise SubmissionError("messages", "no user message")
+def openai_error(
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """A refusal in OpenAI's shape: its type by status, its code OpenAI's for it."""
+    kind = (
+        "server_error" if status >= 500 else "rate_limit_error" if status == 429 else "invalid_request_error"
+    )
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code or CODES.get(status)}}
+    return web.json_response(body, status=status, headers=headers)
 
 
 def _content(answer: AnswerResult) -> str:
@@ -89,10 +71,28 @@ def _content(answer: AnswerResult) -> str:
     return steps
 
 
+def _reply(answer: AnswerResult, ask: ChatAsk) -> tuple[str, str, dict[str, int]]:
+    """(content, finish_reason, usage) of the reply: the answer cut by the client's stop and
+    max_tokens; synthetic content says first what it is, since a client reads only this text
+    (the label is the server's notice: neither cut nor counted)."""
+    text, finish = ask.reply(_content(answer))
+    label = demonstration(answer.served_by)
+    return (f"[{label}]\n\n{text}" if label else text), finish, ask.usage(text)
+
+
 class OpenAIRoutes:
-    def __init__(self, client: IngressClient, client_of: Callable[[web.Request], str]) -> None:
+    def __init__(
+        self,
+        client: IngressClient,
+        client_of: Callable[[web.Request], str],
+        max_body: int,
+        temperature: float,
+    ) -> None:
         self.client = client
         self.client_of = client_of  # request -> the token's client name
+        self.max_body = max_body
+        self.temperature = temperature  # the operator's sampling temperature: the one accepted
+        self.log = structlog.get_logger().bind(service="ingress")
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/v1/models", self.models), web.post("/v1/chat/completions", self.chat)]
@@ -107,38 +107,34 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = json.loads(await asyncio.wait_for(request.read(), BODY_TIMEOUT_S))
-        except TimeoutError:
-            return _error(408, f"body: not sent within {BODY_TIMEOUT_S:.0f} s", "invalid_request_error")
-        except web.HTTPRequestEntityTooLarge:
-            return _error(413, "body: too large", "invalid_request_error")
-        except (ValueError, RecursionError):
-            return _error(400, "body: not a JSON object", "invalid_request_error")
-        if not isinstance(body, dict):
-            return _error(400, "body: expected a JSON object", "invalid_request_error")
-        model = body.get("model")
-        try:
-            algorithm, target = parse_model(model)
-        except SubmissionError as exc:
-            return _error(404, str(exc), "invalid_request_error", "model")
-        try:
-            question = _question(body.get("messages"))
-            fields = {k: body[k] for k in EXTRA_FIELDS if body.get(k) is not None}
-            if target is not None:
-                fields.setdefault("target", target)
-            fields = submission.check_fields(fields)
-            qid = await self.client.submit(
-                question, algorithm=algorithm, client=self.client_of(request), **fields
+            body = await read_json_object(request, self.max_body)
+        except BodyRefused as exc:
+            response = openai_error(
+                exc.status, str(exc), "body", "invalid_json" if exc.status == 400 else None
             )
-        except SubmissionError as exc:
-            return _error(400, str(exc), "invalid_request_error", exc.field)
-        except KeyConflict as exc:
-            return _error(409, str(exc), "invalid_request_error")
-        except Backpressure as exc:
-            return _error(429, str(exc), "rate_limit_error")
+            if exc.close:
+                response.force_close()
+            return response
         try:
-            if body.get("stream"):
-                return await self._stream(request, qid, str(model))
+            ask = chat_ask(body, self.temperature)
+            qid = await self.client.submit(
+                ask.question, algorithm=ask.algorithm, client=self.client_of(request), **ask.fields
+            )
+        except ParamError as exc:
+            return openai_error(exc.status, str(exc), exc.field, exc.code)
+        except SubmissionTooLarge as exc:
+            return openai_error(413, str(exc), "messages", "invalid_value")
+        except SubmissionError as exc:
+            return openai_error(400, str(exc), exc.field, "invalid_value")
+        except KeyConflict as exc:
+            return openai_error(409, str(exc))
+        except Backpressure as exc:
+            return openai_error(429, str(exc), headers={"Retry-After": "1"})
+        model = str(body["model"])
+        self.log.info("chat_completion_submitted", query_id=qid, model=model, user=ask.user)
+        try:
+            if ask.stream:
+                return await self._stream(request, qid, model, ask)
             answer = await self._wait(request, qid)
         except asyncio.CancelledError:  # the client went away: nobody wants the answer
             await asyncio.shield(self._cancel(qid))
@@ -147,10 +143,10 @@ class OpenAIRoutes:
             await self._cancel(qid)
             return web.Response(status=499)  # nobody is there to read it
         if answer is None:
-            return _error(504, f"no answer within {WAIT_S:.0f} s (query {qid})", "timeout")
+            return openai_error(504, f"no answer within {WAIT_S:.0f} s (query {qid})")
         if answer.error:
-            return _error(500, f"the search failed: {answer.error} (query {qid})", "server_error")
-        return web.json_response(_completion(qid, str(model), answer))
+            return openai_error(500, f"the search failed: {answer.error} (query {qid})")
+        return web.json_response(_completion(qid, model, answer, ask))
 
     async def _cancel(self, qid: str) -> None:
         with contextlib.suppress(UnknownQuery):  # answered and expired meanwhile
@@ -168,24 +164,26 @@ class OpenAIRoutes:
             await asyncio.sleep(POLL_S)
         return None
 
-    async def _stream(self, request: web.Request, qid: str, model: str) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, qid: str, model: str, ask: ChatAsk) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        head = {
+        head: dict[str, Any] = {
             "id": f"chatcmpl-{qid}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": model,
         }
+        if ask.include_usage:
+            head["usage"] = None  # OpenAI's: every chunk but the last, the usage's, says none
 
         async def send(chunk: dict[str, Any] | None) -> None:
             data = "[DONE]" if chunk is None else json.dumps({**head, **chunk})
             await response.write(f"data: {data}\n\n".encode())
 
         try:
-            await self._events(qid, send)
+            await self._events(qid, send, ask)
             await response.write_eof()
         except ConnectionError:  # the client went away: nobody wants the answer
             await self._cancel(qid)
@@ -195,8 +193,9 @@ class OpenAIRoutes:
                 await send(None)
         return response
 
-    async def _events(self, qid: str, send: Any) -> None:
-        """The chunks of a streamed completion: the role, a chunk per tree event, the content."""
+    async def _events(self, qid: str, send: Any, ask: ChatAsk) -> None:
+        """The chunks of a streamed completion: the role, a chunk per tree event, the content,
+        the end (and the usage, if asked for)."""
         await send(
             {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
         )
@@ -208,42 +207,38 @@ class OpenAIRoutes:
                 await send({"choices": [], "spex": {"query_id": qid, "node": node_json(event)}})
             if not events and answer is not None:
                 break
+        content, finish, usage = ("", "stop", ask.usage("")) if answer.error else _reply(answer, ask)
         if answer.error:
             await send({"choices": [], "spex": {"query_id": qid, "error": answer.error}})
         else:
-            delta = {"index": 0, "delta": {"content": _content(answer)}, "finish_reason": None}
-            await send({"choices": [delta]})
-        done = {"index": 0, "delta": {}, "finish_reason": "stop"}
+            await send({"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]})
+        done = {"index": 0, "delta": {}, "finish_reason": finish}
         await send({"choices": [done], "spex": _spex(qid, answer)})
+        if ask.include_usage:
+            await send({"choices": [], "usage": usage})
         await send(None)
 
 
 def _spex(qid: str, answer: AnswerResult) -> dict[str, Any]:
     return {
         "query_id": qid, "answer": answer.answer, "nodes": answer.nodes,
-        "latency_s": round(answer.latency_s, 4), "tree_digest": answer.tree_digest,
-        "speculative_issued": answer.spec_issued, "speculative_adopted": answer.spec_adopted,
-        "correct": answer.correct, "error": answer.error or None,
+        "tokens_generated": answer.tokens_generated, "latency_s": round(answer.latency_s, 4),
+        "tree_digest": answer.tree_digest, "speculative_issued": answer.spec_issued,
+        "speculative_adopted": answer.spec_adopted, "correct": answer.correct,
+        "error": answer.error or None, "served_by": served_json(answer.served_by),
     }  # fmt: skip
 
 
-def _completion(qid: str, model: str, answer: AnswerResult) -> dict[str, Any]:
+def _completion(qid: str, model: str, answer: AnswerResult, ask: ChatAsk) -> dict[str, Any]:
+    content, finish, usage = _reply(answer, ask)
     return {
         "id": f"chatcmpl-{qid}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": _content(answer)},
-                "finish_reason": "stop",
-            }
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}
         ],
-        "usage": {
-            "prompt_tokens": 0,
-            "completion_tokens": answer.tokens_generated,
-            "total_tokens": answer.tokens_generated,
-        },
+        "usage": usage,
         "spex": _spex(qid, answer),
     }

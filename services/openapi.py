@@ -163,19 +163,22 @@ def _openai() -> dict[str, dict[str, Schema]]:
         "description": "the completion (with stream: chat.completion.chunk events, then data: [DONE])",
         "content": {JSON: {"schema": ref("ChatCompletion")}, SSE: {"schema": {"type": "string"}}},
     }
+    unreachable = _openai_refused("Redis is unreachable: retry later")
     chat = {
         "200": completion,
-        "400": _openai_refused("a bad field, or a body that is not a JSON object"),
+        "400": _openai_refused("a parameter refused (error.param names it), or a body not a JSON object"),
         "404": _openai_refused("no such model"),
         "408": _openai_refused("the body was not sent in time"),
         "409": _openai_refused("the client key names a different question"),
         "413": _openai_refused("the body is too large"),
-        "429": _openai_refused("too many questions in flight"),
+        "429": _openai_refused("too many questions in flight (Retry-After: 1)"),
         "500": _openai_refused("the search failed"),
-        "503": _refused("Redis is unreachable: retry later"),
+        "503": unreachable,
         "504": _openai_refused(f"no answer within {WAIT_S:.0f} s"),
     }
     models = {"200": _json("a sample of the model names (any target is served)", ref("Models"))}
+    for responses in (chat, models):
+        responses["401"] = _openai_refused("no token, or a wrong one (where tokens are set): invalid_api_key")
     return {
         "/v1/models": {"get": _op("listModels", "OpenAI", "the searches, as OpenAI models", models)},
         "/v1/chat/completions": {
@@ -199,7 +202,9 @@ def document(open_paths: Collection[str]) -> Schema:
             if path in open_paths:
                 operation["security"] = []
             else:
-                operation["responses"]["401"] = _refused("no token, or a wrong one (where tokens are set)")
+                operation["responses"].setdefault(
+                    "401", _refused("no token, or a wrong one (where tokens are set)")
+                )
             operation["responses"] = dict(sorted(operation["responses"].items()))
     return {
         "openapi": OPENAPI_VERSION,

@@ -10,6 +10,7 @@ answer's, a node's and the overview's are what `spex.services.watch.answer_json`
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection
 from typing import Any
@@ -26,7 +27,7 @@ from spex.proto import (
     submission,
 )
 from spex.proto.messages import ANSWER_WEIGHTS, REWARDS
-from spex.services.openai_api import EXTRA_FIELDS, MODEL
+from spex.services.openai_params import EXTRA_FIELDS, HONOURED, MODEL, NEUTRAL
 
 __all__ = ["BOUNDS", "Schema", "client_fields", "ref", "schemas"]
 
@@ -222,22 +223,34 @@ def _openai() -> dict[str, Schema]:
             "owned_by": _t("string"),
         }
     )
-    message = _object({"role": _t("string"), "content": _t(["string", "array"])}, required=["role"])
+    message = _object({"role": _t("string", const="user"), "content": _t(["string", "array"])})
     fields = client_fields()
-    request = {
-        "model": _t("string", "spex:<algorithm>[-<target>]", pattern=f"^{_unnamed(MODEL.pattern)}$"),
-        "messages": _t("array", "the question is the last user message", items=message),
-        "stream": _t("boolean", "send chat.completion.chunk events, then [DONE]", default=False),
-        **{name: fields[name] for name in EXTRA_FIELDS},
-    }
+    honoured = {name: _t(kind, meaning) for name, (kind, meaning) in HONOURED.items()}
+    honoured["model"]["pattern"] = f"^{_unnamed(MODEL.pattern)}$"
+    honoured["messages"].update(items=message, minItems=1, maxItems=1)
+    honoured["stream"]["default"] = False
+    honoured["n"]["enum"] = [1]
+    honoured["max_tokens"]["minimum"] = honoured["max_completion_tokens"]["minimum"] = 1
+    refused = {name: _refused(kind, ok, why) for name, (kind, ok, why) in NEUTRAL.items()}
+    request = {**honoured, **{name: fields[name] for name in EXTRA_FIELDS}, **refused}
     completion = {
         "id": _t("string"),
         "object": _t("string", const="chat.completion"),
         "created": _t("integer"),
         "model": _t("string"),
-        "choices": _t("array", "one: the solution's steps and the answer", items=_t("object")),
-        "usage": _t("object", "completion_tokens: every token the search generated"),
-        "spex": _t("object", "the query id, the answer, the tree's size and digest"),
+        "choices": _t(
+            "array",
+            "one: the solution's steps and the answer (finish_reason length: cut at max_tokens)",
+            items=_t("object"),
+        ),
+        "usage": _t(
+            "object",
+            "prompt_tokens: the question's, completion_tokens: the reply's (estimated: one per "
+            f"{submission.CHARS_PER_TOKEN} characters), total_tokens: their sum",
+        ),
+        "spex": _t(
+            "object", "the query id, the answer, the tree's size and digest, tokens_generated (the search's)"
+        ),
     }
     error = {
         "message": _t("string"),
@@ -247,10 +260,23 @@ def _openai() -> dict[str, Schema]:
     }
     return {
         "Models": _object({"object": _t("string", const="list"), "data": _t("array", items=model)}),
-        "ChatRequest": _object(request, required=["model", "messages"]),
+        "ChatRequest": {
+            **_object(request, required=["model", "messages"]),
+            "additionalProperties": False,
+            "description": "Every parameter sent is honoured or refused with a 400 whose error.param "
+            "names it (an unknown one too); null is the same as leaving it out.",
+        },
         "ChatCompletion": _object(completion),
         "OpenAIError": _object({"error": _object(error)}),
     }
+
+
+def _refused(kind: str | list[str], neutral: Collection[Any], why: str) -> Schema:
+    """An OpenAI parameter SPEX cannot honour: refused unless at a value that asks for nothing."""
+    if not neutral:
+        return _t(kind, f"refused: {why}")
+    unless = " or ".join(json.dumps(v) for v in neutral)
+    return _t(kind, f"refused unless {unless}: {why}", enum=list(neutral))
 
 
 def schemas() -> dict[str, Schema]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from opentelemetry.trace import Span
 from structlog.typing import FilteringBoundLogger
 
-from spex.proto import QueryStatsEvent, SubmitQuestionRequest
+from spex.proto import QueryStatsEvent, SubmitQuestionRequest, submission
 from spex.shared.content.grading import equivalent, grade
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SearchConfig
@@ -78,7 +78,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
     search = SearchConfig(req.algorithm, req.target, max_step_tokens=settings.max_step_tokens, params=params)
     return QueryMachine(
         req.query_id,
-        req.prompt_tokens or max(1, len(req.question) // 4),
+        req.prompt_tokens or submission.estimate_tokens(req.question),
         search,
         req.seed,
         reward=served_by(settings).reward,

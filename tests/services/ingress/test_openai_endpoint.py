@@ -1,5 +1,7 @@
 """The OpenAI-compatible endpoint, through OpenAI's own Python client against the live
-ingress (real processes, real HTTP): a completion, a streamed one, the model list, errors."""
+ingress (real processes, real HTTP): a completion and its usage, one cut at max_tokens and at a
+stop string, a streamed one (and its usage chunk), the model list, errors. What it refuses:
+test_openai_refuses_what_it_cannot_honour.py."""
 
 import asyncio
 
@@ -7,7 +9,7 @@ import openai
 import pytest
 import redis
 
-from spex.proto import decode, names
+from spex.proto import decode, names, submission
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import http, wait_http
@@ -34,15 +36,28 @@ def client(base):
 def test_a_chat_completion_is_the_search_s_answer(ingress, redis_server):
     reply = client(ingress).chat.completions.create(
         model="spex:rebase-8",
-        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "What is 2 + 2?"}],
+        messages=[{"role": "user", "content": "What is 2 + 2?"}],
         seed=5,
         extra_body={"mode": "spex"},
     )
-    spex = reply.model_extra["spex"]
+    spex, labelled = reply.model_extra["spex"], reply.choices[0].message.content
+    # The simulated GPU's stand-in text says what it is, first, in the text a client reads (the
+    # label is neither cut by max_tokens nor counted).
+    label = f"[{spex['served_by']['demonstration']}]\n\n"
+    assert labelled.startswith(label) and label.startswith(
+        "[a demonstration: synthetic content on a simulated"
+    )
+    content = labelled.removeprefix(label)
     assert reply.object == "chat.completion" and reply.model == "spex:rebase-8"
     assert reply.choices[0].finish_reason == "stop" and reply.choices[0].message.role == "assistant"
-    assert f"The answer is {spex['answer']}" in reply.choices[0].message.content
-    assert reply.usage.completion_tokens > 0 and spex["nodes"] > 0
+    assert f"The answer is {spex['answer']}" in content
+    assert spex["served_by"]["engine"] == "sim" and spex["served_by"]["content"] == "synthetic"
+    # The usage counts the question and the reply (the coordinator's estimate: no tokenizer
+    # at the ingress); the search's own tokens are SPEX's figure.
+    assert reply.usage.prompt_tokens == submission.estimate_tokens("What is 2 + 2?") > 0
+    assert reply.usage.completion_tokens == submission.estimate_tokens(content) > 0
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    assert spex["tokens_generated"] > reply.usage.completion_tokens and spex["nodes"] > 0
     # The same query over SPEX's own API: the same answer, and the seed and target were used.
     status, answer = http("GET", f"{ingress}/v1/questions/{spex['query_id']}")
     assert status == 200 and answer["answer"] == spex["answer"]
@@ -58,6 +73,32 @@ def test_a_chat_completion_is_the_search_s_answer(ingress, redis_server):
     assert again.model_extra["spex"]["speculative_issued"] == 0  # the mode was passed through
 
 
+def _unlabelled(reply):
+    """A reply's content without the demonstration's label (synthetic content's)."""
+    return reply.choices[0].message.content.split("]\n\n", 1)[1]
+
+
+def test_max_tokens_and_stop_cut_the_reply(ingress):
+    ask = {"model": "spex:rebase-8", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "seed": 5}
+
+    def first_step(reply):  # the search's own, over SPEX's API
+        status, answer = http("GET", f"{ingress}/v1/questions/{reply.model_extra['spex']['query_id']}")
+        assert status == 200
+        return answer["solution"][0].strip()
+
+    # The operator's temperature, n=1, top_p=1 and the like ask for nothing the search lacks.
+    cut = client(ingress).chat.completions.create(
+        **ask, max_tokens=5, temperature=0.3, n=1, top_p=1, logprobs=False, user="tester"
+    )
+    content = _unlabelled(cut)
+    assert cut.choices[0].finish_reason == "length" and content and first_step(cut).startswith(content)
+    assert cut.usage.completion_tokens == submission.estimate_tokens(content) <= 5
+    stopped = client(ingress).chat.completions.create(**ask, stop=[":", "never"], max_completion_tokens=1000)
+    content = _unlabelled(stopped)
+    assert stopped.choices[0].finish_reason == "stop"
+    assert first_step(stopped).startswith(content + ":") and ":" not in content
+
+
 def test_a_streamed_completion_sends_the_tree_then_the_answer(ingress):
     chunks = list(
         client(ingress).chat.completions.create(
@@ -71,16 +112,28 @@ def test_a_streamed_completion_sends_the_tree_then_the_answer(ingress):
     assert f"The answer is {chunks[-1].model_extra['spex']['answer']}" in content
 
 
+def test_a_streamed_completion_ends_with_its_usage_when_asked(ingress):
+    chunks = list(
+        client(ingress).chat.completions.create(
+            model="spex:rstar-4", messages=[{"role": "user", "content": "What is 3 + 4?"}], stream=True,
+            stream_options={"include_usage": True}, max_tokens=3,
+        )
+    )  # fmt: skip
+    *rest, last = chunks
+    content = "".join(c.choices[0].delta.content or "" for c in rest if c.choices).split("]\n\n", 1)[1]
+    assert last.choices == [] and all(c.usage is None for c in rest)  # OpenAI's: the last chunk only
+    assert [c.choices[0].finish_reason for c in rest if c.choices][-1] == "length"
+    assert last.usage.prompt_tokens == submission.estimate_tokens("What is 3 + 4?")
+    assert last.usage.completion_tokens == submission.estimate_tokens(content) <= 3
+    assert last.usage.total_tokens == last.usage.prompt_tokens + last.usage.completion_tokens
+
+
 def test_models_and_errors_speak_openai(ingress):
     ids = [m.id for m in client(ingress).models.list()]
     assert "spex:rebase-16" in ids and "spex:rstar-8" in ids
     with pytest.raises(openai.NotFoundError) as err:
         client(ingress).chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
     assert "spex:<algorithm>" in str(err.value)
-    with pytest.raises(openai.BadRequestError) as err:
-        system_only = [{"role": "system", "content": "x"}]
-        client(ingress).chat.completions.create(model="spex:rebase", messages=system_only)
-    assert "no user message" in str(err.value)
     with pytest.raises(openai.BadRequestError) as err:
         client(ingress).chat.completions.create(
             model="spex:rebase-4", messages=[{"role": "user", "content": "x"}], extra_body={"mode": "fast"}

@@ -1,13 +1,15 @@
 """The OpenAPI document's schemas say what the ingress takes and answers: a question's body is
 the contract's client fields with their types and defaults, its bounds are the ones the
-validator holds them to, and an answer, a node and a tree's node as the ingress writes them
-are valid by their schemas (with no property left undocumented). No server."""
+validator holds them to, an answer, a node and a tree's node as the ingress writes them are
+valid by their schemas (with no property left undocumented), and a chat request's parameters
+are the ones the OpenAI endpoint reads. No server."""
 
 import msgspec
 import pytest
 
 from spex.proto import AnswerResult, NodeEvent, ServedBy, SubmissionError, SubmitQuestionRequest, submission
 from spex.services.ingress import OPEN_PATHS
+from spex.services.openai_params import EXTRA_FIELDS, HONOURED, NEUTRAL, ParamError, chat_ask
 from spex.services.openapi import document
 from spex.services.openapi_schemas import BOUNDS
 from spex.services.watch import answer_json
@@ -101,3 +103,16 @@ def test_an_answer_a_node_and_a_tree_are_what_their_schemas_say():
         check(node, "TreeNode")
         assert set(node) == set(schema("TreeNode")["properties"])
     check({"query_id": "q", "status": "searching", "nodes": fold_tree(events)}, "Tree")
+
+
+def test_a_chat_request_s_documented_parameters_are_the_ones_the_endpoint_reads():
+    body = schema("ChatRequest")
+    assert set(body["properties"]) == {*HONOURED, *NEUTRAL, *EXTRA_FIELDS}
+    assert body["additionalProperties"] is False
+    ask = {"model": "spex:rebase-4", "messages": [{"role": "user", "content": "x"}]}
+    for name, prop in body["properties"].items():
+        for value in prop.get("enum", ()):  # a documented neutral value is accepted
+            chat_ask({**ask, name: value}, temperature=0.3)
+    with pytest.raises(ParamError) as refusal:
+        chat_ask({**ask, "undocumented": 1}, temperature=0.3)
+    assert refusal.value.field == "undocumented"
