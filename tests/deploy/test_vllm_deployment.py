@@ -26,14 +26,17 @@ SERVER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 # What the generator needs of the server (shared/serving/vllm.py), as the real-server tests
 # launch it; their --dtype float32 is the CPU build's.
 NEEDED = [f for f in FLAGS if f not in ("--dtype", "float32")]
+# What the scorer needs of a reward model's server (issue 39's vLLM reward backend,
+# shared/serving/vllm_reward.py): the pooling runner, and a primary step's score first.
+PRM_NEEDED = ["--runner", "pooling", "--scheduling-policy", "priority"]
 
 
-def launched_as_needed(args):
-    """`args` start vLLM's server with every flag in NEEDED, each value right after its flag."""
+def launched_as_needed(args, needed=NEEDED):
+    """`args` start vLLM's server with every flag in `needed`, each value right after its flag."""
     assert args[:3] == SERVER
-    for i, name in enumerate(NEEDED):
+    for i, name in enumerate(needed):
         if name.startswith("--"):
-            value = NEEDED[i + 1] if i + 1 < len(NEEDED) and not NEEDED[i + 1].startswith("--") else None
+            value = needed[i + 1] if i + 1 < len(needed) and not needed[i + 1].startswith("--") else None
             assert name in args and (value is None or flag(args, name) == value), name
     return True
 
@@ -78,9 +81,7 @@ def test_the_reward_model_is_served_by_vllms_pooling_runner_for_the_scorer_only(
     prm = deployments["spex-prm"]["spec"]["template"]
     (server,) = prm["spec"]["containers"]
     args = argv(server)
-    assert (
-        args[:3] == SERVER and flag(args, "--runner") == "pooling" and flag(args, "--model") == "/models/prm"
-    )
+    assert launched_as_needed(args, PRM_NEEDED) and flag(args, "--model") == "/models/prm"
     assert server["resources"]["limits"]["nvidia.com/gpu"] == 1
     (port,) = server["ports"]
     assert port["containerPort"] == int(flag(args, "--port"))
@@ -122,7 +123,7 @@ def test_compose_vllm_profile_pairs_a_server_with_a_generator_and_serves_the_rew
     assert (ROOT / "compose" / generator["build"]["context"] / generator["build"]["dockerfile"]).exists()
     prm, scorer = services["vllm-prm"], services["scorer-vllm"]
     prm_args = [*prm["entrypoint"], *prm["command"]]
-    assert flag(prm_args, "--runner") == "pooling"
+    assert launched_as_needed(prm_args, PRM_NEEDED)
     env = compose_env(scorer)
     assert env["SPEX_PRM_URL"] == f"http://vllm-prm:{flag(prm_args, '--port')}"
     assert env["SPEX_PRM"] == flag(prm_args, "--model") and env["SPEX_PRM_ENGINE"] == "vllm"
