@@ -33,7 +33,9 @@ def _served_engine(settings: Settings) -> LiveEngine:
     from spex.shared.serving import open_engine
 
     s = settings
-    return open_engine(s.engine, s.engine_url, s.engine_timeout_s, s.model, s.deterministic)
+    engine = open_engine(s.engine, s.engine_url, s.engine_timeout_s, s.model, s.deterministic)
+    engine.wait_s = s.engine_wait_s  # a server still loading its model answers after minutes
+    return engine
 
 
 def _hf_engine(settings: Settings) -> LiveEngine:

@@ -21,7 +21,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -32,10 +32,15 @@ from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import ENV, Settings, without_password
 from spex.shared.runtime.supervisor import Supervisor
 
-__all__ = ["default_data_dir", "lock_data_dir", "service_env", "service_names", "services", "up"]
+__all__ = [
+    "default_data_dir", "lock_data_dir", "service_env", "service_names", "services", "start_limits", "up",
+]  # fmt: skip
 
 PASSWORD_FILE = "redis.password"
 LOCK_FILE = "spex.lock"
+# How long a service takes to start when it waits on nothing but Redis: imports and a connection.
+# One that waits on a serving engine gets SPEX_ENGINE_WAIT_S on top (`start_limits`).
+START_WAIT_S = 60.0
 
 
 def default_data_dir() -> Path:
@@ -180,7 +185,7 @@ def up(
                 ports[name] = settings.metrics_port + i
                 extra["SPEX_METRICS_PORT"] = str(ports[name])
             supervisor.add(kind, name, service_env(settings, name, **extra))
-        _wait_healthy(supervisor, logs)
+        _wait_healthy(supervisor, logs, settings.engine_wait_s)
         supervisor.watch()
         if server is not None:
             redis_stopped = _watch_redis(server, supervisor, say)
@@ -248,31 +253,58 @@ def _reachable(settings: Settings, timeout_s: float = 5.0) -> None:
         client.close()
 
 
-def _wait_healthy(supervisor: Supervisor, logs: Path, timeout_s: float = 60.0) -> None:
+def _wait_healthy(supervisor: Supervisor, logs: Path, engine_wait_s: float) -> None:
     """Every service has logged `service_started`, or ValueError in one line: the service
-    that exited at start and its own one-line reason, or those still not started."""
-    deadline = time.monotonic() + timeout_s
+    that exited at start and its own one-line reason, or those not started within their limits
+    (`start_limits`)."""
+    started = time.monotonic()
+    limits = start_limits(supervisor, engine_wait_s)
     waiting = set(supervisor.children)
-    while waiting and time.monotonic() < deadline:
+    while waiting:
         for name in list(waiting):
             log = supervisor.log_path(name)
             if name in supervisor.exited():
                 raise ValueError(f"{name} did not start: {_reason(log.read_text(errors='replace'))}")
             if b"service_started" in log.read_bytes():
                 waiting.discard(name)
+        late = sorted(n for n in waiting if time.monotonic() - started > limits[n])
+        if late:
+            names = ", ".join(_waits_on(supervisor, name) for name in late)
+            text = f"not started after {max(limits[n] for n in late):.0f} s: {names} (their logs: {logs})"
+            if any(limits[n] > START_WAIT_S for n in late):  # a server still loading its model
+                text += f"; SPEX_ENGINE_WAIT_S ({engine_wait_s:.0f} s) is how long a server may load"
+            raise ValueError(text)
         time.sleep(0.05)
-    if waiting:
-        names = ", ".join(_waits_on(supervisor, name) for name in sorted(waiting))
-        raise ValueError(f"not started after {timeout_s:.0f} s: {names} (their logs: {logs})")
+
+
+def start_limits(supervisor: Supervisor, engine_wait_s: float) -> dict[str, float]:
+    """How long each service may take to start, seconds: START_WAIT_S, and for one that waits on
+    a serving engine `engine_wait_s` more (it gives up on its own after `engine_wait_s`, and its
+    reason is then the one reported)."""
+    return {
+        name: START_WAIT_S + (engine_wait_s if _engine_of(child.kind, child.env) else 0.0)
+        for name, child in supervisor.children.items()
+    }
+
+
+def _engine_of(kind: str, env: Mapping[str, str]) -> str:
+    """The URL of the serving engine a service of `kind` with `env` waits on at start ("":
+    none): a generator's vLLM or SGLang server, a scorer's served reward model."""
+    if kind == "generator" and env.get("SPEX_ENGINE") in ("vllm", "sglang"):
+        return env.get("SPEX_ENGINE_URL", "")
+    if kind == "scorer" and env.get("SPEX_PRM"):
+        return env.get("SPEX_PRM_URL", "")
+    return ""
 
 
 def _waits_on(supervisor: Supervisor, name: str) -> str:
-    """A service not started yet, and the serving engine it waits for (a generator's)."""
+    """A service not started yet, and the serving engine it waits for."""
     child = supervisor.children[name]
-    url = child.env.get("SPEX_ENGINE_URL", "")
-    if child.kind == "generator" and child.env.get("SPEX_ENGINE") in ("vllm", "sglang") and url:
-        return f"{name} (waiting for its engine at {url})"
-    return name
+    url = _engine_of(child.kind, child.env)
+    if not url:
+        return name
+    what = "its engine" if child.kind == "generator" else "its reward model"
+    return f"{name} (waiting for {what} at {url})"
 
 
 def _reason(log: str) -> str:

@@ -180,6 +180,15 @@ class Settings:
         help="vllm/sglang: longest one request may take, seconds",
         within=(1, 86_400),
     )
+    # A server loads its weights and captures its CUDA graphs before it answers: minutes, not
+    # the seconds every other service takes to start.
+    engine_wait_s: float = setting(
+        900.0,
+        env="SPEX_ENGINE_WAIT_S",
+        help="vllm/sglang: how long a generator waits at start for its server to answer, seconds "
+        "(`spex up` waits as long for a service that waits on a server)",
+        within=(1, 86_400),
+    )
     model: str = setting(
         "",
         env="SPEX_MODEL",

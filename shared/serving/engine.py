@@ -83,6 +83,7 @@ class ServingEngine:
         self.backend = backend
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.wait_s = timeout_s  # how long `start` waits for the server (a generator: SPEX_ENGINE_WAIT_S)
         self.template = template
         # The served model's token count of a text, where its tokenizer is known (open_engine).
         self.count_tokens = count_tokens
@@ -112,9 +113,10 @@ class ServingEngine:
         return self._session
 
     async def start(self, wait_s: float | None = None) -> None:
-        """Wait (up to `wait_s`, default the request timeout) for the server to answer, then
-        check it can serve this configuration: raises EngineUnavailable otherwise."""
-        deadline = time.monotonic() + (self.timeout_s if wait_s is None else wait_s)
+        """Wait (up to `wait_s`, default `self.wait_s`) for the server to answer, then check it
+        can serve this configuration: raises EngineUnavailable otherwise."""
+        wait_s = self.wait_s if wait_s is None else wait_s
+        deadline = time.monotonic() + wait_s
         delay = RETRY_FIRST_S
         while True:
             try:  # a server that accepts connections but never answers counts as not there
@@ -124,7 +126,7 @@ class ServingEngine:
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 if time.monotonic() + delay > deadline:
                     raise EngineUnavailable(
-                        f"{self.backend.name} at {self.url}: not reachable ({exc})"
+                        f"{self.backend.name} at {self.url}: not reachable within {wait_s:.0f} s ({exc})"
                     ) from None
                 log.info("waiting for %s at %s: %s", self.backend.name, self.url, exc)
                 await asyncio.sleep(delay)

@@ -13,6 +13,7 @@ from tests.deploy.manifests import (
     argv,
     compose,
     compose_env,
+    effective_env,
     flag,
     image_name,
     of_kind,
@@ -39,7 +40,8 @@ def env_of(container):
 
 @pytest.mark.parametrize(("name", "worker_name", "model_path", "model_var", "url_var"), GPU_PODS)
 def test_a_gpu_pod_runs_the_server_beside_its_worker(name, worker_name, model_path, model_var, url_var):
-    pod = of_kind(render("gpu-sglang"), "Deployment")[name]["spec"]["template"]["spec"]
+    docs = render("gpu-sglang")
+    pod = of_kind(docs, "Deployment")[name]["spec"]["template"]["spec"]
     (server,) = pod["initContainers"]
     (worker,) = pod["containers"]
     assert server["restartPolicy"] == "Always"  # a native sidecar: starts first, stops last
@@ -50,7 +52,7 @@ def test_a_gpu_pod_runs_the_server_beside_its_worker(name, worker_name, model_pa
     assert server["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert "nvidia.com/gpu" not in worker["resources"].get("limits", {})
     # The worker talks to this server, and reads the same weights' tokenizer.
-    env = env_of(worker)
+    env = effective_env(worker, of_kind(docs, "ConfigMap"))
     if url_var == "SPEX_ENGINE_URL":  # the generator's engine; a PRM server needs only its URL
         assert env["SPEX_ENGINE"] == "sglang"
     assert env[url_var].startswith("http://127.0.0.1:")
