@@ -33,15 +33,25 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 def _workload_args(b: argparse.ArgumentParser) -> None:
     """The search, the questions, the hardware and the workload."""
-    b.add_argument("--algorithm", choices=ALGORITHMS, default="rebase")
+    b.add_argument("--algorithm", choices=ALGORITHMS, default="rebase", help="the tree search")
     b.add_argument("--target", type=int, default=16, help="REBASE/ETS width or MCTS rollouts")
     b.add_argument("--batch-size", type=int, default=1, help="questions in flight")
-    b.add_argument("--questions", type=int, default=16)
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--questions", type=int, default=16, help="questions to run")
+    b.add_argument("--seed", type=int, default=0, help="the workload's and the searches' seed")
     b.add_argument("--profile", default="Llemma-7B@A6000", help="MODEL@GPU of the generator")
     b.add_argument("--reward-profile", default=None, help="MODEL@GPU of the PRM (default Llemma-7B@same GPU)")
-    b.add_argument("--reward", choices=list(REWARDS), default="prm")
-    b.add_argument("--answer-selection", choices=list(SELECTIONS), default=None)
+    b.add_argument(
+        "--reward",
+        choices=list(REWARDS),
+        default="prm",
+        help="a step's reward: the PRM's score or its log-probability",
+    )
+    b.add_argument(
+        "--answer-selection",
+        choices=list(SELECTIONS),
+        default=None,
+        help="how the answer is chosen among the solutions (default: the algorithm's own)",
+    )
     b.add_argument("--workload", default=None, help="TOML file of workload knobs")
     b.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="override a knob")
     b.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="algorithm parameter")
@@ -54,7 +64,12 @@ def _workload_args(b: argparse.ArgumentParser) -> None:
 
 def _speculation_args(b: argparse.ArgumentParser) -> None:
     """SPEX's switches: T1, T2, T3 and what holds speculation back."""
-    b.add_argument("--mode", choices=[*MODES, "compare"], default="baseline")
+    b.add_argument(
+        "--mode",
+        choices=[*MODES, "compare"],
+        default="baseline",
+        help="baseline: plain search; spex: with speculation; compare: both, side by side",
+    )
     b.add_argument(
         "--repeats",
         type=int,

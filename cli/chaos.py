@@ -18,13 +18,15 @@ __all__ = ["add_chaos_parser", "chaos_command"]
 
 def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("chaos", help="run the pipeline under seeded random faults and check nothing is lost")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=int, default=0, help="the faults' and the questions' seed")
     c.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
     c.add_argument("--questions", type=int, default=20, help="submitted evenly over the run")
-    c.add_argument("--faults-per-minute", type=float, default=6.0)
-    c.add_argument("--algorithm", choices=ALGORITHMS, default="rebase")
-    c.add_argument("--target", type=int, default=8)
-    c.add_argument("--mode", choices=list(MODES), default="spex")
+    c.add_argument("--faults-per-minute", type=float, default=6.0, help="how often a fault is injected")
+    c.add_argument("--algorithm", choices=ALGORITHMS, default="rebase", help="the questions' search")
+    c.add_argument("--target", type=int, default=8, help="REBASE/ETS width or MCTS rollouts")
+    c.add_argument(
+        "--mode", choices=list(MODES), default="spex", help="baseline: plain search; spex: with speculation"
+    )
     c.add_argument("--time-scale", type=float, default=0.01, help="wall seconds per simulated second")
     c.add_argument("--early-stop", action="store_true", help="submit with T3 on (trees checked against T3's)")
     c.add_argument(

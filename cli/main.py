@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from spex.cli import bench, bench_args, chaos, model, profile, runtime, top
+from spex.cli import bench, bench_args, chaos, client, model, profile, runtime, top
 from spex.cli.version import spex_version
 
 __all__ = ["build_parser", "main"]
@@ -26,8 +26,10 @@ COMMANDS: dict[str, tuple[AddParser, Command]] = {
     "up": (runtime.add_up_parser, runtime.up_command),
     "chaos": (chaos.add_chaos_parser, chaos.chaos_command),
     "demo": (runtime.add_demo_parser, runtime.demo_command),
-    "submit": (runtime.add_submit_parser, runtime.client_command),
-    "result": (runtime.add_result_parser, runtime.client_command),
+    "submit": (client.add_submit_parser, client.client_command),
+    "result": (client.add_result_parser, client.client_command),
+    "cancel": (client.add_cancel_parser, client.client_command),
+    "tree": (client.add_tree_parser, client.client_command),
     "model": (model.add_model_parser, model.model_command),
     "profile": (profile.add_profile_parser, profile.profile_command),
     "top": (top.add_top_parser, top.top_command),

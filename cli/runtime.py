@@ -1,21 +1,17 @@
 """The distributed runtime's commands: `spex worker` (one service), `up` (Redis and every
-service, supervised), `demo`, and the client's `submit` and `result`. The services are
-imported only by the command that runs them."""
+service, supervised) and `demo`. The services are imported only by the command that runs
+them; the client's commands are `spex.cli.client`'s."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import msgspec
 from rich.console import Console
 
-from spex.proto import ALGORITHMS, CONTENTS, MODES, SPLITS, SubmitQuestionRequest
-from spex.proto.messages import ANSWER_WEIGHTS
+from spex.proto import ALGORITHMS, CONTENTS, SPLITS
 from spex.shared.engine.api import ENGINES
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.runtime.settings import Settings
@@ -25,7 +21,11 @@ from spex.shared.runtime.settings_schema import flag_help
 # on the engine's batch-invariant mode, so SPEX grows the baseline's very trees.
 DEMO_MODEL_SETTINGS: dict[str, object] = {"max_step_tokens": 48, "max_depth": 4, "deterministic": True}
 
-DEFAULT_METRICS_PORT = 9100  # `spex up`: the first service's /metrics; the others count up from it
+# `spex up`: the first service's /metrics; the others count up from it. Outside 9100-9999, the
+# range Prometheus's list of exporter ports allocates in whole (9100 is node_exporter's: on a
+# node running both, a service would lose its metrics to it), and clear of 8000 (vLLM), 8080
+# (the ingress) and 9090 (Prometheus).
+DEFAULT_METRICS_PORT = 8700
 # Settings `spex up` takes as flags: a bad value names the flag beside its variable.
 UP_FLAGS = {
     "time_scale": "--time-scale", "engine": "--engine", "engine_url": "--engine-url", "model": "--model",
@@ -36,17 +36,10 @@ UP_FLAGS = {
     "prm_url": "--prm-url", "objective": "--objective", "profile_file": "--profile-file",
 }  # fmt: skip
 
-if TYPE_CHECKING:
-    from spex.proto import AnswerResult
-    from spex.shared.runtime.client import IngressClient
-
 __all__ = [
     "add_demo_parser",
-    "add_result_parser",
-    "add_submit_parser",
     "add_up_parser",
     "add_worker_parser",
-    "client_command",
     "demo_command",
     "up_command",
     "up_settings",
@@ -56,12 +49,18 @@ __all__ = [
 
 def add_worker_parser(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("worker", help="run one service in this process")
-    w.add_argument("service", choices=["ingress", "coordinator", "generator", "scorer", "allocator"])
+    w.add_argument(
+        "service",
+        choices=["ingress", "coordinator", "generator", "scorer", "allocator"],
+        help="the service to run, configured by its environment (SPEX_*)",
+    )
 
 
 def add_up_parser(sub: argparse._SubParsersAction) -> None:
     u = sub.add_parser("up", help="start Redis (embedded unless --redis) and every service")
-    u.add_argument("--redis", default=None, help="use this Redis URL instead of an embedded server")
+    u.add_argument(
+        "--redis", default=None, help="use this Redis, redis://HOST:PORT, instead of an embedded one"
+    )
     u.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
     u.add_argument("--data-dir", default=None, help="embedded Redis data (default ~/.local/share/spex)")
     u.add_argument(
@@ -75,7 +74,9 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help=f"first /metrics port, one per service in order (default {DEFAULT_METRICS_PORT}; 0: none)",
     )
-    u.add_argument("--generators", type=int, default=1)
+    u.add_argument(
+        "--generators", type=int, default=1, help="generator services, one per GPU or serving engine"
+    )
     u.add_argument("--time-scale", type=float, default=None, help=_help("time_scale"))
     u.add_argument(
         "--engine",
@@ -125,60 +126,10 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def add_submit_parser(sub: argparse._SubParsersAction) -> None:
-    sb = sub.add_parser("submit", help="submit a question (or a JSONL file of them) to the ingress")
-    sb.add_argument("question", nargs="?", default=None)
-    sb.add_argument(
-        "--file", default=None, help="JSONL, a 'problem' or 'question' per line (and 'answer': graded)"
-    )
-    sb.add_argument("--redis", required=True)
-    sb.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
-    # A flag left out takes the request's default (SubmitQuestionRequest's are the only ones).
-    default = {f.name: f.default for f in msgspec.structs.fields(SubmitQuestionRequest)}
-    sb.add_argument("--algorithm", choices=ALGORITHMS, default=None, help=f"default {default['algorithm']}")
-    sb.add_argument("--target", type=int, default=None, help=f"default {default['target']}")
-    sb.add_argument("--mode", choices=list(MODES), default=None, help=f"default {default['mode']}")
-    sb.add_argument("--client-key", default=None)
-    sb.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for answers")
-    sb.add_argument("--reference", default=None, help="grade the answer against this reference answer")
-    sb.add_argument(
-        "--early-stop",
-        action="store_true",
-        help="T3: stop the search once its answer is settled (may change it)",
-    )
-    sb.add_argument(
-        "--early-stop-alpha", type=float, default=None, help=f"T3's α (default {default['early_stop_alpha']})"
-    )
-    sb.add_argument(
-        "--early-stop-min",
-        type=int,
-        default=None,
-        help="T3 waits for this many answers (default: the search's rule)",
-    )
-    sb.add_argument("--early-stop-weight", choices=ANSWER_WEIGHTS, default=None, help="an answer's T3 weight")
-
-
-def add_result_parser(sub: argparse._SubParsersAction) -> None:
-    rs = sub.add_parser("result", help="print a question's answer")
-    rs.add_argument("query_id")
-    rs.add_argument("--redis", required=True)
-    rs.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
-    rs.add_argument("--wait", type=float, default=None, help="wait up to this many seconds for the answer")
-    rs.add_argument("--tree", default=None, metavar="FILE", help="write the query's tree (JSON) to FILE")
-
-
 def _help(field: str) -> str:
     """A flag's help when the flag sets one setting (its default None leaves it to the variable):
     the setting's own words, so the two cannot drift."""
     return flag_help(Settings, field)
-
-
-def _no_password_in_url(redis_url: str | None) -> None:
-    if redis_url and "@" in redis_url.partition("://")[2].split("/")[0]:
-        raise ValueError(
-            "--redis: no password in the URL (other users see it in ps); use SPEX_REDIS_PASSWORD "
-            "or --redis-password-file"
-        )
 
 
 def worker_command(args: argparse.Namespace, console: Console) -> int:
@@ -188,17 +139,16 @@ def worker_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def up_command(args: argparse.Namespace, console: Console) -> int:
-    from pathlib import Path
+    from spex.cli.up_checks import check_up
+    from spex.services.launcher import default_data_dir, engine_urls, serve_forever, services
 
-    from spex.services.launcher import engine_urls, serve_forever
-
-    _no_password_in_url(args.redis)
     if args.generators < 1:
         raise ValueError("--generators: must be at least 1")
     settings = up_settings(args)
     if settings.engine in ("vllm", "sglang"):
         engine_urls(settings.engine_url, args.generators)  # one URL, or one per generator
     data_dir = Path(args.data_dir) if args.data_dir else None
+    check_up(args, settings, len(services(args.generators, 1)), data_dir or default_data_dir())
     return serve_forever(settings, args.redis, args.generators, console, data_dir, args.fsync)
 
 
@@ -268,108 +218,3 @@ def demo_command(args: argparse.Namespace, console: Console) -> int:
     model, _ = import_gguf(str(gguf), Path(args.data_dir).expanduser() / "models" / gguf.stem)
     settings = Settings.from_env(None, objective=args.objective, **DEMO_MODEL_SETTINGS)
     return model_demo(settings, model, questions, algorithm, target, console)
-
-
-def client_command(args: argparse.Namespace, console: Console) -> int:
-    """`spex submit` and `spex result`, against the Redis at --redis."""
-    import asyncio
-
-    from redis.exceptions import AuthenticationError, ConnectionError, TimeoutError
-
-    from spex.shared.runtime.settings import without_password
-
-    _no_password_in_url(args.redis)
-    try:
-        return asyncio.run(_client(args, console))
-    except AuthenticationError:
-        raise ValueError(
-            "--redis-password-file: Redis refused the password (or needs one and none was given)"
-        ) from None
-    except (ConnectionError, TimeoutError) as exc:
-        raise ValueError(f"--redis: cannot reach {without_password(args.redis)}: {exc}") from None
-
-
-async def _client(args: argparse.Namespace, console: Console) -> int:
-    from spex.shared.runtime.client import IngressClient
-    from spex.shared.runtime.connect import redis_client
-    from spex.shared.runtime.settings import Settings
-
-    settings = Settings.from_env(None, redis_url=args.redis, redis_password_file=args.redis_password_file)
-    client = IngressClient(redis_client(settings), limits=settings.limits)
-    try:
-        if args.command == "result":
-            return await _result(client, args, console)
-        return await _submit(client, args, console)
-    finally:
-        await client.aclose()
-
-
-async def _result(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
-    from spex.shared.runtime.client import UnknownQuery
-    from spex.shared.runtime.views import answer_status
-
-    try:  # as the HTTP ingress: an id that names no question is an error, not "no answer yet"
-        await client.request(args.query_id)
-    except UnknownQuery:
-        raise ValueError(f"query_id: no question {args.query_id[:64]!r}") from None
-    answer = await client.result(args.query_id, args.wait)
-    if args.tree:
-        nodes = await client.tree(args.query_id)
-        status = "searching" if answer is None else answer_status(answer)
-        tree = {"query_id": args.query_id, "status": status, "nodes": nodes}
-        try:
-            Path(args.tree).write_text(json.dumps(tree, indent=1) + "\n")
-        except OSError as exc:
-            raise ValueError(f"--tree: {args.tree}: {exc.strerror}") from None
-        console.print(f"tree: {len(nodes)} nodes ({status}) -> {args.tree}", markup=False)
-    if answer is None:
-        console.print(f"{args.query_id}: no answer yet")
-        return 1
-    _print_answer(console, answer)
-    return 0
-
-
-async def _submit(client: IngressClient, args: argparse.Namespace, console: Console) -> int:
-    from spex.shared.content.datasets import load_questions
-
-    asked = [(args.question, args.reference)] if args.question else []
-    if args.file:
-        asked += [(q.text, q.reference_answer) for q in load_questions(args.file, require_answer=False)]
-    if not asked:
-        raise ValueError("submit: give a question, or --file with a 'question' or 'problem' per line")
-    qids = []
-    for i, (question, reference) in enumerate(asked):
-        key = f"{args.client_key}/{i}" if args.client_key else None
-        qids.append(
-            await client.submit(
-                question,
-                client_key=key,
-                algorithm=args.algorithm,
-                target=args.target,
-                mode=args.mode,
-                reference_answer=reference,
-                early_stop=args.early_stop or None,
-                early_stop_alpha=args.early_stop_alpha,
-                early_stop_min_answers=args.early_stop_min,
-                early_stop_weight=args.early_stop_weight,
-            )
-        )
-    for qid in qids:
-        answer = await client.result(qid, args.wait) if args.wait else None
-        if answer is None:
-            console.print(qid if not args.wait else f"{qid}: no answer within {args.wait} s")
-        else:
-            _print_answer(console, answer)
-    return 0
-
-
-def _print_answer(console: Console, answer: AnswerResult) -> None:
-    """The query's answer, graded if it had a reference, then the steps of its solution."""
-    if answer.error or answer.cancelled:
-        console.print(f"{answer.query_id}: {answer.error or 'cancelled'}", markup=False)
-        return
-    grade = {True: " (correct)", False: " (wrong)", None: ""}[answer.correct]
-    stopped = f" (stopped early, {answer.nodes} nodes)" if answer.early_stopped else ""
-    console.print(f"{answer.query_id}: {answer.answer}{grade}{stopped}", markup=False)
-    for i, step in enumerate(answer.solution, 1):
-        console.print(f"  step {i}: {step}", markup=False, highlight=False)

@@ -4,12 +4,7 @@ header and side panel show, read from the ingress's `GET /v1/overview`."""
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -17,32 +12,27 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from spex.cli.transport import check_url, ingress_request, read_token
+
 __all__ = ["add_top_parser", "render", "top_command"]
+
+FETCH_TIMEOUT_S = 5.0  # one frame's request: a refresh that waits longer shows a stale screen
 
 
 def add_top_parser(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("top", help="the cluster's questions, speculation and workers, live in the terminal")
     t.add_argument("--url", default="http://127.0.0.1:8080", help="the HTTP ingress")
     t.add_argument(
-        "--token-file", default=None, help="a file holding the ingress's bearer token (else $SPEX_TOKEN)"
+        "--token-file",
+        default=None,
+        help="a file holding the ingress's bearer token (else $SPEX_TOKEN; none: no token)",
     )
     t.add_argument("--every", type=float, default=1.0, help="seconds between refreshes")
     t.add_argument("--once", action="store_true", help="print one frame and exit")
 
 
 def _fetch(url: str, token: str) -> dict[str, Any]:
-    request = urllib.request.Request(f"{url.rstrip('/')}/v1/overview")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as reply:
-            return dict(json.loads(reply.read()))
-    except urllib.error.HTTPError as exc:
-        reason = "a valid token is needed (--token-file)" if exc.code == 401 else f"HTTP {exc.code}"
-        raise ValueError(f"--url: {url} answered {reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = str(getattr(exc, "reason", exc))
-        raise ValueError(f"--url: cannot reach the ingress at {url}: {reason}") from None
+    return ingress_request(url, "GET", "/v1/overview", token, timeout_s=FETCH_TIMEOUT_S)[1]
 
 
 def _num(value: object, digits: int = 2) -> str:
@@ -81,20 +71,15 @@ def render(o: dict[str, Any], url: str) -> Group:
 def top_command(args: argparse.Namespace, console: Console) -> int:
     if not 0.1 <= args.every <= 3600:
         raise ValueError(f"--every: between 0.1 and 3600 seconds, not {args.every}")
-    token = os.environ.get("SPEX_TOKEN", "")
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise ValueError(f"--token-file: {args.token_file}: {exc.strerror}") from None
+    url, token = check_url(args.url), read_token(args.token_file)
     if args.once:
-        console.print(render(_fetch(args.url, token), args.url))
+        console.print(render(_fetch(url, token), url))
         return 0
-    with Live(render(_fetch(args.url, token), args.url), console=console, refresh_per_second=4) as live:
+    with Live(render(_fetch(url, token), url), console=console, refresh_per_second=4) as live:
         try:
             while True:
                 time.sleep(args.every)
-                live.update(render(_fetch(args.url, token), args.url))
+                live.update(render(_fetch(url, token), url))
         except KeyboardInterrupt:
             pass
     return 0

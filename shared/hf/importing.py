@@ -18,10 +18,37 @@ import json
 import shutil
 from pathlib import Path
 
-__all__ = ["gguf_source", "import_gguf"]
+__all__ = ["gguf_source", "import_gguf", "model_dir_problem"]
 
 MARK = "spex-import.json"  # what an imported directory was made from
+GGUF_MAGIC = b"GGUF"  # a GGUF file's first four bytes
 IMPORT_FORMAT = 2  # 2: config.json without the GGUF quantization entry (vLLM loads it)
+
+
+def model_dir_problem(path: str) -> str | None:
+    """Why `path` is not a model directory the engines load (None: it is one), and what to do
+    instead: a GGUF file is imported once into one (`spex model import`)."""
+    where = Path(path)
+    if where.is_file():
+        try:
+            with where.open("rb") as f:
+                gguf = f.read(4) == GGUF_MAGIC
+        except OSError as exc:
+            return f"{path}: {exc.strerror}"
+        if gguf or where.suffix == ".gguf":
+            return (
+                f"{path} is a GGUF file: import it once with `spex model import {path}`, then give "
+                "the directory it prints"
+            )
+        return f"{path} is a file, not a model directory (config.json, weights, tokenizer)"
+    if not where.exists():
+        return f"{path}: no such directory"
+    if not (where / "config.json").is_file():
+        return (
+            f"{path} holds no config.json, so it is not a model directory (from a .gguf file: "
+            "`spex model import FILE`; random weights, for tests: `spex model init --out DIR`)"
+        )
+    return None
 
 
 def gguf_source(source: str) -> Path:

@@ -36,6 +36,7 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
 )
 
+from spex.shared.hf.importing import model_dir_problem  # noqa: E402
 from spex.shared.hf.shapes import RANDOM_WEIGHTS, Shape  # noqa: E402
 
 __all__ = [
@@ -206,10 +207,9 @@ def load_prm(path: str | Path, device: str = "cpu") -> Any:
 
 
 def _check(path: str | Path) -> None:
-    if not (Path(path) / "config.json").is_file():
-        raise ValueError(
-            f"model {str(path)!r}: not a model directory (no config.json); build one with spex model init"
-        )
+    problem = model_dir_problem(str(path))
+    if problem is not None:
+        raise ValueError(f"model: {problem}")
 
 
 def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:

@@ -69,7 +69,7 @@ def test_compose_mounts_the_dashboard_and_scrapes_every_service():
     mounted = [v.split(":")[0] for v in grafana["volumes"] if v.endswith("spex-dashboard.json:ro")]
     assert mounted and (ROOT / "compose" / mounted[0]).resolve() == DASHBOARD.resolve()
     prometheus = yaml.safe_load((ROOT / "compose" / "prometheus.yml").read_text())
-    assert prometheus["scrape_configs"][0]["dns_sd_configs"][0]["port"] == 9100
+    assert prometheus["scrape_configs"][0]["dns_sd_configs"][0]["port"] == 8700
 
 
 def test_kubernetes_ships_the_dashboard_as_a_configmap():
