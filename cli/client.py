@@ -17,8 +17,10 @@ from rich.console import Console
 
 from spex.proto import ALGORITHMS, MODES, SubmitQuestionRequest
 from spex.proto.messages import ANSWER_WEIGHTS
+from spex.proto.submission import twin_id
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.settings_schema import flag_help
+from spex.shared.runtime.views import demonstration
 
 if TYPE_CHECKING:
     from spex.cli.transport import Ingress
@@ -39,7 +41,7 @@ FIELD_FLAGS = {
     "question": "question", "client_key": "--client-key", "algorithm": "--algorithm", "target": "--target",
     "mode": "--mode", "reference_answer": "--reference", "early_stop": "--early-stop",
     "early_stop_alpha": "--early-stop-alpha", "early_stop_min_answers": "--early-stop-min",
-    "early_stop_weight": "--early-stop-weight",
+    "early_stop_weight": "--early-stop-weight", "baseline_twin": "--baseline-twin",
 }  # fmt: skip
 
 
@@ -103,6 +105,12 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
         help="T3 waits for this many answers (default: the search's rule)",
     )
     sb.add_argument("--early-stop-weight", choices=ANSWER_WEIGHTS, default=None, help="an answer's T3 weight")
+    sb.add_argument(
+        "--baseline-twin",
+        action="store_true",
+        help="also search it with speculation off (same seed and search); with --wait, print whether "
+        "both trees are the same (lossless)",
+    )
 
 
 def add_result_parser(sub: argparse._SubParsersAction) -> None:
@@ -211,6 +219,7 @@ def _asked(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
         "algorithm": args.algorithm, "target": args.target, "mode": args.mode,
         "early_stop": args.early_stop or None, "early_stop_alpha": args.early_stop_alpha,
         "early_stop_min_answers": args.early_stop_min, "early_stop_weight": args.early_stop_weight,
+        "baseline_twin": args.baseline_twin or None,
     }  # fmt: skip
     unbounded = submission.Limits(
         max_question_chars=submission.MAX_INT, max_target=dict.fromkeys(ALGORITHMS, submission.MAX_INT)
@@ -261,16 +270,30 @@ async def _submit(
     qids = []
     for question, fields in asked:
         try:
-            qids.append(await ingress.submit(question, fields))
+            qids.append((await ingress.submit(question, fields), bool(fields.get("baseline_twin"))))
         except ValueError as exc:
             raise ValueError(_flagged(str(exc))) from None
-    for qid in qids:
+    for qid, twinned in qids:
         answer = await ingress.answer(qid, wait) if wait else None
         if answer is None:
             console.print(qid if not wait else f"{qid}: no answer within {wait} s", markup=False)
-        else:
-            _print_answer(console, answer)
+            continue
+        _print_answer(console, answer)
+        if twinned:
+            twin = await ingress.answer(twin_id(qid), wait)
+            console.print(f"  baseline twin {twin_id(qid)}: {_twin_verdict(answer, twin)}", markup=False)
     return 0
+
+
+def _twin_verdict(answer: AnswerResult, twin: AnswerResult | None) -> str:
+    """Whether speculation kept its promise: the same tree as its baseline twin's."""
+    if twin is None:
+        return "no answer yet"
+    if twin.error or twin.cancelled:
+        return twin.error or "cancelled"
+    same = twin.tree_digest == answer.tree_digest
+    verdict = "the same tree: lossless" if same else "a DIFFERENT tree"
+    return f"{verdict} (digest {twin.tree_digest[:12]}, answer {twin.answer})"
 
 
 async def _result(ingress: Ingress, args: argparse.Namespace, console: Console) -> int:
@@ -310,3 +333,12 @@ def _print_answer(console: Console, answer: AnswerResult) -> None:
     console.print(f"{answer.query_id}: {answer.answer}{grade}{stopped}", markup=False)
     for i, step in enumerate(answer.solution, 1):
         console.print(f"  step {i}: {step}", markup=False, highlight=False)
+    served = answer.served_by
+    if served is not None:
+        model = f" ({served.model})" if served.model else ""
+        console.print(
+            f"  answered by: {served.engine}{model}, {served.content} content, reward {served.reward}",
+            markup=False,
+        )
+        if demonstration(served):
+            console.print(f"  note: {demonstration(served)}", markup=False)

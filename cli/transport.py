@@ -20,7 +20,9 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spex.proto import AnswerResult
+import msgspec
+
+from spex.proto import AnswerResult, ServedBy
 
 if TYPE_CHECKING:
     from spex.shared.runtime.client import IngressClient
@@ -202,7 +204,18 @@ def _answer(query_id: str, reply: dict[str, Any]) -> AnswerResult:
         cancelled=reply.get("status") == "cancelled",
         spec_issued=int(reply.get("speculative_issued", 0)),
         spec_adopted=int(reply.get("speculative_adopted", 0)),
+        served_by=_served(reply.get("served_by")),
     )
+
+
+def _served(reply: Any) -> ServedBy | None:
+    """What answered, from the answer's `served_by` (`views.served_json`)."""
+    if not isinstance(reply, dict):
+        return None
+    try:
+        return msgspec.convert({k: v or "" for k, v in reply.items() if k != "demonstration"}, ServedBy)
+    except msgspec.ValidationError:
+        return None
 
 
 class RedisIngress:

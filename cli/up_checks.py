@@ -6,6 +6,7 @@ silently costs a service its metrics)."""
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 from pathlib import Path
 
@@ -18,16 +19,16 @@ __all__ = ["check_up"]
 
 def check_up(args: argparse.Namespace, settings: Settings, services: int, data_dir: Path | None) -> None:
     """ValueError naming the flag for the first thing `spex up` would fail on: its Redis URL
-    and password file, the model directory, the ports of its `services`, its data directory
-    (made here, as the launcher makes it, if it is missing)."""
+    and password file, the model directory, its data directory (made here, as the launcher
+    makes it, if it is missing; not another `spex up`'s), the ports of its `services`."""
     if args.redis is not None:
         check_redis_url(args.redis)
     check_password_file(args.redis_password_file)
     if settings.engine == "hf" and settings.model:
         _model(settings.model, "--model" if args.model else "SPEX_MODEL")
-    _ports(settings, services)
-    if data_dir is not None:
+    if data_dir is not None:  # first: another `spex up` on it holds the ports too
         _data_dir(data_dir)
+    _ports(settings, services)
 
 
 def _model(path: str, flag: str) -> None:
@@ -86,3 +87,6 @@ def _data_dir(path: Path) -> None:
         raise ValueError(f"--data-dir: {path} is a file, not a directory") from None
     except OSError as exc:
         raise ValueError(f"--data-dir: cannot make {path}: {exc.strerror}") from None
+    from spex.services.launcher import lock_data_dir
+
+    os.close(lock_data_dir(path))  # the lock's own error names the `spex up` holding it

@@ -67,7 +67,7 @@ def test_submit_result_tree_over_http_print_what_the_redis_path_prints(live):
     http = ["--url", url, "--token-file", str(tmp / "token")]
     rstar = ("--algorithm", "rstar", "--target", "4")
     waited, later = spex_all(
-        ("submit", "What is 5 + 6?", *rstar, "--wait", "60", *http),
+        ("submit", "What is 5 + 6?", *rstar, "--wait", "60", "--baseline-twin", *http),
         ("submit", "What is 1 + 2?", *rstar, *http),
     )
     assert waited.returncode == 0 and later.returncode == 0, waited.stderr + later.stderr
@@ -79,7 +79,13 @@ def test_submit_result_tree_over_http_print_what_the_redis_path_prints(live):
         ("tree", qid, *http),
     )
     assert waited.stdout.startswith(f"{qid}: ") and "  step 1: " in waited.stdout
-    assert over_redis.returncode == 0 and over_redis.stdout == waited.stdout  # the same lines
+    # The same lines (the submission's own adds its twin's verdict), and what answered it.
+    twin_line = f"  baseline twin {qid}.baseline: the same tree: lossless"
+    assert twin_line in waited.stdout, waited.stdout
+    kept = waited.stdout.split(twin_line)[0]  # its last line (wrapped, as rich wraps at 80)
+    assert over_redis.returncode == 0 and over_redis.stdout == kept
+    assert "  answered by: sim, synthetic content, reward prm\n" in kept
+    assert "  note: a demonstration: synthetic content on a simulated GPU" in kept.replace("\n", " ")
     assert result.returncode == 0 and result.stdout.startswith(f"{other}: ")
     saved = json.loads((tmp / "tree.json").read_text())
     assert (

@@ -31,7 +31,7 @@ def test_a_password_in_an_unreachable_redis_url_is_not_printed():
     assert done.returncode == 2 and "hunter2" not in done.stdout + done.stderr
 
 
-def test_an_ingress_port_in_use_is_one_line_naming_the_service_the_flag_and_the_port(tmp_path):
+def test_an_ingress_port_in_use_is_one_line_naming_the_flag_and_the_port_before_anything_starts(tmp_path):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -39,8 +39,7 @@ def test_an_ingress_port_in_use_is_one_line_naming_the_service_the_flag_and_the_
         done, _ = spex_up("--port", str(port), "--data-dir", str(tmp_path / "data"))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "spex: error: ingress-0 did not start: spex ingress: error: SPEX_HTTP_PORT / --port: "
-        f"cannot listen on 127.0.0.1:{port}: Address already in use"
+        f"spex: error: --port: cannot listen on 127.0.0.1:{port} (Address already in use): give a free port"
     ]
 
 
