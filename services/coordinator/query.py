@@ -72,8 +72,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         req.prompt_tokens or max(1, len(req.question) // 4),
         search,
         req.seed,
-        # Real content without a reward model: the generator's own log-probabilities.
-        reward="logprob" if settings.content == "real" and not settings.prm else "prm",
+        reward=settings.step_reward,
         speculation=SpecPolicy(enabled=speculate),
         early_stop=EarlyStop(
             req.early_stop,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, get_args
 
 from spex.proto.messages import PRIMARY, SPECULATIVE, FinishReason, JobKind, NodeFinishReason
 from spex.shared.core.commands import (
@@ -37,6 +36,7 @@ from spex.shared.core.commands import (
     prompt_segments,
 )
 from spex.shared.core.machine_spec import MachineSpeculation
+from spex.shared.core.rewards import REWARDS, Reward
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
 from spex.shared.core.search.answers import Equivalence, extract_answer, select_answer
 from spex.shared.core.spec.early_stop import EarlyStop, answer_weight, should_stop
@@ -44,9 +44,6 @@ from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy
 from spex.shared.core.tree import Node, Tree
 
 __all__ = ["REWARDS", "QueryMachine", "QueryStats", "Reward"]
-
-Reward = Literal["prm", "logprob"]  # a node's reward: the PRM's score, or the step's log-probability
-REWARDS: tuple[Reward, ...] = get_args(Reward)
 
 
 @dataclass

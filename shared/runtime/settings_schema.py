@@ -76,7 +76,11 @@ def reference(settings: type[Any]) -> str:
     for f in fields(settings):
         r = row(f)
         kind = hints[f.name]
-        shown = " or ".join(get_args(kind)) if get_origin(kind) is Literal else reader(f).__name__
+        shown = (
+            " or ".join(a or "(empty)" for a in get_args(kind))
+            if get_origin(kind) is Literal
+            else reader(f).__name__
+        )
         default = f"`{_shown(f.default)}`" if f.default != "" else "(empty)"
         cells = [f"`{r.env}`", shown, default, r.allowed, r.help]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
