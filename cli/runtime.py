@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 
 from spex.proto import ALGORITHMS, CONTENTS, SPLITS
-from spex.shared.engine.api import ENGINES
+from spex.proto.messages import REWARDS
+from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.settings_schema import flag_help
@@ -34,6 +34,7 @@ UP_FLAGS = {
     "min_step_tokens": "--min-step-tokens", "max_depth": "--max-depth", "http_host": "--host",
     "http_port": "--port", "metrics_port": "--metrics-port", "redis_password_file": "--redis-password-file",
     "prm_url": "--prm-url", "objective": "--objective", "profile_file": "--profile-file",
+    "reward": "--reward", "prm_engine": "--prm-engine",
 }  # fmt: skip
 
 __all__ = [
@@ -75,7 +76,10 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         help=f"first /metrics port, one per service in order (default {DEFAULT_METRICS_PORT}; 0: none)",
     )
     u.add_argument(
-        "--generators", type=int, default=1, help="generator services, one per GPU or serving engine"
+        "--generators",
+        type=int,
+        default=None,
+        help="generator workers (default: one per --engine-url URL, else 1); with several URLs, as many",
     )
     u.add_argument("--time-scale", type=float, default=None, help=_help("time_scale"))
     u.add_argument(
@@ -84,9 +88,18 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="sim (default; hf when --model is given), hf, vllm or sglang",
     )
-    u.add_argument("--engine-url", default=None, help="vllm/sglang: server URL, or one per generator: A,B")
+    u.add_argument(
+        "--engine-url",
+        default=None,
+        help="vllm/sglang: the server's URL; several, A,B (replicas), start a generator each; one URL serves "
+        "every generator (a Kubernetes Service balancing requests over replicas: prefix-cache affinity is "
+        "then the Service's, not SPEX's)",
+    )
     u.add_argument("--model", default=None, help=_help("model"))
+    u.add_argument("--reward", choices=list(REWARDS), default=None, help=_help("reward"))
     u.add_argument("--prm", default=None, help=_help("prm"))
+    u.add_argument("--prm-url", default=None, help=_help("prm_url"))
+    u.add_argument("--prm-engine", choices=list(SERVERS), default=None, help=_help("prm_engine"))
     u.add_argument(
         "--content",
         choices=list(CONTENTS),
@@ -142,14 +155,15 @@ def up_command(args: argparse.Namespace, console: Console) -> int:
     from spex.cli.up_checks import check_up
     from spex.services.launcher import default_data_dir, engine_urls, serve_forever, services
 
-    if args.generators < 1:
+    if args.generators is not None and args.generators < 1:
         raise ValueError("--generators: must be at least 1")
     settings = up_settings(args)
-    if settings.engine in ("vllm", "sglang"):
-        engine_urls(settings.engine_url, args.generators)  # one URL, or one per generator
+    generators = args.generators or 1
+    if settings.engine in SERVERS:  # one generator per URL, or every generator on one URL
+        generators = len(engine_urls(settings.engine_url, args.generators))
     data_dir = Path(args.data_dir) if args.data_dir else None
-    check_up(args, settings, len(services(args.generators, 1)), data_dir or default_data_dir())
-    return serve_forever(settings, args.redis, args.generators, console, data_dir, args.fsync)
+    check_up(args, settings, len(services(generators, 1)), data_dir or default_data_dir())
+    return serve_forever(settings, args.redis, generators, console, data_dir, args.fsync)
 
 
 def up_settings(args: argparse.Namespace) -> Settings:
@@ -166,18 +180,24 @@ def up_settings(args: argparse.Namespace) -> Settings:
 
 
 def _up_settings(args: argparse.Namespace) -> Settings:
-    engine = args.engine or ("hf" if args.model else None)
+    engine = args.engine or ("hf" if args.model else os.environ.get("SPEX_ENGINE", "sim"))
+    # A real model writes real text unless told otherwise: synthetic content on one (exactly the
+    # workload's token counts) is an explicit --content synthetic.
+    content = args.content or ("real" if engine != "sim" else None)
     metrics_port = args.metrics_port
     if metrics_port is None and "SPEX_METRICS_PORT" not in os.environ:
         metrics_port = DEFAULT_METRICS_PORT
-    settings = Settings.from_env(
+    return Settings.from_env(
         None,
         time_scale=args.time_scale,
         engine=engine,
         engine_url=args.engine_url,
         model=args.model,
+        reward=args.reward,
         prm=args.prm,
-        content=args.content,
+        prm_url=args.prm_url,
+        prm_engine=args.prm_engine,
+        content=content,
         sampling_temperature=args.sampling_temperature,
         deterministic=args.deterministic,
         dtype=args.dtype,
@@ -192,11 +212,6 @@ def _up_settings(args: argparse.Namespace) -> Settings:
         objective=args.objective,
         profile_file=args.profile_file,
     )
-    if args.content is None and settings.engine != "sim":
-        # A real model writes real text unless told otherwise: synthetic content on one (exactly
-        # the workload's token counts) is an explicit --content synthetic.
-        settings = replace(settings, content="real")
-    return settings
 
 
 def demo_command(args: argparse.Namespace, console: Console) -> int:

@@ -28,8 +28,10 @@ from pathlib import Path
 from rich.console import Console
 
 from spex.services.step_curve import describe
+from spex.shared.engine.api import SERVERS
 from spex.shared.runtime.redis_server import RedisServer
-from spex.shared.runtime.settings import ENV, Settings, without_password
+from spex.shared.runtime.settings import ENV, Settings, urls, without_password
+from spex.shared.runtime.stack import describe_stack
 from spex.shared.runtime.supervisor import Supervisor
 
 __all__ = [
@@ -120,15 +122,20 @@ def service_env(settings: Settings, name: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def engine_urls(raw: str, generators: int) -> list[str]:
-    """`SPEX_ENGINE_URL` for `spex up`: one URL for every generator, or one per generator
-    (comma-separated, as many as generators)."""
-    urls = [u.strip() for u in raw.split(",") if u.strip()]
-    if len(urls) == 1:
-        return urls * generators
-    if len(urls) != generators:
-        raise ValueError(f"SPEX_ENGINE_URL: {len(urls)} URLs for {generators} generators (one, or one each)")
-    return urls
+def engine_urls(raw: str, generators: int | None = None) -> list[str]:
+    """`SPEX_ENGINE_URL` for `spex up`, a URL per generator (a generator is one worker per
+    serving engine). Several URLs (replicas) get a generator each: `generators` left out, or as
+    many. One URL (one server, or a Kubernetes Service balancing requests over replicas) serves
+    every generator: `generators`, 1 if left out."""
+    given = urls(raw)
+    if len(given) <= 1:
+        return given * (generators or 1)
+    if generators is not None and generators != len(given):
+        raise ValueError(
+            f"--generators: {generators} for {len(given)} engine URLs; leave it out (a generator per URL), "
+            "or give one URL (a Service in front of the replicas)"
+        )
+    return given
 
 
 def services(generators: int, coordinators: int) -> list[tuple[str, str]]:
@@ -176,11 +183,11 @@ def up(
     try:
         names = services(generators, coordinators)
         ports: dict[str, int] = {}
-        urls = engine_urls(settings.engine_url, generators) if settings.engine in ("vllm", "sglang") else []
+        engines = engine_urls(settings.engine_url, generators) if settings.engine in SERVERS else []
         for i, (kind, name) in enumerate(names):
             extra = {}
-            if kind == "generator" and urls:  # one serving engine per generator
-                extra["SPEX_ENGINE_URL"] = urls[int(name.rpartition("-")[2])]
+            if kind == "generator" and engines:  # one serving engine per generator
+                extra["SPEX_ENGINE_URL"] = engines[int(name.rpartition("-")[2])]
             if settings.metrics_port:  # one port each: base, base + 1, ...
                 ports[name] = settings.metrics_port + i
                 extra["SPEX_METRICS_PORT"] = str(ports[name])
@@ -195,6 +202,7 @@ def up(
         say(f"[bold]spex up[/]: {where}; services: {', '.join(supervisor.children)}")
         base = f"http://{settings.http_host}:{settings.http_port}"
         say(f"HTTP ingress: {base}/v1/questions (live view: {base}/, OpenAI API: {base}/v1)")
+        say(describe_stack(settings))
         say(f"speculation: objective {settings.objective}; step curve: {describe(settings)}")
         say(f"logs: {logs}" + ("" if data_dir is not None else " (removed when this stops)"))
         if ports:

@@ -2,13 +2,13 @@
 batch shares one prefill step) and publishes rewards to the query's inbox (the skeleton it
 shares with the generator: `spex.shared.runtime.worker`).
 
-Engines: `sim` — the simulated PRM in scaled real time; or, with `SPEX_PRM` set, a reward
-model in process (`spex.shared.hf.reward`), its passes in a worker thread; or, with
-`SPEX_PRM_URL` too, that reward model served by SGLang (`/classify`), whatever engine the
-generators use (`SPEX_ENGINE` is theirs). A job's content
-says whose reward counts: `synthetic` — the workload's (the engine only times the pass);
-`real` — the model's score. (The `logprob` reward needs no scorer: the coordinator computes
-it from the generation.)
+Engines: with `SPEX_PRM_URL`, the reward model on a server, `SPEX_PRM_ENGINE`'s: SGLang
+(`/classify`) or vLLM (`/pooling`), whatever engine the generators use (`SPEX_ENGINE` is
+theirs), its prompts in the chat template of `SPEX_PRM`'s tokenizer where one is given; else,
+with `SPEX_PRM`, the reward model in process (`spex.shared.hf.reward`), its passes in a worker
+thread; else `sim`, the simulated PRM in scaled real time. A job's content says whose reward
+counts: `synthetic` — the workload's (the engine only times the pass); `real` — the model's
+score. (The `logprob` reward needs no scorer: the coordinator computes it from the generation.)
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
 def _job_problem(req: ScoreRequest, reward_model: bool) -> str:
     """Why this scorer cannot score `req` (a one-line reason), or "" if it can."""
     if req.content == "real" and not reward_model:
-        return "real content needs a reward model (SPEX_PRM)"
+        return "real content needs a reward model (SPEX_PRM or SPEX_PRM_URL)"
     if len(req.prompt_node_ids) < 2 or len(req.prompt_node_ids) != len(req.prompt_tokens):
         return "prompt_node_ids: the question and the steps to the scored one, as many as prompt_tokens"
     if any(t < 0 for t in req.prompt_tokens):
@@ -124,13 +124,15 @@ def _job_problem(req: ScoreRequest, reward_model: bool) -> str:
 
 
 def _engine(settings: Settings) -> LiveEngine:
-    if not settings.prm:
-        return RealtimeEngine(SimEngine(parse_profile(settings.reward_profile)), settings.time_scale)
-    if settings.prm_url:  # the PRM served by SGLang (`/classify`); SPEX_PRM: its tokenizer
+    s = settings
+    if s.prm_url:  # the reward model on a server; SPEX_PRM, if given: its tokenizer
         from spex.shared.serving import open_engine
 
-        s = settings
-        return open_engine("sglang", s.prm_url, s.engine_timeout_s, s.prm, s.deterministic, reward=True)
+        engine = open_engine(s.prm_engine, s.prm_url, s.engine_timeout_s, s.prm, s.deterministic, reward=True)
+        engine.wait_s = s.engine_wait_s  # a reward model still loading answers after minutes
+        return engine
+    if not s.prm:
+        return RealtimeEngine(SimEngine(parse_profile(s.reward_profile)), s.time_scale)
     from spex.shared.hf.reward import RewardConfig, RewardEngine
     from spex.shared.hf.threaded import ThreadedEngine
 

@@ -50,7 +50,10 @@ def spex(*args, check=True):
         (["up", "--objective", "latency"], "--objective"),
         (["bench", "--objective", "latency"], "--objective"),
         (["demo", "--questions", "0"], "--questions"),
-        (["up", "--engine", "sglang", "--engine-url", "http://a:1,http://b:2"], "SPEX_ENGINE_URL"),
+        (
+            ["up", "--engine", "sglang", "--engine-url", "http://a:1,http://b:2", "--generators", "3"],
+            "--generators",
+        ),
     ],
 )
 def test_bad_argument_is_one_line_naming_the_field(args, field, tmp_path):

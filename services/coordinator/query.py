@@ -19,7 +19,6 @@ from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.core.view import TreeWatch
 from spex.shared.runtime.settings import Settings
-from spex.shared.runtime.views import served_by
 
 __all__ = [
     "LOCAL_SHARE",
@@ -81,7 +80,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         req.prompt_tokens or submission.estimate_tokens(req.question),
         search,
         req.seed,
-        reward=served_by(settings).reward,
+        reward=settings.step_reward,
         speculation=SpecPolicy(enabled=speculate),
         early_stop=EarlyStop(
             req.early_stop,

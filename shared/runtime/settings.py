@@ -12,17 +12,28 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Literal
 
-from spex.proto import ALGORITHMS, CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
+from spex.proto import CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
+from spex.proto.messages import Reward
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
-from spex.shared.engine.api import ENGINES, SERVERS, EngineName
+from spex.shared.engine.api import ENGINES, SERVERS, EngineName, ServerName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
-from spex.shared.runtime.settings_schema import reader, row, setting
+from spex.shared.runtime.settings_schema import read_env, row, setting
+from spex.shared.runtime.settings_values import (
+    DEFAULT_MAX_TARGET,
+    http,
+    parse_targets,
+    reward_ok,
+    targets_ok,
+    urls,
+    without_password,
+)
 
-__all__ = ["ENV", "RANGES", "Settings", "parse_targets", "without_password"]
+__all__ = ["ENV", "RANGES", "Settings", "parse_targets", "urls", "without_password"]
 
-DEFAULT_MAX_TARGET = 256
 DTYPES = ("", "float32", "bfloat16")  # hf: "" keeps the saved one
+RewardSetting = Literal["", Reward]  # "": settled by the content and the reward model (`step_reward`)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -131,7 +142,7 @@ class Settings:
         "",
         env="SPEX_OTLP_ENDPOINT",
         help="send OpenTelemetry spans to this OTLP/HTTP collector",
-        check=lambda v, _: not v or _http(v),
+        check=lambda v, _: not v or http(v),
     )
     tree_events: bool = setting(
         True, env="SPEX_TREE_EVENTS", help="1: coordinators publish each query's tree as it grows (0: off)"
@@ -164,15 +175,10 @@ class Settings:
     engine_url: str = setting(
         "",
         env="SPEX_ENGINE_URL",
-        help="vllm/sglang: the serving engine's base URL (one per generator)",
-        check=lambda v, s: s.engine not in SERVERS or _http(v),
-    )
-    # A served reward model: its URL, and SPEX_PRM for its tokenizer (and the prm reward).
-    prm_url: str = setting(
-        "",
-        env="SPEX_PRM_URL",
-        help="scorer: an SGLang server of the reward model (else SPEX_PRM in process)",
-        check=lambda v, s: not v or (_http(v) and bool(s.prm)),
+        help="vllm/sglang: the server's base URL; spex up: one generator per URL (A,B: a replica each), "
+        "or one URL for every generator (a Service that balances requests over replicas)",
+        check=lambda v, s: s.engine not in SERVERS or (bool(urls(v)) and all(http(u) for u in urls(v))),
+        allowed="http:// or https:// URLs, comma-separated",
     )
     engine_timeout_s: float = setting(
         600.0,
@@ -195,19 +201,44 @@ class Settings:
         help="hf: the generator's model directory; vllm/sglang: its tokenizer",
         check=lambda v, s: s.engine != "hf" or bool(v),
     )
-    prm: str = setting(
-        "",
-        env="SPEX_PRM",
-        help=(
-            "the reward model's local directory, run in process (empty: real content is rewarded by "
-            "the generator's own log-probabilities, synthetic content by the simulated PRM)"
-        ),
-    )
     content: Content = setting(
         "synthetic",
         env="SPEX_CONTENT",
         help="synthetic (the workload's tree) | real (the model's text)",
         check=lambda v, _: v in CONTENTS,  # generators refuse what they cannot write
+    )
+    # What rewards a step: read through `step_reward`, which settles the empty default.
+    reward: RewardSetting = setting(
+        "",
+        env="SPEX_REWARD",
+        help="what rewards a step on real content: logprob (the generator's own log-probabilities) or prm "
+        "(a reward model: SPEX_PRM in process or SPEX_PRM_URL served); synthetic content is rewarded by "
+        "the simulated PRM (empty: prm when a reward model is given, else logprob on real content)",
+        check=reward_ok,
+        allowed="logprob (real content only) or prm (on real content with a reward model: SPEX_PRM or "
+        "SPEX_PRM_URL, spex up --prm DIR or --prm-url URL)",
+    )
+    prm: str = setting(
+        "",
+        env="SPEX_PRM",
+        help="the reward model's local directory, run in process; with SPEX_PRM_URL, its tokenizer (the "
+        "chat template its prompts are written in)",
+    )
+    prm_url: str = setting(
+        "",
+        env="SPEX_PRM_URL",
+        help="the reward model served at this URL (by SPEX_PRM_ENGINE) instead of in process: one URL "
+        "(a Service in front of several replicas)",
+        check=lambda v, _: not v or (len(urls(v)) == 1 and http(v)),
+        allowed="one http:// or https:// URL",
+    )
+    prm_engine: ServerName = setting(
+        "sglang",
+        env="SPEX_PRM_ENGINE",
+        help="the server at SPEX_PRM_URL: sglang (/classify, launched with --is-embedding) or vllm "
+        "(/pooling, launched with --runner pooling)",
+        check=lambda v, _: v in SERVERS,
+        allowed=" or ".join(SERVERS),
     )
     sampling_temperature: float = setting(
         DEFAULT_TEMPERATURE,
@@ -294,7 +325,7 @@ class Settings:
         str(DEFAULT_MAX_TARGET),
         env="SPEX_MAX_TARGET",
         help="largest target: N for every algorithm, or ALGO=N,...",
-        check=lambda v, _: _targets_ok(v),
+        check=lambda v, _: targets_ok(v),
     )
     client_in_flight: int = setting(
         1_000,
@@ -333,18 +364,17 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Settings from the environment, then explicit overrides; a bad value raises a
         one-line ValueError naming the variable."""
-        env = os.environ if env is None else env
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            name = row(f).env
-            if name in env:
-                kind = reader(f)
-                try:
-                    values[f.name] = kind(env[name])
-                except ValueError:
-                    raise ValueError(f"{name}: {env[name]!r} is not a {kind.__name__}") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
+        values = read_env(cls, os.environ if env is None else env)
+        return cls(**(values | {k: v for k, v in overrides.items() if v is not None}))  # type: ignore[arg-type]
+
+    @property
+    def step_reward(self) -> Reward:
+        """What rewards a step: SPEX_REWARD; when it is empty, the generator's own log-probabilities
+        on real content without a reward model, else prm (the reward model, or on synthetic
+        content the simulated PRM)."""
+        if self.reward:
+            return self.reward
+        return "logprob" if self.content == "real" and not (self.prm or self.prm_url) else "prm"
 
     @property
     def limits(self) -> Limits:
@@ -363,35 +393,3 @@ class Settings:
 # allows (for the fields whose error names it).
 ENV: Mapping[str, tuple[str, str]] = {row(f).env: (f.name, row(f).help) for f in fields(Settings)}
 RANGES: Mapping[str, str] = {f.name: row(f).allowed for f in fields(Settings) if row(f).allowed}
-
-
-def without_password(url: str) -> str:
-    """`url` without the credentials someone may have put in it (for messages and logs)."""
-    scheme, _, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}" if "@" in host else url
-
-
-def parse_targets(raw: str) -> dict[str, int]:
-    """`256` (every algorithm) or `rebase=256,rstar=64` (the rest unbounded by name: 256)."""
-    raw = raw.strip()
-    if "=" not in raw:
-        return dict.fromkeys(ALGORITHMS, int(raw))
-    out: dict[str, int] = dict.fromkeys(ALGORITHMS, DEFAULT_MAX_TARGET)
-    for item in raw.split(","):
-        name, _, value = item.partition("=")
-        if name.strip() not in ALGORITHMS:
-            raise ValueError(name)
-        out[name.strip()] = int(value)
-    return out
-
-
-def _http(url: str) -> bool:
-    return url.startswith(("http://", "https://"))
-
-
-def _targets_ok(raw: str) -> bool:
-    try:
-        return all(v >= 1 for v in parse_targets(raw).values())
-    except ValueError:
-        return False

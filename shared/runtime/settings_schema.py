@@ -8,14 +8,14 @@ name, type and default, and mypy types every field as it is written.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 if TYPE_CHECKING:
     from spex.shared.runtime.settings import Settings
 
-__all__ = ["Setting", "flag_help", "reader", "reference", "row", "setting"]
+__all__ = ["Setting", "flag_help", "read_env", "reader", "reference", "row", "setting"]
 
 T = TypeVar("T")
 
@@ -68,6 +68,21 @@ def reader(f: Field[Any]) -> Callable[[str], object]:
     return _READERS.get(str(f.type), str)
 
 
+def read_env(settings: type[Any], env: Mapping[str, str]) -> dict[str, object]:
+    """The fields `env` sets, each read as its type; ValueError naming the variable of one that
+    is not."""
+    values: dict[str, object] = {}
+    for f in fields(settings):
+        name = row(f).env
+        if name in env:
+            kind = reader(f)
+            try:
+                values[f.name] = kind(env[name])
+            except ValueError:
+                raise ValueError(f"{name}: {env[name]!r} is not a {kind.__name__}") from None
+    return values
+
+
 def reference(settings: type[Any]) -> str:
     """The settings reference as a Markdown table: variable, type, default, allowed, meaning,
     one row per setting in declaration order."""
@@ -76,7 +91,11 @@ def reference(settings: type[Any]) -> str:
     for f in fields(settings):
         r = row(f)
         kind = hints[f.name]
-        shown = " or ".join(get_args(kind)) if get_origin(kind) is Literal else reader(f).__name__
+        shown = (
+            " or ".join(a or "(empty)" for a in get_args(kind))
+            if get_origin(kind) is Literal
+            else reader(f).__name__
+        )
         default = f"`{_shown(f.default)}`" if f.default != "" else "(empty)"
         cells = [f"`{r.env}`", shown, default, r.allowed, r.help]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

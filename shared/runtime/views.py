@@ -13,7 +13,6 @@ from spex.proto import (
     AnswerResult,
     NodeEvent,
     ProtocolError,
-    Reward,
     ServedBy,
     WorkerLoadEvent,
     decode,
@@ -45,12 +44,9 @@ def answer_status(answer: AnswerResult) -> str:
 
 
 def served_by(settings: Settings) -> ServedBy:
-    """What answers questions under `settings`, as each answer says it. The reward: real content
-    without a reward model is rewarded by the generator's own log-probabilities; otherwise by a
-    reward model (for synthetic content, the simulated PRM)."""
+    """What answers questions under `settings`, as each answer says it."""
     model = PurePath(settings.model).name if settings.engine != "sim" else ""
-    reward: Reward = "logprob" if settings.content == "real" and not settings.prm else "prm"
-    return ServedBy(settings.engine, model, settings.content, reward)
+    return ServedBy(settings.engine, model, settings.content, settings.step_reward)
 
 
 def demonstration(served: ServedBy | None) -> str:

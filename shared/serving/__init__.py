@@ -1,5 +1,5 @@
 """Serving engines over HTTP: vLLM and SGLang, each a server SPEX's generator sits in front of
-(one generator per server, one server per GPU)."""
+(one generator per server, one server per GPU), or that serves the reward model the scorer asks."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
 from spex.shared.serving.sglang import SGLangBackend
 from spex.shared.serving.vllm import VLLMBackend
+from spex.shared.serving.vllm_reward import VLLMRewardBackend
 
 __all__ = ["EngineUnavailable", "ServingEngine", "open_engine"]
 
@@ -20,12 +21,12 @@ def open_engine(
     deterministic: bool = False,
     reward: bool = False,
 ) -> ServingEngine:
-    """A serving engine of `kind` ("vllm" | "sglang") at `url`. Prompts go through the chat
+    """A serving engine of `kind` ("vllm" | "sglang") at `url`: a generator's, or with `reward`
+    a reward model's (SGLang's `/classify`, vLLM's `/pooling`). Prompts go through the chat
     template of the tokenizer in `tokenizer_dir` (the served model's), plain without one."""
+    backend: VLLMBackend | VLLMRewardBackend | SGLangBackend
     if kind == "vllm":
-        if reward:
-            raise ValueError("SPEX_ENGINE: vllm serves the generator only; score with sglang, hf or sim")
-        backend: VLLMBackend | SGLangBackend = VLLMBackend(url)
+        backend = VLLMRewardBackend(url) if reward else VLLMBackend(url)
     elif kind == "sglang":
         backend = SGLangBackend(url, reward=reward, deterministic=deterministic)
     else:

@@ -4,6 +4,7 @@ both servers' `/metrics` speak."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +22,8 @@ __all__ = [
     "metric_sum",
     "parse_prometheus",
     "read_finish",
+    "reward_of",
+    "served_by",
 ]
 
 
@@ -79,7 +82,10 @@ class Backend(Protocol):
 
     def read(self, req: EngineRequest, body: Any) -> Reply: ...
 
-    def abort(self, rid: str) -> tuple[str, dict[str, Any]]: ...
+    def abort(self, rid: str) -> tuple[str, dict[str, Any]] | None:
+        """(path, JSON body) of the call that stops `rid`; None where the server has no such
+        call and stops a request whose connection closes (vLLM's pooling API)."""
+        ...
 
     async def metrics(self, session: aiohttp.ClientSession) -> ServerMetrics: ...
 
@@ -91,6 +97,35 @@ def read_finish(raw: object) -> FinishReason:
         if raw == finish:
             return finish
     raise ValueError(f"unknown finish reason {raw!r}")
+
+
+async def served_by(session: aiohttp.ClientSession, url: str) -> str:
+    """Whose server is at `url`, by what its `/v1/models` says owns the model ("vllm" and "sglang"
+    say so; "" if it does not): both answer OpenAI-style listings, and this tells them apart."""
+    async with session.get(url + "/v1/models") as resp:
+        body = await resp.json(content_type=None) if resp.status == 200 else {}
+    models = body.get("data") if isinstance(body, dict) else None
+    first = models[0] if isinstance(models, list) and models else {}
+    return str(first.get("owned_by") or "") if isinstance(first, dict) else ""
+
+
+def reward_of(output: Any) -> float | None:
+    """A reward model's output as a reward in [0, 1] (None if it holds no number): one number is
+    a score (squashed by a sigmoid); two are the logits of wrong and right (P(right) by softmax);
+    a list of those, one a token, is read at its last (the scored step's last token)."""
+    if not isinstance(output, list) or not output:
+        return None
+    if isinstance(output[-1], list):
+        output = output[-1]
+    if not output or not all(isinstance(x, int | float) and math.isfinite(x) for x in output):
+        return None
+    values = [float(x) for x in output]
+    if len(values) == 1:  # the sigmoid, written so that no score far from 0 overflows exp
+        v = values[0]
+        return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
+    top = max(values)
+    exps = [math.exp(v - top) for v in values]
+    return exps[-1] / sum(exps)
 
 
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -17,7 +17,8 @@ written and a reply read; this module owns what they share:
   what was generated, reported as `reason="abort"`. A request still waiting to connect is
   simply dropped. The abort is repeated until the call ends: vLLM and SGLang drop an abort
   for an id they have not registered yet (a request still being read or tokenized), and the
-  request would then run to its end.
+  request would then run to its end. Where a server has no abort call (vLLM's pooling API),
+  the request's connection is closed, which the server takes as an abort, and it ends at once.
 - **Load.** Counted here (what this worker has in flight, primary and speculative) and read
   from the server's `/metrics` every `poll_s` (running and waiting requests, KV usage,
   prefix-cache hits) — what the allocator budgets this worker by — with the TPOT governor's
@@ -155,7 +156,9 @@ class ServingEngine:
         if f is None or f.aborted:
             return []
         f.aborted = True
-        if not f.sent and f.task is not None:  # never reached the server: nothing to stop there
+        # Never reached the server (nothing to stop there), or a server that stops a request
+        # when its connection closes: cancelling the call is the abort.
+        if f.task is not None and (not f.sent or self.backend.abort(f.rid) is None):
             f.task.cancel()
             del self._inflight[rid]
             return [self._completion(f, Reply("", 0, 0, 0, "abort"))]
@@ -299,7 +302,10 @@ class ServingEngine:
             delay = min(2 * delay, RETRY_MAX_S)
 
     async def _abort(self, f: InFlight) -> None:
-        path, body = self.backend.abort(f.rid)
+        call = self.backend.abort(f.rid)
+        if call is None:  # the failed call's connection is closed: the server stops it
+            return
+        path, body = call
         try:
             timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT_S)
             async with self.session.post(self.url + path, json=body, timeout=timeout) as resp:

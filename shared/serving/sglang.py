@@ -18,7 +18,6 @@ with the one given — SPEX's ids are of fixed length, so only that one.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import aiohttp
@@ -32,6 +31,8 @@ from spex.shared.serving.backend import (
     metric_sum,
     parse_prometheus,
     read_finish,
+    reward_of,
+    served_by,
 )
 
 __all__ = ["SGLangBackend", "required_flags"]
@@ -74,9 +75,13 @@ class SGLangBackend:
 
     async def check(self, session: aiohttp.ClientSession) -> None:
         async with session.get(self.url + "/server_info") as resp:
-            if resp.status != 200:
-                raise EngineUnavailable(f"sglang at {self.url}: /server_info answered {resp.status}")
-            info = await resp.json(content_type=None)
+            status = resp.status
+            info = await resp.json(content_type=None) if status == 200 else None
+        if status == 404 and await served_by(session, self.url) == "vllm":
+            selector = "SPEX_PRM_ENGINE" if self.reward else "SPEX_ENGINE"
+            raise EngineMisconfigured(f"sglang at {self.url}: the server is vLLM's: set {selector}=vllm")
+        if status != 200:
+            raise EngineUnavailable(f"sglang at {self.url}: /server_info answered {status}")
         missing = [
             flag
             for key, (wanted, flag) in required_flags(self.reward, self.deterministic).items()
@@ -118,7 +123,7 @@ class SGLangBackend:
         meta = body.get("meta_info") or {}
         prompt, cached = int(meta.get("prompt_tokens") or 0), int(meta.get("cached_tokens") or 0)
         if self.reward:
-            return Reply("", 0, prompt, cached, "length", reward=_reward(body.get("embedding")))
+            return Reply("", 0, prompt, cached, "length", reward=reward_of(body.get("embedding")))
         reason = meta.get("finish_reason") or {}
         if isinstance(reason, dict):
             kind, matched = str(reason.get("type") or "stop"), reason.get("matched")
@@ -168,18 +173,3 @@ def _find(info: Any, key: str) -> Any:
             if found is not None:
                 return found
     return None
-
-
-def _reward(embedding: Any) -> float | None:
-    """A reward model's output as a reward in [0, 1]: one number is a score (squashed by a
-    sigmoid); two are the logits of wrong/right (P(right)); a per-token list, its last."""
-    if not isinstance(embedding, list) or not embedding:
-        return None
-    if isinstance(embedding[0], list):
-        embedding = embedding[-1]
-    values = [float(x) for x in embedding]
-    if len(values) == 1:
-        return 1.0 / (1.0 + math.exp(-values[0]))
-    top = max(values)
-    exps = [math.exp(v - top) for v in values]
-    return exps[-1] / sum(exps)

@@ -50,7 +50,9 @@ class VLLMBackend:
         self.cache_salt: str | None = None
         self._cache_config: dict[str, str] = {}  # vllm:cache_config_info's labels
 
-    async def check(self, session: aiohttp.ClientSession) -> None:
+    async def served(self, session: aiohttp.ClientSession) -> str | None:
+        """Read the served model's name into `model` (checking the one asked for, if any); the
+        server's version, if it says."""
         async with session.get(self.url + "/v1/models") as resp:
             if resp.status != 200:
                 raise EngineUnavailable(f"vllm at {self.url}: /v1/models answered {resp.status}")
@@ -62,6 +64,10 @@ class VLLMBackend:
         self.model = self.model or served[0]
         async with session.get(self.url + "/version") as resp:
             version = (await resp.json(content_type=None)).get("version") if resp.status == 200 else None
+        return str(version) if version is not None else None
+
+    async def check(self, session: aiohttp.ClientSession) -> None:
+        version = await self.served(session)
         # A priority other than 0 is an error unless the server schedules by priority.
         probe = {"model": self.model, "prompt": "1", "max_tokens": 1, "priority": 1}
         async with session.post(self.url + "/v1/completions", json=probe) as resp:

@@ -23,11 +23,7 @@ KEDA_OVERLAYS = ("sim", "gpu-sglang", "gpu-vllm")  # generators scaled by KEDA (
 SERVICES = {"ingress", "coordinator", "generator", "scorer", "allocator"}
 WORKLOADS = {"Deployment", "StatefulSet"}
 SPEX_IMAGES = {"spex", "spex-gpu", "spex-vllm"}  # images whose entry point is the `spex` CLI
-# Settings the manifests name that another branch of issue 39 adds to shared/runtime/settings.py:
-# SPEX_PRM_ENGINE, how the scorer calls a served reward model (vllm: vLLM's pooling API). Once
-# the registry has one, it leaves this set (test_pending_settings_are_not_registered_yet fails).
-PENDING_SETTINGS = frozenset({"SPEX_PRM_ENGINE"})
-KNOWN_SETTINGS = frozenset(ENV) | PENDING_SETTINGS
+KNOWN_SETTINGS = frozenset(ENV)
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
 
 

