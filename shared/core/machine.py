@@ -35,6 +35,7 @@ from spex.shared.core.commands import (
     ScoreCommand,
     prompt_segments,
 )
+from spex.shared.core.ids import digest
 from spex.shared.core.machine_spec import MachineSpeculation
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
 from spex.shared.core.search.answers import Equivalence, extract_answer, select_answer
@@ -96,6 +97,10 @@ class QueryMachine(MachineSpeculation):
         self._program_done = False
         self._jobs = {}  # node id -> its generation in flight
         self._attempts = {}
+        # A job id names its node and attempt; a node id already names its query, unless this
+        # query grows another's tree (a baseline twin's nodes are its original's): then its jobs
+        # carry its own id's hash, or the two queries' jobs would be taken for one another.
+        self._job_scope = f"@{digest(self.query_id)[:8]}" if self.tree_key else ""
         self._scoring: set[str] = set()
         self._stop_with = None  # T3's leading answer once it stopped the search
         self._spec_failed = set()  # speculative nodes a service gave up on: not retried

@@ -54,6 +54,7 @@ class MachineSpeculation:
     _cache: SpecCache
     _jobs: dict[str, JobInFlight]  # node id -> its generation in flight
     _attempts: dict[str, int]
+    _job_scope: str  # what makes this query's job ids its own (`QueryMachine.__post_init__`)
     _spec_failed: set[str]
     _stop_with: str | None
     _predicted: tuple[int, list[Node]] | None
@@ -123,7 +124,7 @@ class MachineSpeculation:
     def _generate(self, node: Node, priority: int) -> GenerateCommand:
         attempt = self._attempts.get(node.id, 0)
         self._attempts[node.id] = attempt + 1
-        job = JobInFlight(f"{node.id}.{attempt}", speculative=priority != PRIMARY)
+        job = JobInFlight(f"{node.id}.{attempt}{self._job_scope}", speculative=priority != PRIMARY)
         if job.speculative:
             job.distance = self._predictor.spec_distance(node)
             job.prior = min(1.0, max(0.0, self._predictor.spec_likelihood(node)))

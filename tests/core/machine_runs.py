@@ -10,19 +10,21 @@ from spex.shared.core.speculation import SpecPolicy
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 
-def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event=None):
+def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event=None, twin=False):
     """Run query 1 of the workload to the end, its commands completed in the order `order_seed`
-    draws, speculating (with `share`) or not; `after_event(machine)` after each command:
-    (machine, the commands in the order they ran)."""
+    draws, speculating (with `share`) or not, as itself or as its baseline `twin` (a query of its
+    own growing query 1's tree); `after_event(machine)` after each command: (machine, the
+    commands in the order they ran)."""
     workload = SyntheticWorkload(WorkloadKnobs(), seed, SEARCHES[algorithm].family)
     spec = workload.query(1)
     machine = QueryMachine(
-        spec.query_id,
+        f"{spec.query_id}.baseline" if twin else spec.query_id,
         spec.prompt_tokens,
         SearchConfig(algorithm, target),
         seed,
         speculation=SpecPolicy(enabled=speculate),
         share=share if speculate else 0,
+        tree_key=spec.query_id if twin else "",
     )
     rng = random.Random(order_seed)
     log, pending = [], list(machine.start(0.0))
