@@ -181,6 +181,10 @@ def up_settings(args: argparse.Namespace) -> Settings:
 
 def _up_settings(args: argparse.Namespace) -> Settings:
     engine = args.engine or ("hf" if args.model else os.environ.get("SPEX_ENGINE", "sim"))
+    if args.engine_url and engine not in SERVERS:  # else the URL would be ignored, silently
+        raise ValueError(
+            f"--engine-url: a vllm or sglang server's; give --engine vllm or sglang (not {engine})"
+        )
     # A real model writes real text unless told otherwise: synthetic content on one (exactly the
     # workload's token counts) is an explicit --content synthetic.
     content = args.content or ("real" if engine != "sim" else None)

@@ -27,7 +27,7 @@ def check_up(args: argparse.Namespace, settings: Settings, services: int, data_d
     if settings.engine == "hf" and settings.model:
         _model(settings.model, "--model" if args.model else "SPEX_MODEL")
     if data_dir is not None:  # first: another `spex up` on it holds the ports too
-        _data_dir(data_dir)
+        _data_dir(data_dir, embedded=args.redis is None)
     _ports(settings, services)
 
 
@@ -80,13 +80,15 @@ def _taken(host: str, port: int) -> str | None:
     return None
 
 
-def _data_dir(path: Path) -> None:
+def _data_dir(path: Path, embedded: bool) -> None:
+    """`path` can be made, and (for an embedded Redis, which locks it) no other `spex up` holds it."""
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     except FileExistsError:
         raise ValueError(f"--data-dir: {path} is a file, not a directory") from None
     except OSError as exc:
         raise ValueError(f"--data-dir: cannot make {path}: {exc.strerror}") from None
-    from spex.services.launcher import lock_data_dir
+    if embedded:
+        from spex.services.launcher import lock_data_dir
 
-    os.close(lock_data_dir(path))  # the lock's own error names the `spex up` holding it
+        os.close(lock_data_dir(path))  # the lock's own error names the `spex up` holding it

@@ -33,6 +33,8 @@ def _served_engine(settings: Settings) -> LiveEngine:
     from spex.shared.serving import open_engine
 
     s = settings
+    if "," in s.engine_url:  # `spex up` gives each generator its own; a worker alone takes one
+        raise ValueError(f"SPEX_ENGINE_URL: one URL per generator, not a list ({s.engine_url!r})")
     engine = open_engine(s.engine, s.engine_url, s.engine_timeout_s, s.model, s.deterministic)
     engine.wait_s = s.engine_wait_s  # a server still loading its model answers after minutes
     return engine

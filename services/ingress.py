@@ -214,9 +214,10 @@ class IngressService(Service):
         if answer is None:
             return web.json_response({"status": "searching"}, status=202)
         body = answer_json(answer)
-        if (await self.client.request(qid, request[CLIENT])).baseline_twin:
-            twin = twin_id(qid)
-            body["baseline_twin"] = twin_json(twin, answer, await self.client.result(twin))
+        with contextlib.suppress(UnknownQuery):  # its request expired since: the answer alone
+            if (await self.client.request(qid, request[CLIENT])).baseline_twin:
+                twin = twin_id(qid)
+                body["baseline_twin"] = twin_json(twin, answer, await self.client.result(twin))
         return web.json_response(body)
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -226,9 +227,6 @@ class IngressService(Service):
             return refused
         try:
             await self.client.cancel(qid)
-            if (await self.client.request(qid, request[CLIENT])).baseline_twin:
-                with contextlib.suppress(UnknownQuery):  # its twin checks nothing alone
-                    await self.client.cancel(twin_id(qid))
         except UnknownQuery:
             return _error(404, f"query_id: no question {qid[:64]!r}")
         return web.json_response({"status": "cancelling"}, status=202)

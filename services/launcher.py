@@ -298,9 +298,9 @@ def start_limits(supervisor: Supervisor, engine_wait_s: float) -> dict[str, floa
 def _engine_of(kind: str, env: Mapping[str, str]) -> str:
     """The URL of the serving engine a service of `kind` with `env` waits on at start ("":
     none): a generator's vLLM or SGLang server, a scorer's served reward model."""
-    if kind == "generator" and env.get("SPEX_ENGINE") in ("vllm", "sglang"):
+    if kind == "generator" and env.get("SPEX_ENGINE") in SERVERS:
         return env.get("SPEX_ENGINE_URL", "")
-    if kind == "scorer" and env.get("SPEX_PRM"):
+    if kind == "scorer":  # a served reward model (SPEX_PRM beside it is only its tokenizer)
         return env.get("SPEX_PRM_URL", "")
     return ""
 

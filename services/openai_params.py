@@ -35,11 +35,12 @@ __all__ = ["EXTRA_FIELDS", "HONOURED", "MODEL", "NEUTRAL", "ChatAsk", "ParamErro
 MODEL = re.compile(r"spex:(?P<algorithm>[a-z]+)(?:-(?P<target>[0-9]{1,6}))?")
 # SPEX's own client fields a body carries beside `model` (the algorithm and the target) and
 # `messages` (the question): the rest of the submission's, `seed` (OpenAI's own) among them,
-# but its client key and prompt tokens.
+# but its client key, prompt tokens and baseline twin (a reply has no place for the twin's
+# verdict: ask for one through /v1/questions).
 EXTRA_FIELDS = tuple(
     name
     for name in submission.CLIENT_FIELDS
-    if name not in ("question", "algorithm", "client_key", "prompt_tokens")
+    if name not in ("question", "algorithm", "client_key", "prompt_tokens", "baseline_twin")
 )
 MAX_STOPS = 4  # OpenAI's own limit on `stop`'s strings
 # The OpenAI parameters SPEX honours: each one's JSON type and how it is honoured (the

@@ -192,7 +192,7 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
         query_id=req.query_id,
         trace_id=req.trace_id,
         epoch=q.epoch,
-        job_id=cmd.node.id,
+        job_id=q.machine.score_job_id(cmd.node.id),
         node_id=cmd.node.id,
         prompt_node_ids=list(ids),
         prompt_tokens=list(tokens),

@@ -97,9 +97,10 @@ class QueryMachine(MachineSpeculation):
         self._program_done = False
         self._jobs = {}  # node id -> its generation in flight
         self._attempts = {}
-        # A job id names its node and attempt; a node id already names its query, unless this
-        # query grows another's tree (a baseline twin's nodes are its original's): then its jobs
-        # carry its own id's hash, or the two queries' jobs would be taken for one another.
+        # A job id names its node (and a generation's attempt); a node id already names its
+        # query, unless this query grows another's tree (a baseline twin's nodes are its
+        # original's): then its jobs, generations and scores, carry its own id's hash, or the
+        # two queries' jobs would be taken for one another.
         self._job_scope = f"@{digest(self.query_id)[:8]}" if self.tree_key else ""
         self._scoring: set[str] = set()
         self._stop_with = None  # T3's leading answer once it stopped the search
@@ -178,6 +179,10 @@ class QueryMachine(MachineSpeculation):
         commands.extend(self._resume(now_s))
         commands.extend(self._housekeeping(now_s))
         return commands
+
+    def score_job_id(self, node_id: str) -> str:
+        """The id of the job that scores node `node_id` (one per node: a score is not retried)."""
+        return f"{node_id}{self._job_scope}"
 
     def on_scored(self, node_id: str, reward: float, now_s: float) -> list[Command]:
         if node_id not in self._scoring or self.done:

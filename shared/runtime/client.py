@@ -16,6 +16,7 @@ what readers are shown of a query and of the cluster is `views`'.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 import uuid
@@ -173,17 +174,23 @@ class IngressClient:
         qid = await self._submit_one(req)
         if req.baseline_twin:  # its twin, under its own id and key: a retry finds both
             twin = twin_id(qid)
-            await self._submit_one(
-                msgspec.structs.replace(
-                    req,
-                    msg_id=f"submit/{client}/{twin}",
-                    query_id=twin,
-                    client_key=twin,
-                    mode="baseline",
-                    baseline_twin=False,
-                    twin_of=qid,
-                )  # fmt: skip
-            )
+            try:
+                await self._submit_one(
+                    msgspec.structs.replace(
+                        req,
+                        msg_id=f"submit/{client}/{twin}",
+                        query_id=twin,
+                        client_key=twin,
+                        mode="baseline",
+                        baseline_twin=False,
+                        twin_of=qid,
+                    )  # fmt: skip
+                )
+            except (Backpressure, KeyConflict) as exc:  # refused: the question is not kept either
+                with contextlib.suppress(UnknownQuery):
+                    await self._cancel_one(qid)
+                await self.r.delete(names.placed(names.submitted_key(f"{client}/{key}"), qid))
+                raise type(exc)(f"{exc} (its baseline twin was refused: the question is withdrawn)") from None
         return qid
 
     async def _submit_one(self, req: SubmitQuestionRequest) -> str:
@@ -308,7 +315,14 @@ class IngressClient:
             return sum(int(n) for n in await pipe.execute())
 
     async def cancel(self, query_id: str) -> None:
-        """Cancel a query; UnknownQuery if there is no such query."""
+        """Cancel a query, and its baseline twin if it has one (the twin checks nothing alone);
+        UnknownQuery if there is no such query."""
+        await self._cancel_one(query_id)
+        with contextlib.suppress(UnknownQuery):  # expired meanwhile, or a twin never stored
+            if (await self.request(query_id)).baseline_twin:
+                await self._cancel_one(twin_id(query_id))
+
+    async def _cancel_one(self, query_id: str) -> None:
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
         keys = [names.query_request(query_id), names.query_inbox(query_id)]
         if not await self._cancel(keys=keys, args=[encode(msg)]):

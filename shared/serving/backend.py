@@ -23,7 +23,7 @@ __all__ = [
     "parse_prometheus",
     "read_finish",
     "reward_of",
-    "served_by",
+    "server_owner",
 ]
 
 
@@ -99,7 +99,7 @@ def read_finish(raw: object) -> FinishReason:
     raise ValueError(f"unknown finish reason {raw!r}")
 
 
-async def served_by(session: aiohttp.ClientSession, url: str) -> str:
+async def server_owner(session: aiohttp.ClientSession, url: str) -> str:
     """Whose server is at `url`, by what its `/v1/models` says owns the model ("vllm" and "sglang"
     say so; "" if it does not): both answer OpenAI-style listings, and this tells them apart."""
     async with session.get(url + "/v1/models") as resp:

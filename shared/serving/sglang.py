@@ -32,7 +32,7 @@ from spex.shared.serving.backend import (
     parse_prometheus,
     read_finish,
     reward_of,
-    served_by,
+    server_owner,
 )
 
 __all__ = ["SGLangBackend", "required_flags"]
@@ -77,7 +77,7 @@ class SGLangBackend:
         async with session.get(self.url + "/server_info") as resp:
             status = resp.status
             info = await resp.json(content_type=None) if status == 200 else None
-        if status == 404 and await served_by(session, self.url) == "vllm":
+        if status == 404 and await server_owner(session, self.url) == "vllm":
             selector = "SPEX_PRM_ENGINE" if self.reward else "SPEX_ENGINE"
             raise EngineMisconfigured(f"sglang at {self.url}: the server is vLLM's: set {selector}=vllm")
         if status != 200:

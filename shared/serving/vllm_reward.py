@@ -8,8 +8,9 @@
   token, as the in-process reward model reads it (`spex.shared.hf.reward`);
 - `…ForSequenceClassification` (an outcome reward model of one or two labels; `classify`,
   pooled at the last token) gives one row for the whole text;
-- a math-shepherd-style PRM (`Qwen2ForProcessRewardModel`) gives a row at each step tag: the last
-  is the scored step's when its text ends at the tag.
+- a PRM pooled at step tags (`Qwen2ForProcessRewardModel`, a step-tag pooler) gives a row at each
+  tag only; SPEX's prompts write no tag, so the start-up probe gets no row and the server is
+  refused (such models are not supported yet).
 Each row is read by `backend.reward_of` (one number: a sigmoid; two: P(right)), as SGLang's.
 
 What SPEX needs of the server, checked at start against a one-token probe:
@@ -42,7 +43,7 @@ from spex.shared.serving.backend import (
     Reply,
     ServerMetrics,
     reward_of,
-    served_by,
+    server_owner,
 )
 from spex.shared.serving.vllm import VLLMBackend
 
@@ -80,7 +81,12 @@ class VLLMRewardBackend:
             raise EngineMisconfigured(f"vllm at {self.url}: start it with --scheduling-policy priority")
         if status != 200:
             raise EngineUnavailable(f"vllm at {self.url}: {POOLING_PATH} answered {status}: {text[:200]}")
-        rows = _rows(json.loads(text))
+        try:
+            rows = _rows(json.loads(text))
+        except ValueError:
+            raise EngineUnavailable(
+                f"vllm at {self.url}: {POOLING_PATH} answered no JSON: {text[:200]}"
+            ) from None
         if _width(rows) not in SCORE_WIDTHS or reward_of(rows) is None:
             raise EngineMisconfigured(
                 f"vllm at {self.url}: {POOLING_PATH} gives {_width(rows)} numbers a row, not a reward: "
@@ -100,7 +106,7 @@ class VLLMRewardBackend:
 
     async def _no_pooling(self, session: aiohttp.ClientSession) -> str:
         """Why the server has no `/pooling`: a model served for generation, or not vLLM at all."""
-        if await served_by(session, self.url) == "sglang":
+        if await server_owner(session, self.url) == "sglang":
             return "the server is SGLang's: set SPEX_PRM_ENGINE=sglang"
         return f"no {POOLING_PATH}: serve the reward model with --runner pooling (not for generation)"
 

@@ -5,7 +5,7 @@ cancelled by the other's cancel)."""
 
 import pytest
 
-from spex.shared.core.commands import GenerateCommand
+from spex.shared.core.commands import GenerateCommand, ScoreCommand
 from tests.core.machine_runs import drive
 
 
@@ -19,3 +19,6 @@ def test_a_twin_grows_its_original_s_tree_under_job_ids_of_its_own(algorithm):
     jobs = {c.job_id for c in ran if isinstance(c, GenerateCommand)}
     twin_jobs = {c.job_id for c in twin_ran if isinstance(c, GenerateCommand)}
     assert twin_jobs and not jobs & twin_jobs
+    scores = {original.score_job_id(c.node.id) for c in ran if isinstance(c, ScoreCommand)}
+    twin_scores = {twin.score_job_id(c.node.id) for c in twin_ran if isinstance(c, ScoreCommand)}
+    assert twin_scores and not scores & twin_scores

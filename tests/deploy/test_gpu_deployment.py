@@ -87,7 +87,9 @@ def test_gpu_overlay_routes_by_affinity_and_writes_real_text():
     docs = render("gpu-sglang")
     data = of_kind(docs, "ConfigMap")["spex-env"]["data"]
     assert data["SPEX_AFFINITY"] == "1" and data["SPEX_CONTENT"] == "real"
-    assert "SPEX_ENGINE" not in data  # sglang needs its URL, which only the GPU pods have
+    # Every service sees the engine (the coordinator's copy is what each answer names); its URL
+    # is the sidecar's on 127.0.0.1, which only a generator pod uses.
+    assert data["SPEX_ENGINE"] == "sglang" and data["SPEX_ENGINE_URL"] == "http://127.0.0.1:30000"
     for name, dep in of_kind(docs, "Deployment").items():
         if name not in {n for n, *_ in GPU_PODS}:
             pod = dep["spec"]["template"]["spec"]

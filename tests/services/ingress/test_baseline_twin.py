@@ -66,3 +66,38 @@ def test_a_twin_searches_the_same_tree_and_the_answer_says_so(redis_url):
     served = answer["served_by"]
     assert served["engine"] == "sim" and served["content"] == "synthetic" and served["reward"] == "prm"
     assert served["demonstration"].startswith("a demonstration: synthetic content on a simulated GPU")
+
+
+def test_a_twin_refused_withdraws_its_question_and_cancel_reaches_both(redis_url):
+    from spex.proto import Limits, names
+    from spex.shared.runtime.client import Backpressure, IngressClient
+    from spex.shared.runtime.connect import redis_client
+    from spex.shared.runtime.settings import Settings
+
+    async def go():
+        settings = Settings(redis_url=redis_url)
+        full = IngressClient(redis_client(settings), limits=Limits(client_in_flight=1))
+        roomy = IngressClient(redis_client(settings))
+        try:
+            await full.r.flushall()
+            try:  # the question fits the client's limit, its twin does not
+                await full.submit("1+1?", client_key="k", client="c", baseline_twin=True)
+                refused = None
+            except Backpressure as exc:
+                refused = str(exc)
+            # Neither is kept: the key is free again (a new question under it), the first cancelled.
+            inboxes = [key async for key in full.r.scan_iter("*:in")]
+            qid = await roomy.submit("1+1?", client_key="k", client="c", baseline_twin=True)
+            await roomy.cancel(qid)  # the twin with it
+            cancelled = [await roomy.r.xlen(names.query_inbox(q)) for q in (qid, f"{qid}.baseline")]
+            return refused, len(inboxes), qid, cancelled
+        finally:
+            await full.aclose()
+            await roomy.aclose()
+
+    refused, inboxes, qid, cancelled = asyncio.run(go())
+    assert refused is not None and refused.endswith(
+        "(its baseline twin was refused: the question is withdrawn)"
+    )
+    assert inboxes == 1  # the withdrawn question's cancel
+    assert qid and cancelled == [1, 1]

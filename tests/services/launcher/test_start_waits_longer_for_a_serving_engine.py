@@ -37,6 +37,7 @@ def test_only_a_service_waiting_on_a_server_gets_the_engine_wait(tmp_path):
         ("generator", "gen-1", {"SPEX_ENGINE": "sim", "SPEX_ENGINE_URL": ""}),
         ("scorer", "scorer-0", {"SPEX_PRM": "/models/prm", "SPEX_PRM_URL": "http://10.0.0.8:8000"}),
         ("scorer", "scorer-1", {"SPEX_PRM": "", "SPEX_PRM_URL": ""}),
+        ("scorer", "scorer-2", {"SPEX_PRM": "", "SPEX_PRM_URL": "http://10.0.0.9:8000"}),  # URL alone
         ("coordinator", "coord-0", VLLM),  # sees the engine's settings, waits on no server
     )
     assert start_limits(supervisor, 900.0) == {
@@ -44,6 +45,7 @@ def test_only_a_service_waiting_on_a_server_gets_the_engine_wait(tmp_path):
         "gen-1": START_WAIT_S,
         "scorer-0": START_WAIT_S + 900.0,
         "scorer-1": START_WAIT_S,
+        "scorer-2": START_WAIT_S + 900.0,
         "coord-0": START_WAIT_S,
     }
 
