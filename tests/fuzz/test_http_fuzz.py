@@ -193,6 +193,7 @@ PLAUSIBLE = {
     "early_stop_alpha": st.floats(0.01, 2.0),
     "early_stop_min_answers": st.integers(0, 8),
     "early_stop_weight": st.sampled_from(["min", "last"]),
+    "baseline_twin": st.booleans(),
 }
 
 
