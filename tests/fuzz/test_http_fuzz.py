@@ -193,7 +193,7 @@ PLAUSIBLE = {
     "early_stop_alpha": st.floats(0.01, 2.0),
     "early_stop_min_answers": st.integers(0, 8),
     "early_stop_weight": st.sampled_from(["min", "last"]),
-    "baseline_twin": st.booleans(),
+    "baseline_twin": st.sampled_from([False, False, False, True]),  # a twin: with mode spex, no T3
 }
 
 
@@ -202,7 +202,7 @@ def submissions(draw: st.DrawFn) -> dict[str, Any]:
     body: dict[str, Any] = {}
     for name, kind in CLIENT_FIELDS.items():
         choice = draw(st.integers(0, 9))
-        if choice < 3:
+        if choice < (1 if name == "question" else 3):  # the question is required: rarely left out
             continue  # left out: the default
         if choice < 8:
             body[name] = draw(PLAUSIBLE[name])
