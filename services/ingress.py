@@ -14,10 +14,13 @@ refusal is a one-line JSON reason (on the OpenAI face's paths, OpenAI's error sh
 bad field or a body that is not a JSON object (`http_body` says why), 401 no or a wrong token,
 404 no such question, 408 a body not sent in time, 409 a client key reused for a different
 question, 413 too large (a declared length is refused before the body is read), 415 a body of
-another type than JSON (none given: JSON), 429 too many in flight (Retry-After), 503 Redis
-unreachable. A request aiohttp's parser refuses (a malformed header) is a JSON 400 too, and
-neither it nor the log quotes the request's bytes (they may hold a token).
+another type than JSON (none given: JSON), 429 one client's excess, 503 the ingress busy (no
+pooled Redis connection free in a moment: `backpressure`), Redis unreachable, or Redis refusing
+writes (out of memory: the reason says so); every 429 and 503 says when to retry (Retry-After).
+A request aiohttp's parser refuses (a malformed header) is a JSON 400 too, and neither it nor
+the log quotes the request's bytes (they may hold a token).
 A connection that has not sent a whole request within `IDLE_TIMEOUT_S` is closed.
+A new question (a POST) is a 503 with Retry-After while Redis is near its maxmemory (`admission`).
 """
 
 from __future__ import annotations
@@ -37,17 +40,21 @@ import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
 from spex.proto.submission import twin_id
-from spex.services import openapi
+from spex.services import admission, openapi
+from spex.services.backpressure import BusyRefusals, with_retry_after
 from spex.services.http_body import BodyRefused, read_json_object
+from spex.services.long_lived import Slots
 from spex.services.openai_api import OpenAIRoutes, openai_error, serves
 from spex.services.watch import WatchRoutes, answer_json
-from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
+from spex.shared.runtime.availability import REDIS, RETRY_AFTER_S, refusal
+from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, Recovering, UnknownQuery
 from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
+from spex.shared.runtime.pool import PoolBusy
 from spex.shared.runtime.service import Service, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.views import served_by, twin_json
@@ -94,15 +101,22 @@ class IngressService(Service):
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.client = IngressClient(client, settings.backlog_limit, settings.limits)
+        self.memory = admission.MemoryAdmission(
+            client, settings.memory_headroom
+        )  # new questions, by Redis's memory
         self.host, self.port = settings.http_host, settings.http_port
         self.max_body = settings.max_message_bytes
         self.tokens = load_tokens(settings)
         self.submitted = 0
-        self.watch = WatchRoutes(self.client, self._known, CLIENT, bool(self.tokens), served_by(settings))
+        slots = Slots(settings.http_streams_per_client)  # event streams and completions, per client
+        self.watch = WatchRoutes(
+            self.client, self._known, CLIENT, bool(self.tokens), slots, served_by(settings)
+        )
         self.openai = OpenAIRoutes(
-            self.client, lambda request: request[CLIENT], self.max_body, settings.sampling_temperature
+            self.client, lambda request: request[CLIENT], self.max_body, settings.sampling_temperature, slots
         )
         self._runner: web.AppRunner | None = None  # listening once `prepare` ran
+        self.busy = BusyRefusals()
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
         if not self.tokens and self.host not in ("127.0.0.1", "localhost", "::1"):
             self.log.warning("ingress_unauthenticated", host=self.host, hint="set SPEX_AUTH_TOKENS_FILE")
@@ -149,10 +163,25 @@ class IngressService(Service):
             return refuse(401, message, headers={"WWW-Authenticate": "Bearer"})
         request[CLIENT] = client
         try:
-            return await handler(request)
+            if request.method == "POST" and (full := await self.memory.refusal()) is not None:
+                return refuse(
+                    503, full, headers={"Retry-After": str(admission.RETRY_AFTER_S)}
+                )  # a new question
+            response = await handler(request)
+            if request.method != "GET":  # a write went through: Redis takes writes again
+                REDIS.up(self, self.log)
+            return response
+        except PoolBusy as exc:  # back-pressure: Redis is not known to be away
+            return refuse(503, self.busy.reason(exc))
         except (RedisConnectionError, RedisTimeoutError) as exc:
             self.log.warning("redis_unavailable", error=str(exc))
             return refuse(503, "the queue is unreachable; retry later")
+        except ResponseError as exc:  # Redis refusing writes (out of memory): 503, and why
+            reason = refusal(exc)
+            if reason is None:
+                raise
+            REDIS.down(self, reason, self.log)
+            return refuse(503, f"{reason}; retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
         except web.HTTPException as exc:  # aiohttp's own refusals (no such route, wrong method)
             if exc.status < 400:
                 raise
@@ -201,6 +230,8 @@ class IngressService(Service):
         try:
             submission.check_query_id(qid)
             await self.client.request(qid, request[CLIENT])
+        except Recovering:  # Redis lost its data moments ago: a coordinator stores it again
+            return None
         except (SubmissionError, UnknownQuery):
             return _error(404, f"query_id: no question {qid[:64]!r}")
         return None
@@ -255,6 +286,7 @@ class IngressService(Service):
                     await asyncio.wait_for(stop.wait(), GAUGE_EVERY_S)
         finally:
             await self._runner.cleanup()
+            await self.watch.aclose()
 
     async def _gauge(self) -> None:
         """The questions in flight and the backlog, for the metrics (Redis away: left as is)."""
@@ -269,8 +301,9 @@ class IngressService(Service):
 def _error(
     status: int, message: str, headers: dict[str, str] | None = None, close: bool = False
 ) -> web.Response:
-    """A one-line JSON refusal; `close`: the connection too (a body left unread on it)."""
-    response = web.json_response({"error": message}, status=status, headers=headers)
+    """A one-line JSON refusal (a 429 or 503 says when to retry); `close`: the connection too
+    (a body left unread on it)."""
+    response = web.json_response({"error": message}, status=status, headers=with_retry_after(status, headers))
     if close:
         response.force_close()
     return response
@@ -308,8 +341,11 @@ class _Runner(web.AppRunner):
 
 
 def main() -> int:
-    # It serves requests: its Redis client retries a command once on a fresh connection.
-    return run_service("ingress", IngressService, retry_once=True)
+    # It serves requests: its Redis client retries a command once on a fresh connection, and
+    # its pool is sized by its settings, a command waiting a moment for a connection.
+    return run_service(
+        "ingress", IngressService, retry_once=True, pool_size=lambda s: s.http_redis_connections
+    )
 
 
 if __name__ == "__main__":

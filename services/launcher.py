@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 import shutil
@@ -32,7 +31,7 @@ from spex.shared.engine.api import SERVERS
 from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import ENV, Settings, urls, without_password
 from spex.shared.runtime.stack import describe_stack
-from spex.shared.runtime.supervisor import Supervisor
+from spex.shared.runtime.supervisor import Supervisor, stop_reason
 
 __all__ = [
     "default_data_dir", "lock_data_dir", "service_env", "service_names", "services", "start_limits", "up",
@@ -240,25 +239,18 @@ def _watch_redis(
 
 
 def _reachable(settings: Settings, timeout_s: float = 5.0) -> None:
-    """An external Redis answers PING, or one line naming the flag and the address."""
+    """An external Redis answers and SPEX can use it (`connect.check_redis`: a password, a
+    cluster, a replica), or one line naming the flag, the address and what to change."""
     import redis
 
-    from spex.shared.runtime.connect import redis_options
+    from spex.shared.runtime.connect import check_redis
 
-    client = redis.Redis.from_url(
-        settings.redis_url,
-        socket_connect_timeout=timeout_s,
-        socket_timeout=timeout_s,
-        **redis_options(settings),
-    )
+    where = without_password(settings.redis_url)
     try:
-        client.ping()
+        check_redis(settings, timeout_s)
     except redis.RedisError as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        where = without_password(settings.redis_url)
         raise ValueError(f"--redis: cannot reach {where}: {reason}") from None
-    finally:
-        client.close()
 
 
 def _wait_healthy(supervisor: Supervisor, logs: Path, engine_wait_s: float) -> None:
@@ -272,7 +264,9 @@ def _wait_healthy(supervisor: Supervisor, logs: Path, engine_wait_s: float) -> N
         for name in list(waiting):
             log = supervisor.log_path(name)
             if name in supervisor.exited():
-                raise ValueError(f"{name} did not start: {_reason(log.read_text(errors='replace'))}")
+                raise ValueError(
+                    f"{name} did not start: {stop_reason(log.read_text(errors='replace')) or 'no output'}"
+                )
             if b"service_started" in log.read_bytes():
                 waiting.discard(name)
         late = sorted(n for n in waiting if time.monotonic() - started > limits[n])
@@ -313,21 +307,6 @@ def _waits_on(supervisor: Supervisor, name: str) -> str:
         return name
     what = "its engine" if child.kind == "generator" else "its reward model"
     return f"{name} (waiting for {what} at {url})"
-
-
-def _reason(log: str) -> str:
-    """A service's one-line reason for failing at start: its `spex <service>: error:` line, or
-    the error of its last `service_failed` event, or its last line."""
-    lines = [line.strip() for line in log.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if ": error: " in line:
-            return line
-        if "service_failed" in line:
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                return f"{event.get('error_type', 'error')}: {event.get('error', '')}"
-            return line[:300]
-    return lines[-1][:300] if lines else "no output"
 
 
 def serve_forever(

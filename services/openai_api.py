@@ -10,9 +10,10 @@ choice whose message is the solution's steps and its answer (cut at `stop` and `
 answer, the tree's size and digest, and every token the search generated. `stream: true` sends
 a `chat.completion.chunk` per change of the tree (no choices; its `spex` field says what
 changed), then the content, then (with `stream_options.include_usage`) the usage, then
-`[DONE]`. Every refusal on these routes, the ingress's own (401, 503, no such route) among
-them, is OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`. A client that goes
-away cancels its query.
+`[DONE]`. A client holds at most SPEX_HTTP_STREAMS_PER_CLIENT completions (streamed or not)
+and event streams open; past that, a 429. Every refusal on these routes, the ingress's own
+(401, 503, no such route) among them, is OpenAI's shape: `{"error": {"message", "type",
+"param", "code"}}`. A client that goes away cancels its query.
 """
 
 from __future__ import annotations
@@ -29,16 +30,18 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from spex.proto import ALGORITHMS, AnswerResult, SubmissionError, SubmissionTooLarge
+from spex.services.backpressure import with_retry_after
 from spex.services.http_body import BodyRefused, read_json_object
+from spex.services.long_lived import POLL_S, Slots, SlotsFull, poll
 from spex.services.openai_params import ChatAsk, ParamError, chat_ask
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
+from spex.shared.runtime.pool import PoolBusy
 from spex.shared.runtime.views import demonstration, node_json, served_json
 
 __all__ = ["OpenAIRoutes", "openai_error", "serves"]
 
 LISTED_TARGETS = (4, 8, 16)
 WAIT_S = 3600.0  # the longest a request waits for its answer
-POLL_S = 0.05  # how often a waiting request looks for its answer
 PATHS = ("/v1/chat/", "/v1/models")  # the paths whose refusals are OpenAI's shape (prefixes)
 # OpenAI's error code of a refusal with no more particular one, by status.
 CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
@@ -56,12 +59,13 @@ def openai_error(
     code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> web.Response:
-    """A refusal in OpenAI's shape: its type by status, its code OpenAI's for it."""
+    """A refusal in OpenAI's shape: its type by status, its code OpenAI's for it (a 429 or 503
+    says when to retry)."""
     kind = (
         "server_error" if status >= 500 else "rate_limit_error" if status == 429 else "invalid_request_error"
     )
     body = {"error": {"message": message, "type": kind, "param": param, "code": code or CODES.get(status)}}
-    return web.json_response(body, status=status, headers=headers)
+    return web.json_response(body, status=status, headers=with_retry_after(status, headers))
 
 
 def _content(answer: AnswerResult) -> str:
@@ -87,8 +91,10 @@ class OpenAIRoutes:
         client_of: Callable[[web.Request], str],
         max_body: int,
         temperature: float,
+        slots: Slots,
     ) -> None:
         self.client = client
+        self.slots = slots  # long-lived requests open per client, shared with the event streams
         self.client_of = client_of  # request -> the token's client name
         self.max_body = max_body
         self.temperature = temperature  # the operator's sampling temperature: the one accepted
@@ -116,6 +122,14 @@ class OpenAIRoutes:
                 response.force_close()
             return response
         try:
+            with self.slots.hold(self.client_of(request)):
+                return await self._answer(request, body)
+        except SlotsFull as exc:
+            return openai_error(429, str(exc))
+
+    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """Submit the question `body` asks and answer it: a completion, or a stream of chunks."""
+        try:
             ask = chat_ask(body, self.temperature)
             qid = await self.client.submit(
                 ask.question, algorithm=ask.algorithm, client=self.client_of(request), **ask.fields
@@ -129,7 +143,7 @@ class OpenAIRoutes:
         except KeyConflict as exc:
             return openai_error(409, str(exc))
         except Backpressure as exc:
-            return openai_error(429, str(exc), headers={"Retry-After": "1"})
+            return openai_error(429, str(exc))
         model = str(body["model"])
         self.log.info("chat_completion_submitted", query_id=qid, model=model, user=ask.user)
         try:
@@ -156,9 +170,10 @@ class OpenAIRoutes:
         """The answer, or None after WAIT_S; ConnectionError once the client has gone."""
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
-            answer = await self.client.result(qid)
-            if answer is not None:
-                return answer
+            with contextlib.suppress(PoolBusy):  # a busy moment: look again at the next poll
+                answer = await self.client.result(qid)
+                if answer is not None:
+                    return answer
             if request.transport is None or request.transport.is_closing():
                 raise ConnectionError("the client went away")
             await asyncio.sleep(POLL_S)
@@ -201,12 +216,13 @@ class OpenAIRoutes:
         )
         after = "0"
         while True:
-            answer = await self.client.result(qid)
-            events, after = await self.client.tree_events(qid, after, block_ms=None if answer else 1000)
+            answer, events, after = await poll(self.client, qid, after)
             for event in events:
                 await send({"choices": [], "spex": {"query_id": qid, "node": node_json(event)}})
             if not events and answer is not None:
                 break
+            if not events:
+                await asyncio.sleep(POLL_S)
         content, finish, usage = ("", "stop", ask.usage("")) if answer.error else _reply(answer, ask)
         if answer.error:
             await send({"choices": [], "spex": {"query_id": qid, "error": answer.error}})

@@ -13,9 +13,10 @@ from collections.abc import Collection
 from typing import Any
 
 from spex.proto import submission
+from spex.services.backpressure import RETRIED, RETRY_AFTER_S
 from spex.services.openai_api import WAIT_S
 from spex.services.openapi_schemas import Schema, ref, schemas
-from spex.services.watch import STREAMS_PER_CLIENT
+from spex.shared.runtime.pool import POOL_WAIT_S
 
 __all__ = ["OPENAPI_VERSION", "document"]
 
@@ -23,6 +24,14 @@ OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"  # the paths' /v1/
 JSON = "application/json"
 SSE = "text/event-stream"
+UNAVAILABLE = (
+    f"the ingress is busy (no Redis connection free within {POOL_WAIT_S:g} s), or Redis is unreachable"
+)
+OPEN_TOO_MANY = "SPEX_HTTP_STREAMS_PER_CLIENT event streams and chat completions open already (per client)"
+RETRY_AFTER: Schema = {
+    "description": f"seconds to wait before retrying ({RETRY_AFTER_S}); on every 429 and 503",
+    "schema": {"type": "integer", "minimum": 0},
+}
 
 # The groups of operations, in the order the reference shows them.
 TAGS = [
@@ -72,7 +81,7 @@ def _op(op_id: str, tag: str, summary: str, responses: dict[str, Schema], **more
 
 def _questions() -> dict[str, dict[str, Schema]]:
     """SPEX's own API: submit, read, cancel (`spex.services.ingress`)."""
-    unreachable = _refused("Redis is unreachable: retry later")
+    unreachable = _refused(UNAVAILABLE)
     no_such = _refused("no such question (or another client's)")
     submit = {
         "202": _json("accepted (or the same client key's question): its id", ref("QueryId")),
@@ -81,7 +90,7 @@ def _questions() -> dict[str, dict[str, Schema]]:
         "409": _refused("the client key names a different question"),
         "413": _refused("the body (or the question) is too large"),
         "415": _refused("a body of another type than application/json"),
-        "429": _refused("too many questions in flight (Retry-After: 1)"),
+        "429": _refused("too many questions in flight (this client's, or the backlog's)"),
         "503": unreachable,
     }
     read = {
@@ -106,18 +115,18 @@ def _questions() -> dict[str, dict[str, Schema]]:
 
 def _watch() -> dict[str, dict[str, Schema]]:
     """What the ingress shows of the searches, and its probes (`spex.services.watch`)."""
-    unreachable = _refused("Redis is unreachable: retry later")
+    unreachable = _refused(UNAVAILABLE)
     no_such = _refused("no such question (or another client's)")
     tree = {"200": _json("its nodes so far", ref("Tree")), "404": no_such, "503": unreachable}
     events = {
         "200": _text("a `node` event per change of a node (a Node), then an `answer` event (an Answer)", SSE),
         "404": no_such,
-        "429": _refused(f"{STREAMS_PER_CLIENT} event streams open already (per client)"),
+        "429": _refused(OPEN_TOO_MANY),
         "503": unreachable,
     }
     ready = {
         "200": _json('{"status": "ready"}', ref("Status")),
-        "503": _json('{"status": "unready", "error": "..."}', {"type": "object"}),
+        "503": _json('Redis does not answer: {"status": "unready", "error": "..."}', {"type": "object"}),
     }
     return {
         "/v1/questions/{qid}/tree": {
@@ -163,7 +172,7 @@ def _openai() -> dict[str, dict[str, Schema]]:
         "description": "the completion (with stream: chat.completion.chunk events, then data: [DONE])",
         "content": {JSON: {"schema": ref("ChatCompletion")}, SSE: {"schema": {"type": "string"}}},
     }
-    unreachable = _openai_refused("Redis is unreachable: retry later")
+    unreachable = _openai_refused(UNAVAILABLE)
     chat = {
         "200": completion,
         "400": _openai_refused("a parameter refused (error.param names it), or a body not a JSON object"),
@@ -171,7 +180,7 @@ def _openai() -> dict[str, dict[str, Schema]]:
         "408": _openai_refused("the body was not sent in time"),
         "409": _openai_refused("the client key names a different question"),
         "413": _openai_refused("the body is too large"),
-        "429": _openai_refused("too many questions in flight (Retry-After: 1)"),
+        "429": _openai_refused(f"too many questions in flight, or {OPEN_TOO_MANY}"),
         "500": _openai_refused("the search failed"),
         "503": unreachable,
         "504": _openai_refused(f"no answer within {WAIT_S:.0f} s"),
@@ -205,6 +214,9 @@ def document(open_paths: Collection[str]) -> Schema:
                 operation["responses"].setdefault(
                     "401", _refused("no token, or a wrong one (where tokens are set)")
                 )
+            for status, response in operation["responses"].items():
+                if int(status) in RETRIED:
+                    response["headers"] = {"Retry-After": RETRY_AFTER}
             operation["responses"] = dict(sorted(operation["responses"].items()))
     return {
         "openapi": OPENAPI_VERSION,

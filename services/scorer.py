@@ -2,6 +2,10 @@
 batch shares one prefill step) and publishes rewards to the query's inbox (the skeleton it
 shares with the generator: `spex.shared.runtime.worker`).
 
+The jobs a read brings are checked first and handed to the engine together, after the last
+check (no await between the submissions), so an in-process reward model scores them in one
+padded pass rather than a pass for the first and another for the rest.
+
 Engines: with `SPEX_PRM_URL`, the reward model on a server, `SPEX_PRM_ENGINE`'s: SGLang
 (`/classify`) or vLLM (`/pooling`), whatever engine the generators use (`SPEX_ENGINE` is
 theirs), its prompts in the chat template of `SPEX_PRM`'s tokenizer where one is given; else,
@@ -19,7 +23,6 @@ import redis.asyncio as aioredis
 
 from spex.proto import ScoreRequest, ScoreResult, Synthetic
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox, query_request
-from spex.shared.content.prompts import prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
@@ -46,6 +49,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         super().__init__(client, settings, _engine(settings))
         self.handlers = {ScoreRequest: self.on_score}
+        self._checked: list[tuple[Job[ScoreRequest], EngineRequest]] = []  # to start together
 
     def summary(self) -> dict[str, int]:
         return {"scored": self.done, "dead_lettered": self.bus.dead_lettered}
@@ -61,7 +65,9 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
     async def on_score(self, d: Delivery) -> None:
         req = d.message
         assert isinstance(req, ScoreRequest)
-        if any(job.request.job_id == req.job_id for job in self.jobs.values()):
+        if any(job.request.job_id == req.job_id for job in self.jobs.values()) or any(
+            job.request.job_id == req.job_id for job, _ in self._checked
+        ):
             return
         if not await job_wanted(self.bus.r, req.query_id):  # unknown or answered: nothing to score for
             await self.bus.ack(d, SCORER_GROUP)
@@ -74,8 +80,14 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         rid = f"{req.job_id}:{d.entry_id}"
         request = EngineRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority)
         if self.engine.template is not None:
-            request.text = tuple(prompt_pieces(req.question, req.steps, self.engine.template, req.split))
-        await self.start(Job(d, req), request)
+            request.text = self.prompt_text(req, prompt)
+        self._checked.append((Job(d, req), request))
+
+    async def _start_checked(self) -> None:
+        """Hand every checked job to the engine, back to back: one pass can take them all."""
+        checked, self._checked = self._checked, []
+        for job, request in checked:
+            await self.start(job, request)
 
     async def publish(self, job: Job[ScoreRequest], c: Completion) -> None:
         req = job.request
@@ -102,13 +114,21 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
 
     async def _intake_round(self) -> None:
         block, held = self.settings.block_ms, self.held()
-        for d in await self.bus.read([SCORE_JOBS], SCORER_GROUP, count=MAX_BATCH, block_ms=block, held=held):
-            await self.dispatch(d)
+        try:
+            for d in await self.bus.read(
+                [SCORE_JOBS], SCORER_GROUP, count=MAX_BATCH, block_ms=block, held=held
+            ):
+                await self.dispatch(d)
+        finally:
+            await self._start_checked()
 
     async def _reclaim_round(self) -> None:
         await asyncio.sleep(self.settings.heartbeat_s)
         await self.heartbeat(SCORE_JOBS)
-        await self.reclaim(SCORE_JOBS)
+        try:
+            await self.reclaim(SCORE_JOBS)
+        finally:
+            await self._start_checked()
         await self.bus.trim_now_and_then(SCORE_JOBS)
 
 
@@ -136,7 +156,12 @@ def _engine(settings: Settings) -> LiveEngine:
     from spex.shared.hf.reward import RewardConfig, RewardEngine
     from spex.shared.hf.threaded import ThreadedEngine
 
-    config = RewardConfig(deterministic=settings.deterministic, device=settings.device)
+    config = RewardConfig(
+        max_batch=MAX_BATCH,
+        deterministic=settings.deterministic,
+        device=settings.device,
+        dtype=settings.dtype or None,
+    )
     return ThreadedEngine(RewardEngine.from_dir(settings.prm, config))
 
 

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from structlog.typing import FilteringBoundLogger
 
 from spex.proto.names import home, worker_curve
+from spex.shared.engine.api import SERVERS
 from spex.shared.roofline.measured import parse_measured
 from spex.shared.runtime.settings import Settings
 
@@ -64,4 +65,11 @@ async def publish_curve(
     if text is None:
         await r.delete(key)  # an earlier run's curve under this name is not this engine's
         return
+    # The engine counts its primary steps against the same curve (what they would have taken
+    # without speculative rows): the allocator's TPOT governor reads both from its load.
+    curve = parse_measured(text, f"worker {settings.consumer}'s curve")
+    if settings.engine == "hf":
+        engine.engine.step_model = curve
+    elif settings.engine in SERVERS:
+        engine.step_model = curve
     await r.set(key, text, ex=CURVE_TTL_S)

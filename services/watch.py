@@ -4,10 +4,12 @@ draws them (`web/index.html`: plain HTML, SVG and JavaScript, no build step).
 
 GET /v1/questions/{id}/tree → every node (parent, text, reward, answer, tokens, state, times);
 GET /v1/questions/{id}/events → `text/event-stream`: an `node` event per change of a node,
-then an `answer` event, then the stream ends; GET /v1/overview → the cluster's figures
-(`views.overview`); GET / → the web view; GET /health (the process answers) and
-GET /ready (it reaches Redis). The routes are the ingress's, behind its authentication:
-the page sends its token (asked for once) with every request, so it never rides in a URL.
+then an `answer` event, then the stream ends (a client holds at most
+SPEX_HTTP_STREAMS_PER_CLIENT such streams and chat completions open: `long_lived`);
+GET /v1/overview → the cluster's figures (`views.overview`); GET / → the web view;
+GET /health (the process answers) and GET /ready (it reaches Redis: `readiness`). The routes
+are the ingress's, behind its authentication: the page sends its token (asked for once) with
+every request, so it never rides in a URL.
 """
 
 from __future__ import annotations
@@ -24,16 +26,17 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from spex.proto import AnswerResult, ServedBy
+from spex.services.backpressure import with_retry_after
+from spex.services.long_lived import POLL_S, Slots, SlotsFull, poll
+from spex.services.readiness import Readiness
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.views import answer_status, node_json, overview, served_json
 
 __all__ = ["KEEPALIVE_S", "WatchRoutes", "answer_json"]
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-STREAMS_PER_CLIENT = 32  # event streams one client may hold open at once
 OVERVIEW_EVERY_S = 1.0  # the overview is computed at most this often (per client)
 KEEPALIVE_S = 15.0  # an idle event stream sends a comment this often (proxies close silent ones)
-BLOCK_MS = 1000  # an event stream waits this long for its query's next event
 
 
 def answer_json(answer: AnswerResult) -> dict[str, Any]:
@@ -67,14 +70,16 @@ class WatchRoutes:
         known: Callable[[web.Request, str], Awaitable[web.Response | None]],
         client_key: web.RequestKey[str],
         scoped: bool,
+        slots: Slots,
         served: ServedBy | None = None,
     ) -> None:
         self.client = client
+        self.slots = slots  # long-lived requests open per client, shared with the OpenAI face
         self.served = served_json(served)  # what the pipeline answers with (its settings say)
         self.known = known
         self.client_key, self.scoped = client_key, scoped  # the request's client name; tokens on
         self._overviews: dict[str | None, tuple[float, dict[str, Any]]] = {}
-        self._streams: dict[str, int] = {}  # event streams open, per client
+        self.readiness = Readiness(client.r)
         self.page = resources.files("spex.services").joinpath("web/index.html").read_bytes()
 
     def routes(self) -> list[web.RouteDef]:
@@ -94,11 +99,15 @@ class WatchRoutes:
         return web.json_response({"status": "ok"})
 
     async def ready(self, request: web.Request) -> web.Response:
-        try:
-            await asyncio.wait_for(self.client.r.ping(), 2.0)
-        except Exception:  # unreachable, refused, timed out: not ready, whatever the reason
-            return web.json_response({"status": "unready", "error": "the queue is unreachable"}, status=503)
+        reason = await self.readiness.unready()
+        if reason is not None:
+            return web.json_response(
+                {"status": "unready", "error": reason}, status=503, headers=with_retry_after(503)
+            )
         return web.json_response({"status": "ready"})
+
+    async def aclose(self) -> None:
+        await self.readiness.aclose()
 
     async def overview(self, request: web.Request) -> web.Response:
         # With tokens, a client sees its own questions listed (the totals are everyone's).
@@ -125,45 +134,43 @@ class WatchRoutes:
         refused = await self.known(request, qid)
         if refused is not None:
             return refused
-        client = request[self.client_key]
-        if self._streams.get(client, 0) >= STREAMS_PER_CLIENT:  # each holds a Redis connection
-            limit = f"{STREAMS_PER_CLIENT} event streams open"
-            return web.json_response({"error": f"events: {limit}; close one"}, status=429)
-        self._streams[client] = self._streams.get(client, 0) + 1
         try:
-            response = web.StreamResponse(headers=SSE_HEADERS)
-            await response.prepare(request)
-            try:
-                await self._stream(request, qid, response)
-                await response.write_eof()
-            except ConnectionError:  # the client went away
-                pass
-            except RedisError:  # the queue went away mid-stream: end it (the client may reconnect)
-                with contextlib.suppress(ConnectionError):
-                    await response.write(_sse("error", {"error": "the queue is unreachable; retry later"}))
-            return response
-        finally:
-            self._streams[client] -= 1
-            if not self._streams[client]:
-                del self._streams[client]
+            with self.slots.hold(request[self.client_key]):
+                return await self._events(request, qid)
+        except SlotsFull as exc:
+            return web.json_response({"error": f"events: {exc}"}, status=429, headers=with_retry_after(429))
+
+    async def _events(self, request: web.Request, qid: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        try:
+            await self._stream(request, qid, response)
+            await response.write_eof()
+        except ConnectionError:  # the client went away
+            pass
+        except RedisError:  # the queue went away mid-stream: end it (the client may reconnect)
+            with contextlib.suppress(ConnectionError):
+                await response.write(_sse("error", {"error": "the queue is unreachable; retry later"}))
+        return response
 
     async def _stream(self, request: web.Request, qid: str, response: web.StreamResponse) -> None:
         after, quiet_since = "0", time.monotonic()
         while True:
             if request.transport is None or request.transport.is_closing():
                 raise ConnectionError("the client went away")
-            answer = await self.client.result(qid)  # looked at before the events it follows
-            events, after = await self.client.tree_events(qid, after, block_ms=None if answer else BLOCK_MS)
+            answer, events, after = await poll(self.client, qid, after)
             for event in events:
                 await response.write(_sse("node", node_json(event)))
             if events:
                 quiet_since = time.monotonic()
-            elif answer is not None:  # every event the answer follows is sent: the end
+                continue
+            if answer is not None:  # every event the answer follows is sent: the end
                 await response.write(_sse("answer", {"query_id": qid, **answer_json(answer)}))
                 return
-            elif time.monotonic() - quiet_since >= KEEPALIVE_S:
+            if time.monotonic() - quiet_since >= KEEPALIVE_S:
                 await response.write(b": keepalive\n\n")
                 quiet_since = time.monotonic()
+            await asyncio.sleep(POLL_S)
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:

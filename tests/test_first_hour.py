@@ -59,7 +59,7 @@ def test_a_crash_looping_service_shows_its_last_log_line(tmp_path):
     finally:
         supervisor.stop()
     note = next(s for s in said if "exited" in s)
-    assert "its last log line:" in note and note.split("its last log line:")[1].strip()
+    assert "its log says why:" in note and note.split("its log says why:")[1].strip()
 
 
 def test_result_and_top_against_a_live_cluster(redis_url, tmp_path):

@@ -3,10 +3,12 @@ service (so one service can be cut off alone), and every service a supervised pr
 
 Faults, each one call: `kill` (SIGKILL; the supervisor restarts it), `stall`/`resume`
 (SIGSTOP/SIGCONT), `partition`/`heal` (the service's link to Redis reset and refused),
-`restart_redis` (SIGKILL, then the same port and data). `heal_all` undoes whatever is still
-in effect. The Redis fsyncs every write (`appendfsync always`), so a SIGKILL of Redis loses
-nothing acknowledged: the invariants the chaos run checks are the pipeline's, not a
-consequence of the everysec loss window (docs/guides/operations.md).
+`restart_redis` (SIGKILL, then the same port and data), `fill_redis`/`free_redis` (Redis out
+of memory: its `maxmemory` set far below what it holds, so it refuses every write with OOM,
+then set back). `heal_all` undoes whatever is still in effect. The Redis fsyncs every write
+(`appendfsync always`), so a SIGKILL of Redis loses nothing acknowledged: the invariants the
+chaos run checks are the pipeline's, not a consequence of the everysec loss window
+(docs/guides/operations.md).
 
 With `cluster`, a Valkey Cluster (three primaries, three replicas, no password) replaces the
 one Redis and its proxies (a cluster client follows MOVED to the nodes themselves, past any
@@ -22,20 +24,30 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
+
+import redis
 
 from spex.bench.chaos.proxy import FaultProxy
 from spex.services.launcher import service_env
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_cluster import RedisCluster
-from spex.shared.runtime.redis_server import RedisServer
+from spex.shared.runtime.redis_server import RedisServer, free_port
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.supervisor import Supervisor
 
 __all__ = ["KINDS", "Rig"]
 
-KINDS = ("coordinator", "generator", "scorer", "allocator")
-SHORT = {"coordinator": "coord", "generator": "gen", "scorer": "scorer", "allocator": "alloc"}
+KINDS = ("coordinator", "generator", "scorer", "allocator", "ingress")
+FULL_MAXMEMORY = 1  # bytes: below what any Redis holds, so every write is refused
+SHORT = {
+    "coordinator": "coord",
+    "generator": "gen",
+    "scorer": "scorer",
+    "allocator": "alloc",
+    "ingress": "ingress",
+}
 
 
 class Rig:
@@ -47,7 +59,11 @@ class Rig:
         say=lambda _msg: None,  # noqa: ANN001 - a print-like callable
         cluster: bool = False,
     ) -> None:
-        self.counts = {"coordinator": 2, "generator": 2, "scorer": 1, "allocator": 1, **(counts or {})}
+        # An ingress only when asked for (its HTTP answers are what a fault checks): the
+        # questions go in through the Python client, and a seed's schedule picks its targets
+        # from the services started.
+        defaults = {"coordinator": 2, "generator": 2, "scorer": 1, "allocator": 1, "ingress": 0}
+        self.counts = {**defaults, **(counts or {})}
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="spex-chaos-")
         self.workdir = workdir or Path(self._tmp.name)  # type: ignore[union-attr]
         password = secrets.token_urlsafe(24)
@@ -62,6 +78,8 @@ class Rig:
         self.supervisor = Supervisor(self.workdir, say=say)
         self.proxies: dict[str, FaultProxy] = {}
         self.stalled: set[str] = set()
+        self.http_port = 0  # the ingress's, when it has one
+        self.maxmemory: str | None = None  # Redis's own, while `fill_redis` holds it full
         self.client: IngressClient | None = None
 
     @property
@@ -81,9 +99,12 @@ class Rig:
             for i in range(self.counts[kind]):
                 name = f"{SHORT[kind]}-{i}"
                 own = self.settings
+                if kind == "ingress":
+                    self.http_port = free_port()
+                    own = replace(own, http_port=self.http_port)
                 if self.cluster is None:
                     proxy = self.proxies[name] = FaultProxy("127.0.0.1", self.redis.port).start()
-                    own = replace(self.settings, redis_url=proxy.url())
+                    own = replace(own, redis_url=proxy.url())
                 self.supervisor.add(kind, name, service_env(own, name))
         self.supervisor.watch(every_s=0.1)
         self.client = IngressClient(
@@ -136,6 +157,22 @@ class Rig:
         time.sleep(down_s)
         self.redis.start()
 
+    def fill_redis(self) -> None:
+        """Redis out of memory: every write refused (`OOM command not allowed when used memory >
+        'maxmemory'`) until `free_redis`."""
+        with redis.Redis.from_url(self.redis.url, password=self.redis.password) as r:
+            if self.maxmemory is None:
+                self.maxmemory = str(cast(dict, r.config_get("maxmemory"))["maxmemory"])
+            r.config_set("maxmemory", FULL_MAXMEMORY)
+
+    def free_redis(self) -> None:
+        """Redis's `maxmemory` as it was before `fill_redis`."""
+        if self.maxmemory is None:
+            return
+        with redis.Redis.from_url(self.redis.url, password=self.redis.password) as r:
+            r.config_set("maxmemory", self.maxmemory)
+        self.maxmemory = None
+
     def stall_redis(self, down_s: float) -> None:
         """A cluster primary cut off (SIGSTOP) for `down_s`: past the node timeout its replica
         is promoted and it comes back as a replica; shorter, it keeps its slots."""
@@ -161,6 +198,7 @@ class Rig:
             self.cluster.await_healthy()
         elif not self.redis.running():
             self.redis.start()
+        self.free_redis()
 
     # ---------------------------------------------------------------- the end
     def log(self, name: str) -> str:

@@ -41,6 +41,7 @@ class BenchConfig:
     target: int = 16
     batch_size: int = 1
     questions: int = 16
+    first_question: int = 0  # the synthetic workload's questions first_question, first_question + 1, ...
     seed: int = 0
     profile: str = "Llemma-7B@A6000"
     reward_profile: str | None = None  # None: Llemma-7B PRM on its own GPU of the same kind
@@ -113,6 +114,8 @@ class BenchConfig:
         for name in ("batch_size", "questions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, not {getattr(self, name)}")
+        if self.first_question < 0:
+            raise ValueError(f"first_question: must be at least 0, not {self.first_question}")
         if self.reward not in REWARDS:
             raise ValueError(f"reward: must be one of {', '.join(REWARDS)}, not {self.reward!r}")
         if self.max_amplification is not None and self.max_amplification < 1:

@@ -22,15 +22,13 @@ from spex.bench.vtime.config import BenchConfig
 from spex.proto import FinishReason, Split
 from spex.shared.content.datasets import load_questions
 from spex.shared.content.prompts import (
+    SizedPrompt,
     Template,
-    delimiter,
-    fewest_words,
-    filler,
     plain_template,
     prompt_pieces,
     stop_strings,
 )
-from spex.shared.core.commands import GenerateCommand, ScoreCommand, Segment
+from spex.shared.core.commands import GenerateCommand, ScoreCommand
 from spex.shared.core.search.answers import Equivalence
 from spex.shared.core.search.base import SEARCHES
 from spex.shared.core.tree import Node
@@ -218,41 +216,6 @@ def _template(engine: Engine | None) -> Template:
     return template or plain_template
 
 
-class SizedPrompt:
-    """A synthetic prompt's text for a real engine, sized to the workload's token counts: the
-    head (the template over the question, padded with filler words) and each step (its words,
-    cut or padded) reach the tokens the simulator counts for them (`EngineRequest.prompt`), so
-    both sides prefill and cache the same amounts. Each piece is the fewest words that reach
-    its count (a token or two over, as words tokenize; a head whose template alone is longer
-    keeps one word of the question). `count` is None where the engine cannot count tokens (a
-    server without `--model`): the texts go as they are."""
-
-    def __init__(self, template: Template, split: Split, count: Callable[[str], int] | None) -> None:
-        self.template, self.split, self.count = template, split, count
-        self._sized: dict[tuple[str, int, bool], str] = {}  # (text, tokens, head?) -> piece
-
-    def pieces(self, question: str, steps: list[str], prompt: tuple[Segment, ...]) -> tuple[str, ...]:
-        if self.count is None:
-            return tuple(prompt_pieces(question, steps, self.template, self.split))
-        assert len(prompt) == 1 + len(steps), "a prompt is the question's segment, then each step's"
-        out = [self._fit(question, prompt[0][1], head=True)]
-        for step, (_, tokens) in zip(steps, prompt[1:], strict=True):
-            out.append(self._fit(step, tokens, head=False))
-        return tuple(out)
-
-    def _fit(self, text: str, tokens: int, head: bool) -> str:
-        key = (text, tokens, head)
-        if key not in self._sized:
-            assert self.count is not None
-            gap = delimiter(self.split)
-
-            def piece(words: list[str]) -> str:
-                return self.template(" ".join(words), self.split) if head else " ".join(words) + gap
-
-            self._sized[key] = fewest_words([*text.split(), *filler(tokens)], piece, self.count, tokens)
-        return self._sized[key]
-
-
 def _sized(engine: Engine | None, split: Split) -> SizedPrompt | None:
     """How a real engine's synthetic prompts are written (None on the simulator: no text)."""
     if engine is None or isinstance(engine, SimEngine):
@@ -269,7 +232,9 @@ class SyntheticContent:
 
     def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
         self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, SEARCHES[cfg.algorithm].family)
-        self.questions: list[SyntheticQuestion] = [self.workload.query(i) for i in range(cfg.questions)]
+        self.questions: list[SyntheticQuestion] = [
+            self.workload.query(cfg.first_question + i) for i in range(cfg.questions)
+        ]
         # A mixed workload writes each question's steps in its own search's style.
         styles = {style: SyntheticWorkload(cfg.knobs, cfg.seed, style) for style in ("bfs", "dfs")}
         self._workload_of = {

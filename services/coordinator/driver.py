@@ -9,6 +9,7 @@ router, and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -42,6 +43,9 @@ from spex.shared.runtime.views import served_by
 __all__ = ["Driver"]
 
 GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
+# The longest an inbox read's events hold the event loop at a stretch: a read for thousands of
+# queries is seconds of work, and the lease round must get its turn meanwhile.
+YIELD_EVERY_S = 0.02
 
 
 class Driver:
@@ -82,8 +86,12 @@ class Driver:
         before its checkpoint). A query let go and adopted again while the read blocked is
         skipped: its replay applies the inbox in order, and the next read goes on from it."""
         batches: dict[str, list[Effect]] = {}
+        yielded = time.monotonic()
         try:
             for qid, entries in reads:
+                if time.monotonic() - yielded >= YIELD_EVERY_S:
+                    await asyncio.sleep(0)
+                    yielded = time.monotonic()
                 query = self.holdings.queries.get(qid)
                 if query is None or query is not read_for.get(qid):
                     continue

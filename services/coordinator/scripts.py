@@ -3,7 +3,7 @@ fenced answer. Each runs atomically on one query's keys (one hash tag, one clust
 `store.QueryStore` registers each once, runs it by SHA, and is the only caller: the KEYS and
 ARGV each comment lists are in the order it passes them."""
 
-__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "REJECT", "RELEASE", "RENEW"]
+__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "REJECT", "RELEASE", "RENEW_ALL"]
 
 # The stream id of `seconds` ago, by Redis's clock: XADD's MINID for a stream kept that long.
 SINCE = """
@@ -24,14 +24,23 @@ end
 return false
 """
 
-# KEYS: lease, epoch, active zset. ARGV: owner, lease ms, expiry ms, query id. -> epoch | nil
-RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
-  return tonumber(redis.call('GET', KEYS[2]))
+# Renews every lease a coordinator holds in one slot, in one call (a round trip per query
+# would take longer than the lease once hundreds are held). KEYS: active zset, then the lease
+# and epoch of each query. ARGV: owner, lease ms, expiry ms, then each query's id, in the
+# order of KEYS. -> the epoch of each query, 0 where the lease is no longer ours
+RENEW_ALL = """
+local out = {}
+for i = 4, #ARGV do
+  local lease, epoch = KEYS[2 * (i - 3)], KEYS[2 * (i - 3) + 1]
+  if redis.call('GET', lease) == ARGV[1] then
+    redis.call('PEXPIRE', lease, ARGV[2])
+    redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i])
+    out[#out + 1] = tonumber(redis.call('GET', epoch)) or 0
+  else
+    out[#out + 1] = 0
+  end
 end
-return false
+return out
 """
 
 # Gives a lease up and makes the query due for the reaper at once. KEYS: lease, active zset.
@@ -57,10 +66,14 @@ return 1
 
 # Writes the answer once, appends it to the answers stream (trimmed to the result TTL: older
 # answers have expired), takes the query out of the in-flight sets, releases the lease, and
-# lets the query's keys expire after the result TTL.
+# compacts what the query keeps: its tree's record (the tree stream's entries, packed by the
+# caller) replaces the tree stream; the inbox, the checkpoint, the sent ids and the cancel
+# marks, which only a search in progress reads, expire soon (a late result for an answered
+# query is not published: `publisher`); the request, the epoch and the client key expire with
+# the answer, after the result TTL.
 # KEYS: lease, epoch, reply, answers, in-flight, active, client in-flight, inbox, request,
-# checkpoint, client key, sent ids, cancelled jobs. ARGV: owner, epoch, encoded answer, query
-# id, TTL s. -> 1 | 0
+# checkpoint, client key, sent ids, cancelled jobs, tree, tree record. ARGV: owner, epoch,
+# encoded answer, query id, TTL s, tree record ("": no tree), the search's keys' TTL s. -> 1 | 0
 ANSWER = (
     SINCE
     + """
@@ -69,21 +82,27 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2]))
 end
 if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', ARGV[5]) then
   redis.call('XADD', KEYS[4], 'MINID', since(ARGV[5]), '*', 'e', ARGV[3])
+  if ARGV[6] ~= '' then
+    redis.call('SET', KEYS[15], ARGV[6], 'EX', ARGV[5])
+    redis.call('DEL', KEYS[14])
+  end
 end
 redis.call('ZREM', KEYS[5], ARGV[4])
 redis.call('ZREM', KEYS[7], ARGV[4])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[6], ARGV[4])
-for i = 8, 13 do redis.call('EXPIRE', KEYS[i], ARGV[5]) end
-redis.call('EXPIRE', KEYS[2], ARGV[5])
+for _, i in ipairs({8, 10, 12, 13}) do redis.call('EXPIRE', KEYS[i], ARGV[7]) end
+for _, i in ipairs({2, 9, 11}) do redis.call('EXPIRE', KEYS[i], ARGV[5]) end
 return 1
 """
 )
 
 # A question that cannot be searched gets a failed answer, so its client is told and its
-# in-flight place freed; whatever a coordinator took for it is let go and expires.
+# in-flight place freed; whatever a coordinator took for it is let go: what only a search
+# reads expires soon, the rest with the answer.
 # KEYS: reply, answers, in-flight, client in-flight, request, active, lease, epoch, inbox,
-# checkpoint, client key, sent ids, cancelled jobs. ARGV: encoded answer, query id, TTL s. -> 1
+# checkpoint, client key, sent ids, cancelled jobs. ARGV: encoded answer, query id, TTL s, the
+# search's keys' TTL s. -> 1
 REJECT = (
     SINCE
     + """
@@ -94,8 +113,8 @@ redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[4], ARGV[2])
 redis.call('ZREM', KEYS[6], ARGV[2])
 redis.call('DEL', KEYS[7])
-for i = 8, 13 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
-redis.call('EXPIRE', KEYS[5], ARGV[3])
+for _, i in ipairs({9, 10, 12, 13}) do redis.call('EXPIRE', KEYS[i], ARGV[4]) end
+for _, i in ipairs({5, 8, 11}) do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return 1
 """
 )

@@ -10,10 +10,14 @@ publish). A query joins the live inbox reader only once its replay is done, and 
 is applied at most once (by id), so a restart never applies an event twice. The checkpoint
 hash records the epoch, the last applied entry and the tree digest so far.
 
-Its loop is four rounds, each a named method run by `loop_forever`: `intake_round` (new
-questions), `inbox_round` (the results of every query it holds), `lease_round` (renewals,
-Redis-restart recovery, taking over queries whose holder stopped) and `route_round` (the live
-generators). The modules beside it (the package's docstring lists them) hold the rest.
+Its loop is five rounds, each a named method run by `loop_forever`: `intake_round` (new
+questions), `inbox_round` (the results of every query it holds), `lease_round` (renewals, one
+round trip for every lease held, and Redis-restart recovery), `takeover_round` (queries whose
+holder stopped, questions a dead coordinator left pending, trimming) and `route_round` (the
+live generators). Renewals have a round of their own so that no takeover, however many, delays
+them; a coordinator whose renewals come late all the same adopts no new question until they are
+on time again (it sheds new work before it would lose what it holds). The modules beside it
+(the package's docstring lists them) hold the rest.
 
 Faults: a query whose lease was not confirmed within `lease_s` (this process stalled) is not
 worked on until a renewal succeeds — its fenced writes would fail anyway. A query whose
@@ -47,6 +51,7 @@ from spex.services.coordinator.query import HeldQuery, new_machine, stats
 from spex.services.coordinator.recovery import Recovery
 from spex.services.coordinator.routing import REFRESH_S, Router
 from spex.services.coordinator.store import QueryStore, Submitted
+from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery
 from spex.shared.runtime.service import Service, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
@@ -55,6 +60,10 @@ from spex.shared.runtime.tracing import query_span
 __all__ = ["Coordinator", "main"]
 
 STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
+# A coordinator whose leases come up for renewal later than this share of the lease after the
+# last renewal (planned: a third) is too busy to hold more: it adopts no new question until
+# they come back within it, and another coordinator (or this one, later) takes the new ones.
+SHED_SHARE = 0.5
 INBOX_BATCH = 256  # inbox entries read per XREAD
 # Streams read as they come (no group), trimmed by age: gen:control's cancels and promotions
 # matter to a generator reading live (one away longer loses some: work, not correctness);
@@ -88,6 +97,8 @@ class Coordinator(Service):
         self._stats_sent = 0.0
         self._fan_out_trimmed = -1e9  # monotonic: when gen:control, stats:queries and answers were trimmed
         self._tasks: set[asyncio.Task[None]] = set()  # takeovers and searches again
+        self._renewed_at = time.monotonic()  # when the last lease round renewed our leases
+        self.shedding = False  # leases renewed too late: no new question is adopted
 
     @property
     def queries(self) -> dict[str, HeldQuery]:
@@ -100,12 +111,21 @@ class Coordinator(Service):
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.ensure_group(INGRESS, COORDINATOR_GROUP)
-        rounds = [self.intake_round, self.inbox_round, self.lease_round, self.route_round]
+        rounds = [
+            self.intake_round,
+            self.inbox_round,
+            self.lease_round,
+            self.takeover_round,
+            self.route_round,
+        ]
         await asyncio.gather(*(loop_forever(stop, body, self.log, self.bus.reconnected) for body in rounds))
 
-    # ------------------------------------------------------------------ the four rounds
+    # ------------------------------------------------------------------ the five rounds
     async def intake_round(self) -> None:
-        """New questions from the ingress stream: each adopted."""
+        """New questions from the ingress stream: each adopted (none while shedding)."""
+        if self.shedding:
+            await asyncio.sleep(self.settings.block_ms / 1000)
+            return
         for d in await self.bus.read([INGRESS], COORDINATOR_GROUP, count=8, block_ms=self.settings.block_ms):
             await self._on_submitted(d)
 
@@ -126,12 +146,15 @@ class Coordinator(Service):
         await self.observer.send_due(self.queries.values())
 
     async def lease_round(self) -> None:
-        """Renew our leases; recover from a Redis restart; take over queries whose holder
-        stopped renewing."""
+        """Renew our leases (one round trip for all); recover from a Redis restart."""
         await asyncio.sleep(self.settings.lease_s / 3)
         await self.recover()
-        for qid, query in list(self.queries.items()):
-            epoch = await self.store.renew(qid)
+        held = list(self.queries.items())
+        epochs = await self.store.renew_all([qid for qid, _ in held])
+        self._shed(time.monotonic() - self._renewed_at, len(held))
+        self._renewed_at = time.monotonic()
+        for qid, query in held:
+            epoch = epochs[qid]
             if epoch and epoch == query.epoch:
                 query.renewed = time.monotonic()
             elif not await self.store.known(qid):  # Redis lost the query's state
@@ -139,10 +162,16 @@ class Coordinator(Service):
                 self._spawn(self._search_again(query))
             else:
                 self.holdings.end(query, Ending.LOST)
+
+    async def takeover_round(self) -> None:
+        """Take over queries whose holder stopped renewing and questions a coordinator that
+        died left pending; trim the streams read as they come."""
+        await asyncio.sleep(self.settings.lease_s / 3)
         # A coordinator that died between reading a question and taking its lease left the
-        # question pending in the ingress group: take it over.
-        for d in await self.bus.reclaim(INGRESS, COORDINATOR_GROUP, 2 * self.store.lease_ms):
-            await self._on_submitted(d)
+        # question pending in the ingress group: take it over (unless shedding new work).
+        if not self.shedding:
+            for d in await self.bus.reclaim(INGRESS, COORDINATOR_GROUP, 2 * self.store.lease_ms):
+                await self._on_submitted(d)
         await self.bus.trim_now_and_then(INGRESS)
         if time.monotonic() - self._fan_out_trimmed >= TRIM_EVERY_S:
             self._fan_out_trimmed = time.monotonic()
@@ -154,6 +183,15 @@ class Coordinator(Service):
             await self.store.trim_fan_out(keep)
         for qid in await self.store.expired():
             await self._take_over(qid)
+
+    def _shed(self, since_s: float, held: int) -> None:
+        """Stop adopting new questions while our leases are renewed later than `SHED_SHARE`
+        of the lease (`since_s` after the last renewal), before any could lapse."""
+        shedding = held > 0 and since_s > SHED_SHARE * self.settings.lease_s
+        if shedding != self.shedding:
+            event = "intake_paused" if shedding else "intake_resumed"
+            self.log.warning(event, held=held, renewal_gap_s=round(since_s, 3))
+        self.shedding = shedding
 
     async def route_round(self) -> None:
         """Re-read the live generators and their loads (where each job goes)."""
@@ -248,7 +286,10 @@ class Coordinator(Service):
             if await self.adopt(req):
                 self.log.info("query_taken_over", query_id=req.query_id)
         except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            self.log.warning("takeover_failed", query_id=req.query_id, error=str(exc))
+            # Redis unavailable is logged once, as its state changes (`availability`), not
+            # once per query per round (its next round tries again).
+            log = self.log.debug if unavailable(exc) else self.log.warning
+            log("takeover_failed", query_id=req.query_id, error=str(exc))
         except Exception as exc:  # the question itself cannot be searched
             self.log.error("question_unsearchable", query_id=req.query_id, error=repr(exc))
             await self._on_dead(req, "the question could not be searched")

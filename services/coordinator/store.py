@@ -10,6 +10,7 @@ cluster, where each is split into partitions and a query's keys take its partiti
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from typing import Any, cast
@@ -41,16 +42,23 @@ from spex.proto.names import (
     query_request,
     query_sent,
     query_tree,
+    query_tree_record,
     reply_key,
     spread,
     submitted_key,
 )
+from spex.proto.tree_record import TREE_EVENTS_KEPT, pack_tree
 from spex.services.coordinator import scripts
-from spex.shared.runtime.streams import ScriptCall, is_cluster, read_streams
+from spex.shared.runtime.bus import DEAD_LETTER_TTL_S, DEAD_LETTERS_KEPT, dead_letter_fields
+from spex.shared.runtime.client import KEY_BACKSTOP_S, client_key_record
+from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster, read_streams
 
-__all__ = ["Entries", "QueryStore", "Submitted"]
+__all__ = ["SEARCH_KEPT_S", "Entries", "QueryStore", "Submitted"]
 
-TREE_EVENTS_KEPT = 100_000  # node events kept per query (a tree of 20k nodes, several each)
+RENEW_BATCH = 1_000  # leases renewed by one script call (a few ms of Redis's time)
+# What only a query's search reads (its inbox, checkpoint, sent ids, cancel marks) is kept this
+# long after its answer, at most: a late look at what it received (an operator's, a test's).
+SEARCH_KEPT_S = 60
 # What XRANGE and XREAD give for one stream: (entry id, fields) in order.
 Entries = list[tuple[bytes | str, dict[bytes, bytes]]]
 
@@ -81,8 +89,9 @@ class QueryStore:
         self.owner = owner
         self.lease_ms = int(lease_s * 1000)
         self.result_ttl_s = result_ttl_s
+        self.search_kept_s = min(SEARCH_KEPT_S, result_ttl_s)
         self._acquire = r.register_script(scripts.ACQUIRE)
-        self._renew = r.register_script(scripts.RENEW)
+        self._renew_all = r.register_script(scripts.RENEW_ALL)
         self._release = r.register_script(scripts.RELEASE)
         self._checkpoint = r.register_script(scripts.CHECKPOINT)
         self._answer = r.register_script(scripts.ANSWER)
@@ -95,11 +104,35 @@ class QueryStore:
         args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
         return int(await self._acquire(keys=keys, args=args) or 0)
 
-    async def renew(self, qid: str) -> int:
-        """Extend our lease: the epoch it holds, or 0 if it is no longer ours."""
-        keys = [query_lease(qid), query_epoch(qid), placed(COORDINATORS_ACTIVE, qid)]
-        args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
-        return int(await self._renew(keys=keys, args=args) or 0)
+    async def renew_all(self, qids: list[str]) -> dict[str, int]:
+        """Extend our leases on `qids`: the epoch each holds, 0 where it is no longer ours.
+        One script per slot (a query's keys and its part of the active set share one: on a
+        single Redis there is one), all sent at once, so a round is one round trip however many
+        queries are held; calls of at most `RENEW_BATCH` queries keep each script short."""
+        groups: dict[str, list[str]] = {}
+        for qid in qids:
+            groups.setdefault(placed(COORDINATORS_ACTIVE, qid), []).append(qid)
+        calls = [
+            (active, batch[i : i + RENEW_BATCH]) for active, batch in groups.items()
+            for i in range(0, len(batch), RENEW_BATCH)
+        ]  # fmt: skip
+        expiry_ms = _now_ms() + self.lease_ms
+        if is_cluster(self.r):  # a pipeline reaches one node: a call per slot, concurrently
+            replies = await asyncio.gather(
+                *(self._renew_call(active, batch, expiry_ms) for active, batch in calls)
+            )
+        else:
+            async with self.r.pipeline(transaction=False) as pipe:
+                for active, batch in calls:
+                    await self._renew_call(active, batch, expiry_ms, pipe)
+                replies = await pipe.execute()
+        epochs = [(batch, reply) for (_, batch), reply in zip(calls, replies, strict=True)]
+        return {q: int(e or 0) for batch, reply in epochs for q, e in zip(batch, reply, strict=True)}
+
+    def _renew_call(self, active: str, batch: list[str], expiry_ms: int, pipe: Any = None) -> Any:
+        keys = [active] + [k for q in batch for k in (query_lease(q), query_epoch(q))]
+        args: list[str | int] = [self.owner, self.lease_ms, expiry_ms, *batch]
+        return self._renew_all(keys=keys, args=args, client=pipe)
 
     async def release(self, qid: str) -> None:
         """Give our lease up and make the query due for the reaper at once."""
@@ -153,9 +186,12 @@ class QueryStore:
         return bool(await self.r.exists(query_request(qid), reply_key(qid)))
 
     async def in_flight_again(self, req: SubmitQuestionRequest) -> None:
-        """A query Redis lost, about to be searched again: stored and counted in flight again."""
+        """A query Redis lost, about to be searched again: stored and counted in flight again,
+        and its client key kept again (a retry under the key finds this query, not a new one)."""
         now_ms = _now_ms()
         qid = req.query_id
+        client_key, record = client_key_record(req)
+        await self.r.set(client_key, record, nx=True, ex=KEY_BACKSTOP_S)
         await self.r.set(query_request(qid), encode(req), nx=True)
         await self.r.zadd(placed(INGRESS_IN_FLIGHT, qid), {qid: now_ms})
         await self.r.zadd(placed(client_in_flight(req.client), qid), {qid: now_ms})
@@ -179,9 +215,14 @@ class QueryStore:
         return out
 
     async def park(self, qid: str, entry_id: str, reason: str, payload: bytes) -> None:
-        """An inbox entry that cannot be read (the inbox has no group): kept with its reason."""
-        stream = query_inbox(qid)
-        await self.r.xadd(dead_letter(stream), {"id": entry_id, "reason": reason, "e": payload})
+        """An inbox entry that cannot be read (the inbox has no group): kept with its reason,
+        bounded as every dead letter is (`bus.dead_letter_fields`)."""
+        parked = dead_letter(query_inbox(qid))
+        async with self.r.pipeline(transaction=False) as pipe:
+            fields = {"id": entry_id, **dead_letter_fields(reason, payload)}
+            pipe.xadd(parked, fields, maxlen=DEAD_LETTERS_KEPT, approximate=True)  # type: ignore[arg-type]
+            pipe.expire(parked, DEAD_LETTER_TTL_S)
+            await pipe.execute()
 
     # ------------------------------------------------------------------ fenced writes
     async def checkpoint(self, qid: str, epoch: int, last_id: str, nodes: int) -> bool:
@@ -196,16 +237,29 @@ class QueryStore:
         return self._checkpoint, keys, [self.owner, epoch, last_id, nodes]
 
     async def answer(self, req: SubmitQuestionRequest, epoch: int, answer: AnswerResult) -> bool:
-        """Write the answer once and let the query go; False if the lease is no longer ours."""
+        """Write the answer once and let the query go, its tree stream packed into one record
+        (`tree_record`) and what only its search read let go soon (`SEARCH_KEPT_S`); False if
+        the lease is no longer ours."""
         qid = req.query_id
         client_key = placed(submitted_key(f"{req.client}/{req.client_key}"), qid)
         keys = [
             query_lease(qid), query_epoch(qid), reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT,
             COORDINATORS_ACTIVE, client_in_flight(req.client)), query_inbox(qid), query_request(qid),
-            query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid),
+            query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid), query_tree(qid),
+            query_tree_record(qid),
         ]  # fmt: skip
-        args: list[str | bytes | int] = [self.owner, epoch, encode(answer), qid, self.result_ttl_s]
+        args: list[str | bytes | int] = [
+            self.owner, epoch, encode(answer), qid, self.result_ttl_s, await self._tree_record(qid),
+            self.search_kept_s,
+        ]  # fmt: skip
         return bool(await self._answer(keys=keys, args=args))
+
+    async def _tree_record(self, qid: str) -> bytes:
+        """The query's tree stream packed into its record (b"": it has no tree stream)."""
+        entries = cast(Entries, await self.r.xrange(query_tree(qid), "-", "+"))
+        if not entries:
+            return b""
+        return pack_tree([(as_str(entry_id), (fields or {}).get(b"e", b"")) for entry_id, fields in entries])
 
     async def reject(self, req: SubmitQuestionRequest, reason: str) -> None:
         """Answer a question that cannot be searched as failed, whoever holds what for it."""
@@ -217,12 +271,13 @@ class QueryStore:
             query_request(qid), placed(COORDINATORS_ACTIVE, qid), query_lease(qid), query_epoch(qid),
             query_inbox(qid), query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid),
         ]  # fmt: skip
-        await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s])
+        await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s, self.search_kept_s])
 
     # ------------------------------------------------------------------ to watchers
     async def publish_tree(self, qid: str, events: list[NodeEvent]) -> None:
-        """Append a query's node events to its tree stream, which lives as long as its
-        answer (each write moves the expiry on)."""
+        """Append a query's node events to its tree stream, which its answer packs into a
+        record (`answer`); a write after that (a coordinator that lost the query) expires as
+        the answer does (each write moves the expiry on)."""
         if not events:
             return
         stream = query_tree(qid)

@@ -30,6 +30,7 @@ __all__ = [
     "EXAMPLE_QUESTION",
     "EXAMPLE_STEPS",
     "SPLITS",
+    "SizedPrompt",
     "Split",
     "Template",
     "chat_template",
@@ -155,3 +156,40 @@ def fewest_words(
         else:
             high = mid
     return piece(words[:low])
+
+
+class SizedPrompt:
+    """A synthetic prompt's text for a real engine, sized to the workload's token counts: the
+    head (the template over the question, padded with filler words) and each step (its words,
+    cut or padded) reach the tokens the simulator counts for them (`EngineRequest.prompt`), so
+    both sides prefill and cache the same amounts. Each piece is the fewest words that reach
+    its count (a token or two over, as words tokenize; a head whose template alone is longer
+    keeps one word of the question). `count` is None where the engine cannot count tokens (a
+    server without `--model`): the texts go as they are."""
+
+    def __init__(self, template: Template, split: Split, count: Callable[[str], int] | None) -> None:
+        self.template, self.split, self.count = template, split, count
+        self._sized: dict[tuple[str, int, bool], str] = {}  # (text, tokens, head?) -> piece
+
+    def pieces(self, question: str, steps: list[str], prompt: Sequence[tuple[str, int]]) -> tuple[str, ...]:
+        if self.count is None:
+            return tuple(prompt_pieces(question, steps, self.template, self.split))
+        assert len(prompt) == 1 + len(steps), "a prompt is the question's segment, then each step's"
+        out = [self._fit(question, prompt[0][1], head=True)]
+        for step, (_, tokens) in zip(steps, prompt[1:], strict=True):
+            out.append(self._fit(step, tokens, head=False))
+        return tuple(out)
+
+    def _fit(self, text: str, tokens: int, head: bool) -> str:
+        key = (text, tokens, head)
+        if key not in self._sized:
+            assert self.count is not None
+            if len(self._sized) > 100_000:  # a long-running service's: bounded
+                self._sized.clear()
+            gap = delimiter(self.split)
+
+            def piece(words: list[str]) -> str:
+                return self.template(" ".join(words), self.split) if head else " ".join(words) + gap
+
+            self._sized[key] = fewest_words([*text.split(), *filler(tokens)], piece, self.count, tokens)
+        return self._sized[key]

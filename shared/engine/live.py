@@ -32,6 +32,12 @@ class LiveEngine(Protocol):
         ...
 
     @property
+    def count_tokens(self) -> Callable[[str], int] | None:
+        """The engine's token count of a text, or None where it has none (the simulator, a
+        server without its model's tokenizer): synthetic prompts then go as they are, unsized."""
+        ...
+
+    @property
     def time_scale(self) -> float:
         """Wall seconds per second of the engine's clock (`Completion`'s times): the
         simulator's scale, 1.0 for a real engine."""

@@ -191,6 +191,9 @@ class HFEngine(SteppedEngine, PromptPasses):
             prefix_cache_hit_rate=self.stats.cache_hit_rate,
             prompt_tokens=self.stats.prompt_tokens,
             cached_tokens=self.stats.cached_tokens,
+            primary_steps=self.stats.primary_steps,
+            primary_step_s=self.stats.primary_step_s,
+            primary_alone_s=self.stats.primary_alone_s,
         )
 
     @property

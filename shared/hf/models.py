@@ -113,16 +113,20 @@ def train_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
     return fast
 
 
-def init_model(spec: ModelSpec, out: str | Path) -> Path:
+def init_model(spec: ModelSpec, out: str | Path, tokenizer: Any = None) -> Path:
     """Build a random-weight Llama-architecture model (and its tokenizer) into `out`; with a
-    `shape`, its config and tokenizer only (the weights are built by `load_lm`)."""
+    `shape`, its config and tokenizer only (the weights are built by `load_lm`). `tokenizer`:
+    one `train_tokenizer` made already (a model and its reward model share it), else trained."""
     spec.validate()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(spec.vocab)
+    tokenizer = tokenizer if tokenizer is not None else train_tokenizer(spec.vocab)
     if spec.shape is not None:
         config = spec.shape.config(tokenizer)
         setattr(config, RANDOM_WEIGHTS, spec.seed)
+        if spec.prm:  # the same body with the reward model's two-label head
+            config.num_labels = 2
+            config.architectures = [f"{type(config).__name__.removesuffix('Config')}ForTokenClassification"]
         config.save_pretrained(out)
         tokenizer.save_pretrained(out)
         return out
@@ -166,7 +170,7 @@ def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> 
     seed = getattr(config, RANDOM_WEIGHTS, None)
     if seed is not None and not _has_weights(Path(path)):
         kind = getattr(torch, dtype or "float32")
-        _check_room(config, kind, torch.device(device))
+        _check_room(config, kind, torch.device(device), AutoModelForCausalLM)
         torch.manual_seed(int(seed))
         with torch.device(device):
             built: Any = AutoModelForCausalLM.from_config(config, dtype=kind)
@@ -177,11 +181,11 @@ def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> 
     return model.to(device).eval()
 
 
-def _check_room(config: Any, dtype: torch.dtype, device: torch.device) -> None:
+def _check_room(config: Any, dtype: torch.dtype, device: torch.device, auto: Any) -> None:
     """A catalog-sized model refused up front where its weights cannot fit (a 7B model in
     float32 on a laptop), rather than the process killed for memory halfway through."""
     with torch.device("meta"):
-        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+        params = sum(p.numel() for p in auto.from_config(config).parameters())
     need = params * torch.tensor([], dtype=dtype).element_size()
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
@@ -200,9 +204,24 @@ def _has_weights(path: Path) -> bool:
     return any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
 
 
-def load_prm(path: str | Path, device: str = "cpu") -> Any:
+def load_prm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> Any:
+    """The reward model in `path`, in `dtype` (None: as saved, and bfloat16 on a GPU); one
+    written by `init_model` with a shape gets its random weights here, built on `device`."""
     _check(path)
+    if dtype is None and torch.device(device).type == "cuda":
+        dtype = "bfloat16"
+    config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    seed = getattr(config, RANDOM_WEIGHTS, None)
+    if seed is not None and not _has_weights(Path(path)):
+        kind = getattr(torch, dtype or "float32")
+        _check_room(config, kind, torch.device(device), AutoModelForTokenClassification)
+        torch.manual_seed(int(seed))
+        with torch.device(device):
+            built: Any = AutoModelForTokenClassification.from_config(config, dtype=kind)
+        return built.eval()
     model: Any = AutoModelForTokenClassification.from_pretrained(str(path), local_files_only=True)
+    if dtype is not None:
+        model = model.to(getattr(torch, dtype))
     return model.to(device).eval()
 
 

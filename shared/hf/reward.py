@@ -2,9 +2,14 @@
 "wrong" and "right") that scores a step by P(right) at the step's last token.
 
 One forward pass over a path gives a score at every position, so it scores the whole path's
-steps at once; a batch of score requests (right-padded) shares one pass. Deterministic mode
-scores one request per pass, so a score never depends on its batch mates. The model is any
-local directory with such a head (`spex model init --prm` builds a random-weight one).
+steps at once; every ready score request (up to `max_batch`, and `max_batch_tokens` padded
+tokens) shares one right-padded pass, most urgent first. A row's score agrees with the same
+path scored alone to float rounding (the causal mask keeps padding out of a row's real
+positions; only the kernels' summation order differs: `tests/hf/test_reward_batching.py`
+holds float32 to 1e-5). Deterministic mode scores one request per pass, so a score never
+depends on its batch mates. The model is any local directory with such a head (`spex model
+init --prm` builds a random-weight one; `init_model` with a catalog shape and `prm` writes a
+config whose weights are built where it loads).
 """
 
 from __future__ import annotations
@@ -26,9 +31,14 @@ __all__ = ["RewardConfig", "RewardEngine"]
 
 @dataclass(frozen=True)
 class RewardConfig:
-    max_batch: int = 16
+    max_batch: int = 16  # score requests a pass takes
+    # Rows × the longest row's tokens. A 7B pass of 8k tokens already keeps a GPU's matrix units
+    # busy; a longer one scores no faster per token and holds back a primary's score queued
+    # behind it (the reward barrier SPEX shortens) for longer.
+    max_batch_tokens: int = 8_192
     deterministic: bool = False
     device: str = "cpu"
+    dtype: str | None = None  # float32, bfloat16 (None: as saved; bfloat16 on a GPU)
 
 
 @dataclass(eq=False)
@@ -40,8 +50,6 @@ class _Score:
 
 
 class RewardEngine(SteppedEngine):
-    count_tokens = None  # its prompts' texts go as they are
-
     def __init__(self, model: Any, tokenizer: Any, config: RewardConfig | None = None) -> None:
         super().__init__()
         self.model = model
@@ -49,7 +57,7 @@ class RewardEngine(SteppedEngine):
         self.config = config or RewardConfig()
         self.stats = EngineStats()
         self.capacity_tokens = 0
-        self.trace: list[tuple[float, float, int]] | None = None
+        self.trace: list[tuple[float, float, int]] | None = None  # (start, end, rows) per pass
         self._waiting: list[_Score] = []
         self._by_rid: dict[str, _Score] = {}
         self._seq = 0
@@ -58,7 +66,11 @@ class RewardEngine(SteppedEngine):
     @classmethod
     def from_dir(cls, path: str | Path, config: RewardConfig | None = None) -> RewardEngine:
         config = config or RewardConfig()
-        return cls(load_prm(path, config.device), load_tokenizer(path), config)
+        return cls(load_prm(path, config.device, config.dtype), load_tokenizer(path), config)
+
+    def count_tokens(self, text: str) -> int:
+        """As a piece of a path is tokenized (`submit`): synthetic paths are sized by it."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     # ------------------------------------------------------------------ the interface
     def submit(self, req: EngineRequest, now_s: float) -> None:
@@ -136,17 +148,34 @@ class RewardEngine(SteppedEngine):
         ready = sorted(
             (s for s in self._waiting if s.arrival_s <= self.clock_s), key=lambda s: (s.req.priority, s.seq)
         )
-        batch = ready[: 1 if self.config.deterministic else self.config.max_batch]
+        batch = self._batch(ready)
         rewards = self.score([s.ids for s in batch])
         for s in batch:
             self._waiting.remove(s)
             del self._by_rid[s.req.rid]
         dt = time.perf_counter() - start
+        if self.trace is not None:
+            self.trace.append((self.clock_s, self.clock_s + dt, len(batch)))
         self.clock_s += dt
         self.stats.busy_s += dt
         self.stats.prefill_steps += 1
         self.stats.prompt_tokens += sum(len(s.ids) for s in batch)
         return [self._completion(s, self.clock_s, "finished", r) for s, r in zip(batch, rewards, strict=True)]
+
+    def _batch(self, ready: list[_Score]) -> list[_Score]:
+        """The pass's rows: the ready requests in order while the padded pass stays within
+        `max_batch` rows and `max_batch_tokens` tokens (the first one always: a path longer
+        than the budget still gets its pass)."""
+        rows = 1 if self.config.deterministic else self.config.max_batch
+        batch: list[_Score] = []
+        width = 0
+        for s in ready[:rows]:
+            wider = max(width, len(s.ids))
+            if batch and wider * (len(batch) + 1) > self.config.max_batch_tokens:
+                break
+            batch.append(s)
+            width = wider
+        return batch
 
     def score(self, paths: list[list[int]]) -> list[float]:
         """P(right) at the last token of each path, in one right-padded forward pass."""

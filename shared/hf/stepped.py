@@ -39,6 +39,10 @@ class SteppedEngine(ABC):
     def load(self) -> EngineLoad: ...
 
     @abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """The model's token count of a text: synthetic prompts are sized by it."""
+
+    @abstractmethod
     def drop_all(self) -> list[str]:
         """Forget every request (after a failed step); their ids."""
 

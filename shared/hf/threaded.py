@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import Literal
 
 from spex.proto.messages import PRIMARY
@@ -49,6 +50,10 @@ class ThreadedEngine:
     @property
     def template(self) -> Template | None:
         return self.engine.template
+
+    @property
+    def count_tokens(self) -> Callable[[str], int] | None:
+        return self.engine.count_tokens  # the tokenizer's: read-only, safe beside the worker thread
 
     @property
     def healthy(self) -> bool:

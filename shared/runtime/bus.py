@@ -6,7 +6,8 @@ which a `Bus` is too.
 Semantics (measured on Redis 6.2 and 7.0; the tests in `tests/runtime/bus` hold them):
 
 - Each entry has one field, `e`: a MessagePack `proto` message. Decoding failures (bad bytes,
-  unknown type, unknown protocol version) go to `dlq:<stream>` at once, with the reason.
+  unknown type, unknown protocol version) go to `dlq:<stream>` at once, with the reason;
+  dead-letter streams are bounded in entry size, length and age (`_DEAD_LETTER`).
 - A consumer first re-reads its own pending entries (`0`), on start and after a reconnect, then
   new ones (`>`). Re-reading counts as a delivery: an entry re-read more than
   `max_deliveries` times (a handler that crashes the process on it) is dead-lettered.
@@ -38,11 +39,20 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.codec import Envelope, envelope
 from spex.proto.names import dead_letter, spread
+from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.metrics import DEAD_LETTERS
 from spex.shared.runtime.publisher import Publisher
 from spex.shared.runtime.streams import as_str, parse_entry_id, read_streams
 
-__all__ = ["TRIM_EVERY_S", "Bus", "Delivery"]
+__all__ = [
+    "DEAD_LETTERS_KEPT",
+    "DEAD_LETTER_BYTES",
+    "DEAD_LETTER_TTL_S",
+    "TRIM_EVERY_S",
+    "Bus",
+    "Delivery",
+    "dead_letter_fields",
+]
 
 TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
 
@@ -68,11 +78,29 @@ end
 return lost
 """
 
+# A dead-letter stream is bounded three ways, since a client's bad questions can fill it: an
+# entry keeps the first DEAD_LETTER_BYTES of its message (`bytes`: how long it was) and the
+# first REASON_CHARS of its reason; a stream keeps about DEAD_LETTERS_KEPT entries; and it
+# expires DEAD_LETTER_TTL_S after its last entry.
+DEAD_LETTER_BYTES = 4_096
+REASON_CHARS = 1_000
+DEAD_LETTERS_KEPT = 1_000
+DEAD_LETTER_TTL_S = 7 * 86_400
+
+# KEYS: stream, its dead-letter stream. ARGV: group, entry id, reason, deliveries, the message's
+# first bytes, its length, entries kept, TTL s. -> what XACK returned
 _DEAD_LETTER = """
-redis.call('XADD', KEYS[2], '*', 'stream', KEYS[1], 'group', ARGV[1], 'id', ARGV[2],
-           'reason', ARGV[3], 'deliveries', ARGV[4], 'e', ARGV[5])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'stream', KEYS[1], 'group', ARGV[1],
+           'id', ARGV[2], 'reason', ARGV[3], 'deliveries', ARGV[4], 'bytes', ARGV[6], 'e', ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[8])
 return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 """
+
+
+def dead_letter_fields(reason: str, payload: bytes) -> dict[str, str | bytes | int]:
+    """What a dead-letter entry keeps of a message: its reason and first bytes, bounded, and
+    how long it was."""
+    return {"reason": reason[:REASON_CHARS], "bytes": len(payload), "e": payload[:DEAD_LETTER_BYTES]}
 
 
 @dataclass(frozen=True)
@@ -107,17 +135,24 @@ class Bus(Publisher):
     # ------------------------------------------------------------------ consuming
     async def ensure_group(self, stream: str, group: str) -> None:
         """Create the group (and the stream) unless it exists: safe to call on every start. With
-        Redis unreachable it is remembered, and created by the first call that finds it missing.
-        A global stream's group is made on each of its parts."""
+        Redis unavailable (unreachable, or refusing writes) it is remembered, and created by the
+        first call that finds it missing. A global stream's group is made on each of its parts."""
         for part in spread(stream):
             self._groups.add((part, group))
             try:
-                await self.r.xgroup_create(part, group, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+                await self._make_group(part, group)
             except (RedisConnectionError, RedisTimeoutError):
                 pass
+            except ResponseError as exc:
+                if unavailable(exc) is None:
+                    raise
+
+    async def _make_group(self, part: str, group: str) -> None:
+        try:
+            await self.r.xgroup_create(part, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
 
     def forget(self, stream: str) -> None:
         """Stop tracking `stream` (it was deleted): its groups are not re-created after a
@@ -144,8 +179,8 @@ class Bus(Publisher):
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-        for stream, group in list(self._groups):
-            await self.ensure_group(stream, group)
+        for stream, group in list(self._groups):  # Redis unavailable: raised (and waited out)
+            await self._make_group(stream, group)
         self.reconnected()
         return await call()
 
@@ -339,6 +374,9 @@ class Bus(Publisher):
                 await self.on_dead(message, reason)
         self.dead_lettered += 1
         DEAD_LETTERS.labels(self.consumer, stream).inc()
+        kept = dead_letter_fields(reason, payload)
         await self._dead_letter(
-            keys=[stream, dead_letter(stream)], args=[group, entry_id, reason, deliveries, payload]
-        )
+            keys=[stream, dead_letter(stream)],
+            args=[group, entry_id, kept["reason"], deliveries, kept["e"], kept["bytes"], DEAD_LETTERS_KEPT,
+                  DEAD_LETTER_TTL_S],
+        )  # fmt: skip

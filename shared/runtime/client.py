@@ -32,7 +32,6 @@ from spex.proto import (
     AnswerResult,
     CancelRequest,
     Limits,
-    NodeEvent,
     ProtocolError,
     SubmissionTooLarge,
     SubmitQuestionRequest,
@@ -42,13 +41,19 @@ from spex.proto import (
     submission,
 )
 from spex.proto.submission import twin_id
+from spex.proto.tree_record import TreeEntries
+from spex.shared.runtime.client_trees import TreeReads
 from spex.shared.runtime.durable import Durable
 from spex.shared.runtime.streams import is_cluster
-from spex.shared.runtime.views import fold_tree
 
-__all__ = ["Backpressure", "IngressClient", "KeyConflict", "SubmitOutcome", "UnknownQuery"]
+__all__ = ["Backpressure", "DataLost", "IngressClient", "KeyConflict", "Recovering", "SubmitOutcome"]
+__all__ += ["UnknownQuery", "client_key_record"]
 
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
+# How long after a client sees Redis lost its data a missing query reads as in flight and a
+# new client key waits: a coordinator stores its questions again at its next lease round.
+RECOVERY_S = 6.0
+LOST = "Redis lost its data moments ago; the questions in flight are being stored again: retry"
 
 
 class SubmitOutcome(IntEnum):
@@ -62,10 +67,15 @@ class SubmitOutcome(IntEnum):
     CLIENT_FULL = -2  # refused: this client's questions in flight are at its limit
     KEY_CONFLICT = -3  # refused: the client key was used for a different question
     ID_TAKEN = -4  # refused: the query id given is some other query's
+    DATA_LOST = -5  # refused: Redis lost its data since this client last saw it (`DATA_KEPT`)
 
 
-# KEYS: submitted, ingress, in-flight, client in-flight, request.
-# ARGV: query id, payload, backlog limit, client limit, body hash, now ms, key backstop s.
+# KEYS: submitted, ingress, in-flight, client in-flight, request, data kept.
+# ARGV: query id, payload, backlog limit, client limit, client key record (`client_key_record`),
+# now ms, key backstop s, the data-kept token this client saw last ('' if none).
+# A new question leaves the data-kept token (its id) if none is there; its reply carries it.
+# Another token than the client saw: Redis lost its data, and a new client key waits while the
+# coordinators store again those they hold (client keys too: a retried key finds its query).
 # The client key is kept while the question is searched: the coordinator's answer (or
 # rejection) sets it to expire with the answer, so a retry is the same query for as long as
 # the answer can be read. Its own TTL (a week) is only a backstop, for a question nothing ever
@@ -76,26 +86,30 @@ _SUBMIT = (
 local existing = redis.call('GET', KEYS[1])
 if existing then
   local qid, hash = string.match(existing, '^([^|]*)|(.*)$')
-  if hash ~= ARGV[5] then return {KEY_CONFLICT, qid} end
+  if hash ~= string.match(ARGV[5], '|(.*)$') then return {KEY_CONFLICT, qid} end
   return {REPEATED, qid}
 end
+if ARGV[8] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[8] then return {DATA_LOST, ''} end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {ID_TAKEN, ARGV[1]} end
 local inflight = redis.call('ZCARD', KEYS[3])
 if inflight >= tonumber(ARGV[3]) then return {BACKLOG_FULL, tostring(inflight)} end
 local mine = redis.call('ZCARD', KEYS[4])
 if mine >= tonumber(ARGV[4]) then return {CLIENT_FULL, tostring(mine)} end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[5], 'EX', ARGV[7])
+redis.call('SET', KEYS[1], ARGV[5], 'EX', ARGV[7])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('SET', KEYS[5], ARGV[2])
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
-return {NEW, ARGV[1]}
+redis.call('SET', KEYS[6], ARGV[1], 'NX')
+return {NEW, ARGV[1], redis.call('GET', KEYS[6])}
 """
 )
 
-# KEYS: request, inbox. ARGV: payload. -> 1, or 0 if the query is unknown.
+# KEYS: request, inbox, answer. ARGV: payload. -> 1, or 0 if the query is unknown. An answered
+# query has nothing to cancel (and its answer deleted its inbox: nothing re-creates it).
 _CANCEL = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 1 end
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[1])
 return 1
 """
@@ -128,7 +142,23 @@ class UnknownQuery(LookupError):
     """No such query for this client (HTTP 404)."""
 
 
-class IngressClient:
+class Recovering(UnknownQuery):
+    """Not in Redis, which lost its data moments ago: a coordinator may be storing it again."""
+
+
+class DataLost(Backpressure):
+    """Redis lost its data moments ago: new client keys wait while the held ones are stored again."""
+
+
+def client_key_record(req: SubmitQuestionRequest) -> tuple[str, str]:
+    """Where `req`'s client key is kept and what it holds (`<query id>|<body hash>`): the
+    submit script writes it, and a coordinator writes it again for a question Redis lost."""
+    body = hashlib.sha256(encode(_body(req))).hexdigest()[:32]
+    key = names.placed(names.submitted_key(f"{req.client}/{req.client_key}"), req.query_id)
+    return key, f"{req.query_id}|{body}"
+
+
+class IngressClient(TreeReads):
     def __init__(
         self,
         client: aioredis.Redis,
@@ -141,6 +171,27 @@ class IngressClient:
         self._submit = client.register_script(_SUBMIT)
         self._cancel = client.register_script(_CANCEL)
         self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
+        self._kept: dict[str, bytes] = {}  # DATA_KEPT's part -> the token last seen there
+        self._lost_at: dict[str, float] = {}  # DATA_KEPT's part -> when its token was seen gone (monotonic)
+        self._records: dict[str, tuple[float, TreeEntries]] = {}  # query id -> (read at, its tree record)
+
+    def _seen(self, kept: str, token: bytes | str | None) -> None:
+        """`kept` holds `token` now: another than seen before means Redis lost its data."""
+        token = token.encode() if isinstance(token, str) else token
+        before = self._kept.get(kept)
+        if before is not None and token != before:
+            self._lost_at[kept] = time.monotonic()
+            del self._kept[kept]
+        elif token is not None and kept not in self._lost_at:
+            self._kept[kept] = token
+
+    def _recovering(self, kept: str) -> bool:
+        """Redis lost `kept`'s part's data less than `RECOVERY_S` ago."""
+        lost = self._lost_at.get(kept)
+        if lost is not None and time.monotonic() - lost >= RECOVERY_S:
+            del self._lost_at[kept]
+            return False
+        return lost is not None
 
     async def submit(
         self,
@@ -195,36 +246,50 @@ class IngressClient:
 
     async def _submit_one(self, req: SubmitQuestionRequest) -> str:
         """Run the submit script for `req`: its query id, or the first one's for a repeated key."""
-        qid, key, client = req.query_id, req.client_key, req.client
+        qid, client = req.query_id, req.client
         try:
             payload = encode(req)
         except ProtocolError as exc:
             raise SubmissionTooLarge("question", f"too long: {exc}") from None
-        body = hashlib.sha256(encode(_body(req))).hexdigest()[:32]
+        submitted, record = client_key_record(req)
+        kept = names.placed(names.DATA_KEPT, qid)
+        # While Redis recovers, a question under a client key expects a token none leaves: a
+        # restored key is found, a new one refused; one without a key (its own id) goes on.
+        keyed = req.client_key != qid
+        expected = (b"\0" if keyed else b"") if self._recovering(kept) else self._kept.get(kept, b"")
         # With partitions, all of them in the query's (one slot), each holding its share of the
         # backlog and of the client's limit.
         keys = [
-            names.placed(names.submitted_key(f"{client}/{key}"), qid),
+            submitted,
             names.placed(names.INGRESS, qid),
             names.placed(names.INGRESS_IN_FLIGHT, qid),
             names.placed(names.client_in_flight(client), qid),
             names.query_request(qid),
+            kept,
         ]
         args = [
             qid,
             payload,
             _share(self.backlog_limit),
             _share(self.limits.client_in_flight),
-            body,
+            record,
             req.created_ms,
             KEY_BACKSTOP_S,
+            expected,
         ]
         if self._durable is not None:  # acknowledged to the client: on a replica first
-            status, value = await self._durable.run(self._submit, keys, args)
+            status, value, *token = await self._durable.run(self._submit, keys, args)
         else:
-            status, value = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
+            status, value, *token = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
         value = value.decode() if isinstance(value, bytes) else str(value)
         outcome = SubmitOutcome(int(status))
+        if outcome is SubmitOutcome.DATA_LOST:
+            self._seen(kept, None)
+            if keyed:
+                raise DataLost(LOST)
+            return await self._submit_one(req)  # the loss is noted now: it goes on
+        if token:
+            self._seen(kept, token[0])
         if outcome is SubmitOutcome.BACKLOG_FULL:
             raise Backpressure("the backlog is full; retry later")  # not how full: that is not the client's
         if outcome is SubmitOutcome.CLIENT_FULL:
@@ -239,10 +304,11 @@ class IngressClient:
     async def request(self, query_id: str, client: str | None = None) -> SubmitQuestionRequest:
         """The query's request; UnknownQuery if there is none (or it belongs to another
         client, when `client` is given)."""
-        key = names.query_request(query_id)
-        blob: Any = await self.r.get(key)
+        key, kept = names.query_request(query_id), names.placed(names.DATA_KEPT, query_id)
+        blob, token = cast(list[Any], await self.r.mget(key, kept))
+        self._seen(kept, token)
         if blob is None:
-            raise UnknownQuery(query_id)
+            raise Recovering(query_id) if self._recovering(kept) else UnknownQuery(query_id)
         req = decode(key, blob)
         if not isinstance(req, SubmitQuestionRequest) or (client is not None and req.client != client):
             raise UnknownQuery(query_id)
@@ -269,40 +335,6 @@ class IngressClient:
                 return None
             await asyncio.sleep(0.05)
 
-    async def tree_events(
-        self, query_id: str, after: str = "0", block_ms: int | None = None, count: int = 1000
-    ) -> tuple[list[NodeEvent], str]:
-        """The query's node events after entry `after` (waiting up to `block_ms` for one when
-        given), and the last entry's id to read on from. Unreadable entries are skipped."""
-        stream = names.query_tree(query_id)
-        if block_ms is None:
-            start = "-" if after == "0" else f"({after}"
-            entries: Any = await self.r.xrange(stream, start, "+", count=count)
-        else:
-            replies: Any = await self.r.xread({stream: after}, count=count, block=block_ms)
-            entries = replies[0][1] if replies else []
-        events: list[NodeEvent] = []
-        for entry_id, fields in entries:
-            after = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-            try:
-                event = decode(stream, (fields or {}).get(b"e", b""))
-            except ProtocolError:
-                continue
-            if isinstance(event, NodeEvent):
-                events.append(event)
-        return events, after
-
-    async def tree(self, query_id: str) -> list[dict[str, Any]]:
-        """The query's tree as its events tell it so far (`fold_tree`)."""
-        events: list[NodeEvent] = []
-        after = "0"
-        while True:
-            more, read_to = await self.tree_events(query_id, after)
-            events += more
-            if read_to == after:  # nothing more was read
-                return fold_tree(events)
-            after = read_to
-
     async def counts(self) -> tuple[int, int]:
         """(questions in flight, of those held by a coordinator)."""
         return await self._cards(names.INGRESS_IN_FLIGHT), await self._cards(names.COORDINATORS_ACTIVE)
@@ -324,7 +356,7 @@ class IngressClient:
 
     async def _cancel_one(self, query_id: str) -> None:
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
-        keys = [names.query_request(query_id), names.query_inbox(query_id)]
+        keys = [names.query_request(query_id), names.query_inbox(query_id), names.reply_key(query_id)]
         if not await self._cancel(keys=keys, args=[encode(msg)]):
             raise UnknownQuery(query_id)
 

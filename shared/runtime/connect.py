@@ -18,13 +18,14 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from spex.proto import names
-from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.pool import POOL_WAIT_S, WaitingPool
+from spex.shared.runtime.settings import Settings, without_password
 
-__all__ = ["redis_client", "redis_options", "sync_client"]
+__all__ = ["check_redis", "redis_client", "redis_options", "sync_client"]
 
 # Blocking reads stay far below the socket timeout (redis_streams.md §3.8).
 TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "health_check_interval": 30}
@@ -49,7 +50,13 @@ def redis_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis:
+def redis_client(
+    settings: Settings, retry_once: bool = False, pool_size: int | None = None
+) -> aioredis.Redis:
+    """An asyncio client. `pool_size`: its pool holds that many connections, and a command that
+    finds them all in use waits up to POOL_WAIT_S for one, then raises `pool.PoolBusy` (without
+    it, redis-py's pool: a hundred, and MaxConnectionsError at once). Not on a cluster, whose
+    client keeps a pool per node."""
     names.use_partitions(settings.partitions)
     if settings.redis_cluster:
         # The cluster client is not a subclass of Redis, but answers every command SPEX sends
@@ -59,7 +66,11 @@ def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis
         )
         return cast(aioredis.Redis, cluster)
     retry = _retry_once(AsyncRetry) if retry_once else {}
-    return aioredis.Redis.from_url(settings.redis_url, **retry, **TIMEOUTS, **redis_options(settings))
+    options = {**retry, **TIMEOUTS, **redis_options(settings)}
+    if pool_size is None:
+        return aioredis.Redis.from_url(settings.redis_url, **options)
+    pool = WaitingPool.from_url(settings.redis_url, max_connections=pool_size, timeout=POOL_WAIT_S, **options)
+    return aioredis.Redis.from_pool(pool)  # the client owns the pool: closing it closes the pool
 
 
 def sync_client(settings: Settings, retry_once: bool = False) -> redis.Redis:
@@ -71,6 +82,62 @@ def sync_client(settings: Settings, retry_once: bool = False) -> redis.Redis:
         return cast(redis.Redis, cluster)
     retry = _retry_once(Retry) if retry_once else {}
     return redis.Redis.from_url(settings.redis_url, **retry, **TIMEOUTS, **redis_options(settings))
+
+
+def check_redis(settings: Settings, timeout_s: float = 2.0) -> None:
+    """Refuse a Redis SPEX cannot use, in one line naming what to change (ValueError): one that
+    wants a password not given, or refuses the one given; a Redis Cluster node without
+    SPEX_REDIS_CLUSTER, or the setting without a cluster; a read-only replica. Each would pass a
+    PING and then fail every write. Redis unreachable raises redis-py's ConnectionError (the
+    caller waits it out, or says so); a server that will not say (an ACL) is not refused."""
+    cluster = settings.redis_cluster
+    url = _cluster_url(settings.redis_url) if cluster else settings.redis_url
+    timeouts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **timeouts, **redis_options(settings))
+    where = without_password(settings.redis_url)
+    try:
+        info: Any = client.info("cluster")
+        role: Any = client.execute_command("ROLE")
+    except redis.AuthenticationError as exc:
+        raise ValueError(_auth_problem(settings, where, exc)) from None
+    except redis.ResponseError:  # INFO or ROLE not allowed to this user: nothing to check
+        return
+    finally:
+        client.close()
+    enabled = bool(int(info.get("cluster_enabled", 0)))
+    if enabled and not cluster:
+        raise ValueError(
+            f"{where} is a node of a Redis Cluster (cluster_enabled:1): "
+            "set SPEX_REDIS_CLUSTER=1 (and SPEX_PARTITIONS, at least 4 per shard)"
+        )
+    if cluster and not enabled:
+        raise ValueError(f"SPEX_REDIS_CLUSTER: set, but {where} is not a cluster node (cluster_enabled:0)")
+    if _str(role[0]) in ("slave", "replica") and not cluster:  # a cluster client finds the primaries itself
+        primary = f" (its primary: {_str(role[1])}:{role[2]})" if len(role) > 2 else ""
+        raise ValueError(
+            f"{where} is a read-only replica{primary}: point SPEX_REDIS_URL (spex up: --redis) at the primary"
+        )
+
+
+def _auth_problem(settings: Settings, where: str, exc: redis.AuthenticationError) -> str:
+    """What to do about a password Redis wants or refuses (never the password itself)."""
+    given = (
+        "SPEX_REDIS_PASSWORD" if settings.redis_password
+        else f"SPEX_REDIS_PASSWORD_FILE ({settings.redis_password_file})" if settings.redis_password_file
+        else "the password in SPEX_REDIS_URL" if "@" in settings.redis_url.partition("://")[2]
+        else ""
+    )  # fmt: skip
+    if not given:
+        return (
+            f"Redis at {where} needs a password: put it in a file and set SPEX_REDIS_PASSWORD_FILE "
+            "(spex up: --redis-password-file), or set SPEX_REDIS_PASSWORD"
+        )
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"Redis at {where} refused the password given by {given}: {reason}"
+
+
+def _str(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _cluster_url(url: str) -> str:

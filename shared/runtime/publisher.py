@@ -4,11 +4,12 @@
   published (`created_ms`) unless its publisher set one.
 - `publish` is idempotent by message id: a retried write (redis-py retries after a lost reply),
   or a command a coordinator replays after a takeover, never adds a second entry. The ids are
-  kept per query (`{q:<id>}:sent`), expiring with its answer (`SENT_TTL_S` while it has none).
+  kept per query (`{q:<id>}:sent`) while it is searched (`SENT_TTL_S` at most); its answer lets
+  them go soon after (one published after the answer expires with the answer).
   Work streams are never trimmed with MAXLEN; a fan-out stream (no group) may be published
   with `keep_s`, which trims it to what is younger. A result for a query is published only
-  while the query exists (`require`): nothing re-creates the inbox of a query that was never
-  submitted or has expired.
+  while the query exists and is not answered (`require`): nothing re-creates the inbox of a
+  query that was never submitted, has expired, or was answered (its answer deletes it).
 - Partitions (`spex.proto.names`): a message goes to its query's part of a global stream.
 - On a cluster, `publish` (a job's result, which its worker acknowledges the job after) is
   durable: on a replica before it returns (`durable.Durable`). A cluster's pipelines cannot
@@ -35,16 +36,16 @@ __all__ = ["SENT_TTL_S", "Publisher"]
 
 SENT_TTL_S = 86_400  # a query's published message ids, while it has no answer (then its answer's TTL)
 
-# KEYS: stream, the query's sent ids, its answer[, a key that must exist].
+# KEYS: stream, the query's sent ids, its answer[, a key that must exist, and the answer not].
 # ARGV: payload, message id, sent TTL s, keep ms (0: no trim).
 _PUBLISH = """
-if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 0 then return false end
+if KEYS[4] and (redis.call('EXISTS', KEYS[4]) == 0 or redis.call('EXISTS', KEYS[3]) == 1) then
+  return false
+end
 if redis.call('HSETNX', KEYS[2], ARGV[2], '1') == 0 then return false end
-local answered = redis.call('TTL', KEYS[3])
-if answered > 0 then
-  redis.call('EXPIRE', KEYS[2], answered)
-elseif redis.call('TTL', KEYS[2]) == -1 then
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
+if redis.call('TTL', KEYS[2]) == -1 then
+  local answered = redis.call('TTL', KEYS[3])
+  redis.call('EXPIRE', KEYS[2], answered > 0 and answered or ARGV[3])
 end
 local keep = tonumber(ARGV[4])
 if keep > 0 then
@@ -67,7 +68,8 @@ class Publisher:
 
     async def publish(self, stream: str, message: Message, require: str | None = None) -> str | None:
         """Append `message`; None if a message with its id was already published, or if the
-        key `require` (the query's request, for a result) does not exist."""
+        key `require` (the query's request, for a result) does not exist or the query is
+        answered."""
         qid = message.query_id
         keys = [placed(stream, qid), query_sent(qid), reply_key(qid), *([require] if require else [])]
         payload = encode(_stamped(message, int(time.time() * 1000)))
@@ -91,9 +93,9 @@ class Publisher:
         transaction: each publish stays deduplicated on its own), then run each script call
         of `then` (its first key names its slot) in the same round trip, after them. A stream
         in `keep_s` is trimmed to entries younger than that; a message is published only while
-        the key `require(message)` exists, when given. Every message is encoded first, so a
-        ProtocolError sends nothing. Returns the entry ids (None: not published) and what each
-        script call returned."""
+        the key `require(message)` exists and its query has no answer, when given. Every
+        message is encoded first, so a ProtocolError sends nothing. Returns the entry ids
+        (None: not published) and what each script call returned."""
         now_ms = int(time.time() * 1000)
         encoded = [
             (placed(stream, m.query_id), m.query_id, m.msg_id, encode(_stamped(m, now_ms)))

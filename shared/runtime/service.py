@@ -3,7 +3,7 @@
 An entry point's shape: configure logging → build settings → build the service → run →
 clean up in `finally`. SIGTERM (and Ctrl-C) is a state change: the service stops taking work
 and returns from `run` (exit status 0). A loop that keeps failing on something other than
-Redis's reachability (`loop_forever`: MAX_CONSECUTIVE_FAILURES in a row) ends the process with
+Redis's availability (`loop_forever`: MAX_CONSECUTIVE_FAILURES in a row) ends the process with
 status 1, so its supervisor (`spex up`, Kubernetes) restarts it — a service never lingers
 half-alive.
 """
@@ -11,6 +11,7 @@ half-alive.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -19,14 +20,13 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import redis.asyncio as aioredis
 import structlog
-from redis.exceptions import ClusterError, RedisClusterException
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 from structlog.typing import FilteringBoundLogger
 
 from spex.shared.engine.api import Completion
 from spex.shared.engine.live import OnComplete
 from spex.shared.runtime import connect, tracing
+from spex.shared.runtime.availability import REDIS, unavailable
 from spex.shared.runtime.lifeline import watch_lifeline
 from spex.shared.runtime.metrics import serve_metrics
 from spex.shared.runtime.settings import Settings
@@ -41,10 +41,6 @@ __all__ = [
     "redis_client",
     "run_service",
 ]
-
-# Redis unreachable, or a cluster between primaries (a slot unserved, the cluster down during a
-# failover): waited out, never counted as the loop's own failure.
-UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ClusterError, RedisClusterException)
 
 
 class Service(ABC):
@@ -93,31 +89,40 @@ async def loop_forever(
     on_reconnect: Callable[[], None],
     max_failures: int = MAX_CONSECUTIVE_FAILURES,
 ) -> None:
-    """Run `body` until `stop`. A lost Redis connection is waited out (with backoff, for as
-    long as it takes) and the consumer re-reads its own pending entries afterwards. Any other
-    error is logged and retried with backoff; after `max_failures` in a row the loop raises
-    LoopFailed, so the service exits with status 1 instead of lingering half-alive (bad input
-    never gets here: handlers dead-letter it)."""
+    """Run `body` until `stop`. Redis being unavailable (unreachable, or refusing writes:
+    `availability.unavailable`) is waited out, with backoff, for as long as it takes, and the
+    consumer re-reads its own pending entries afterwards (not counted as deliveries); the
+    process logs one line when Redis goes and one when it is back. Any other error is logged
+    and retried with backoff; after `max_failures` in a row the loop raises LoopFailed, so the
+    service exits with status 1 instead of lingering half-alive (bad input never gets here:
+    handlers dead-letter it)."""
     backoff = 0.05
     failures = 0
-    while not stop.is_set():
-        try:
-            await body()
-            backoff, failures = 0.05, 0
-        except UNAVAILABLE as exc:
-            log.warning("redis_unavailable", error=str(exc), retry_in_s=backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(2.0, backoff * 2)
-            on_reconnect()
-        except Exception as exc:  # noqa: BLE001 - the one place failures are handled
-            failures += 1
-            error = str(exc) or repr(exc)
-            log.error("loop_failed", error=error, error_type=type(exc).__name__, failures=failures)
-            if failures >= max_failures:
-                name = getattr(body, "__name__", "loop")
-                raise LoopFailed(f"{name}: {failures} failures in a row; the last: {error}") from exc
-            await asyncio.sleep(backoff)
-            backoff = min(2.0, backoff * 2)
+    me = object()  # this loop, in the process's account of who waits on Redis
+    try:
+        while not stop.is_set():
+            try:
+                await body()
+                backoff, failures = 0.05, 0
+                REDIS.up(me, log)
+            except Exception as exc:  # noqa: BLE001 - the one place failures are handled
+                reason = unavailable(exc)
+                if reason is not None:
+                    REDIS.down(me, reason, log)
+                    await asyncio.sleep(backoff)
+                    backoff = min(2.0, backoff * 2)
+                    on_reconnect()
+                    continue
+                failures += 1
+                error = str(exc) or repr(exc)
+                log.error("loop_failed", error=error, error_type=type(exc).__name__, failures=failures)
+                if failures >= max_failures:
+                    name = getattr(body, "__name__", "loop")
+                    raise LoopFailed(f"{name}: {failures} failures in a row; the last: {error}") from exc
+                await asyncio.sleep(backoff)
+                backoff = min(2.0, backoff * 2)
+    finally:
+        REDIS.forget(me)
 
 
 def guarded(on_complete: OnComplete, log: FilteringBoundLogger) -> OnComplete:
@@ -133,8 +138,10 @@ def guarded(on_complete: OnComplete, log: FilteringBoundLogger) -> OnComplete:
     return call
 
 
-def redis_client(settings: Settings, retry_once: bool = False) -> aioredis.Redis:
-    return connect.redis_client(settings, retry_once)
+def redis_client(
+    settings: Settings, retry_once: bool = False, pool_size: int | None = None
+) -> aioredis.Redis:
+    return connect.redis_client(settings, retry_once, pool_size)
 
 
 def run_service(
@@ -142,11 +149,13 @@ def run_service(
     build: Callable[[aioredis.Redis, Settings], Service],
     *,
     retry_once: bool = False,
+    pool_size: Callable[[Settings], int] | None = None,
     **overrides: object,
 ) -> int:
     """Run one service in this process until SIGTERM/SIGINT. `retry_once`: its Redis client
     retries a command once on a fresh connection (a service that serves requests, the ingress;
-    one that loops on the bus sees the reconnect instead)."""
+    one that loops on the bus sees the reconnect instead). `pool_size`: its client's pool is
+    that many connections (of its settings), waited for (`connect.redis_client`)."""
     try:
         settings = Settings.from_env(None, **overrides)
     except ValueError as exc:
@@ -162,7 +171,9 @@ def run_service(
 
     async def main() -> int:
         try:  # a bad token file, password file, engine directory or server: one line, status 2
-            client = redis_client(settings, retry_once)
+            with contextlib.suppress(RedisError):  # unreachable: waited out once running
+                await asyncio.to_thread(connect.check_redis, settings)  # one SPEX cannot use
+            client = redis_client(settings, retry_once, pool_size(settings) if pool_size else None)
             service = build(client, settings)
             await service.prepare()
         except (ValueError, OSError) as exc:

@@ -14,18 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from spex.proto import CONTENTS, MAX_MESSAGE_BYTES, SPLITS, Content, Limits, Split
+from spex.proto import CONTENTS, SPLITS, Content, Limits, Split
 from spex.proto.messages import Reward
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.engine.api import ENGINES, SERVERS, EngineName, ServerName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
+from spex.shared.runtime.settings_ingress import IngressSettings
 from spex.shared.runtime.settings_schema import read_env, row, setting
 from spex.shared.runtime.settings_values import (
-    DEFAULT_MAX_TARGET,
     http,
+    limits_of,
     parse_targets,
     reward_ok,
-    targets_ok,
     urls,
     without_password,
 )
@@ -41,7 +41,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # is a typo that would hang or spin a service, not a setting. A check sees the value, then the
 # settings (for the few that relate two); `__post_init__` runs them in this order.
 @dataclass(frozen=True)
-class Settings:
+class Settings(IngressSettings):
     redis_url: str = setting(
         "redis://127.0.0.1:6379/0",
         env="SPEX_REDIS_URL",
@@ -152,12 +152,6 @@ class Settings:
         env="SPEX_METRICS_PORT",
         help="Prometheus /metrics port of this process (0: off)",
         check=lambda v, _: 0 <= v < 65536,
-    )
-    http_port: int = setting(
-        8080,
-        env="SPEX_HTTP_PORT",
-        help="port of the HTTP ingress",
-        check=lambda v, _: 0 < v < 65536,
     )
     log_level: str = setting(
         "info",
@@ -303,49 +297,10 @@ class Settings:
     )
     redis_cert: str = setting("", env="SPEX_REDIS_CERT", help="rediss://: client certificate (mutual TLS)")
     redis_key: str = setting("", env="SPEX_REDIS_KEY", help="rediss://: client certificate's private key")
-    http_host: str = setting(
-        "127.0.0.1",
-        env="SPEX_HTTP_HOST",
-        help="address the HTTP ingress binds (127.0.0.1: loopback only)",
-        check=lambda v, _: bool(v),
-    )
-    auth_tokens: str = setting(
-        "", env="SPEX_AUTH_TOKENS", help="ingress bearer tokens, NAME=TOKEN,... (empty: no auth)", secret=True
-    )
-    auth_tokens_file: str = setting(
-        "", env="SPEX_AUTH_TOKENS_FILE", help="file of ingress bearer tokens, one NAME TOKEN per line"
-    )
-    max_question_chars: int = setting(
-        100_000,
-        env="SPEX_MAX_QUESTION_CHARS",
-        help="longest question accepted, characters",
-        within=(1, 1_000_000),
-    )
-    max_target: str = setting(
-        str(DEFAULT_MAX_TARGET),
-        env="SPEX_MAX_TARGET",
-        help="largest target: N for every algorithm, or ALGO=N,...",
-        check=lambda v, _: targets_ok(v),
-    )
-    client_in_flight: int = setting(
-        1_000,
-        env="SPEX_CLIENT_IN_FLIGHT",
-        help="questions one client may have in flight",
-        within=(1, 10_000_000),
-    )
-    max_message_bytes: int = setting(
-        MAX_MESSAGE_BYTES,
-        env="SPEX_MAX_MESSAGE_BYTES",
-        help="largest HTTP body and wire message, bytes",
-        check=lambda v, _: 1024 <= v <= MAX_MESSAGE_BYTES,
-    )
     result_ttl_s: int = setting(
-        86_400,
-        env="SPEX_RESULT_TTL_S",
-        help="how long an answered query's keys are kept, seconds",
-        check=lambda v, _: 1 <= v <= 365 * 86_400,
-        allowed="1 to a year in seconds",
-    )
+        86_400, env="SPEX_RESULT_TTL_S", help="how long an answered query's keys are kept, seconds",
+        check=lambda v, _: 1 <= v <= 365 * 86_400, allowed="1 to a year in seconds",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if not self.consumer:
@@ -379,7 +334,7 @@ class Settings:
     @property
     def limits(self) -> Limits:
         """The submission limits these settings set (the ingress and coordinator share them)."""
-        return Limits(self.max_question_chars, parse_targets(self.max_target), self.client_in_flight)
+        return limits_of(self)
 
     def password(self) -> str:
         """The Redis password: SPEX_REDIS_PASSWORD, else the first line of the password file."""
@@ -389,7 +344,6 @@ class Settings:
             return f.readline().strip()
 
 
-# The registry the rows make: variable -> (Settings field, meaning), and field -> what its check
-# allows (for the fields whose error names it).
+# The registry the rows make: variable -> (field, meaning); field -> what its check allows.
 ENV: Mapping[str, tuple[str, str]] = {row(f).env: (f.name, row(f).help) for f in fields(Settings)}
 RANGES: Mapping[str, str] = {f.name: row(f).allowed for f in fields(Settings) if row(f).allowed}

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spex.proto import ALGORITHMS
+from spex.proto import ALGORITHMS, Limits
+from spex.shared.roofline.hardware import parse_profile
 
 if TYPE_CHECKING:
     from spex.shared.runtime.settings import Settings
 
 __all__ = [
     "DEFAULT_MAX_TARGET",
+    "SERVED_PROMPT_TOKENS",
+    "engine_prompt_tokens",
     "http",
+    "limits_of",
     "parse_targets",
     "reward_ok",
     "targets_ok",
@@ -22,6 +26,29 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TARGET = 256
+# A served engine's (hf, vllm, sglang) bound on a question's tokens, unless SPEX_MAX_PROMPT_TOKENS
+# names the model's: a long served context (a model's own is often shorter).
+SERVED_PROMPT_TOKENS = 131_072
+DEEPEST_PATH_STEPS = 25  # the deepest default search path (ReBASE's max_depth), in steps
+
+
+def limits_of(s: Settings) -> Limits:
+    """The submission limits `s` sets (`Settings.limits`)."""
+    return Limits(
+        s.max_question_chars, parse_targets(s.max_target), s.client_in_flight, engine_prompt_tokens(s)
+    )
+
+
+def engine_prompt_tokens(s: Settings) -> int:
+    """The longest question (in tokens) the generators' engine takes: SPEX_MAX_PROMPT_TOKENS;
+    when it is 0, on the simulated engine the profile's KV pool less the deepest path the
+    search may grow under it (its steps at their longest), which the engine must hold too."""
+    if s.max_prompt_tokens:
+        return s.max_prompt_tokens
+    if s.engine != "sim":
+        return SERVED_PROMPT_TOKENS
+    path = ((s.max_depth or DEEPEST_PATH_STEPS) + 1) * s.max_step_tokens
+    return max(1, parse_profile(s.profile).kv_capacity_tokens - path)
 
 
 def without_password(url: str) -> str:

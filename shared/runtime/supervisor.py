@@ -5,11 +5,19 @@ its children stop.
 
 A child that ran for `STABLE_S` before it died starts again after `FIRST_BACKOFF_S`; one that
 keeps dying waits twice as long each time, up to `MAX_BACKOFF_S`. Its log file is appended to
-across restarts (the supervisor never reads a pipe, so a chatty child cannot block on it).
+across restarts (the supervisor never reads a pipe, so a chatty child cannot block on it), and
+rotated by size: past `max_log_bytes` it is copied to `<name>.log.1` (the older ones shifted
+to `.2` … `.<logs_kept>`, the oldest dropped) and emptied in place (logrotate's copytruncate:
+the child writes on to the same file, which it opened for appending; a line written while the
+file is copied may be lost).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,11 +29,13 @@ from pathlib import Path
 
 from spex.shared.runtime.lifeline import Lifeline
 
-__all__ = ["Supervisor"]
+__all__ = ["Supervisor", "stop_reason"]
 
 FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 STABLE_S = 30.0  # a child that ran this long before it died was healthy: backoff starts over
+LOG_MAX_BYTES = 10 * 1024 * 1024  # a child's log is rotated past this size
+LOGS_KEPT = 3  # rotated logs kept besides the live one (<name>.log.1 … .3)
 
 
 @dataclass
@@ -45,9 +55,16 @@ class _Child:
 class Supervisor:
     """`add` services, `watch()` in a thread (or call `poll()`), `stop()` at the end."""
 
-    def __init__(self, log_dir: Path, say: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        say: Callable[[str], None] = print,
+        max_log_bytes: int = LOG_MAX_BYTES,
+        logs_kept: int = LOGS_KEPT,
+    ) -> None:
         self.log_dir = log_dir
         self.say = say
+        self.max_log_bytes, self.logs_kept = max_log_bytes, logs_kept
         self.children: dict[str, _Child] = {}
         self._lock = threading.RLock()
         self._stopping = threading.Event()
@@ -75,10 +92,12 @@ class Supervisor:
         child.started, child.due = time.monotonic(), None
 
     def poll(self) -> None:
-        """Restart every child that exited unasked, once its backoff has passed."""
+        """Restart every child that exited unasked, once its backoff has passed; rotate every
+        log past `max_log_bytes`."""
         now = time.monotonic()
         with self._lock:
             for child in self.children.values():
+                self._rotate(self.log_path(child.name))
                 if self._stopping.is_set() or child.paused or child.proc is None:
                     continue
                 status = child.proc.poll()
@@ -90,15 +109,29 @@ class Supervisor:
                     wait = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (child.failures - 1))
                     child.due = now + wait
                     note = f"{child.name} exited (status {status}); restarting in {wait:.1f} s"
-                    last = _last_line(self.log_path(child.name))
-                    if last:
-                        note += f"; its last log line: {last}"
+                    why = stop_reason(_tail(self.log_path(child.name)))
+                    if why:
+                        note += f"; its log says why: {why}"
                     child.history.append(note)
                     self.say(note)
                 elif now >= child.due:
                     child.restarts += 1
                     self._start(child)
                     self.say(f"{child.name} restarted (restart {child.restarts})")
+
+    def _rotate(self, path: Path) -> None:
+        try:
+            if path.stat().st_size < self.max_log_bytes:
+                return
+            for i in range(self.logs_kept - 1, 0, -1):
+                older = path.with_name(f"{path.name}.{i}")
+                if older.exists():
+                    older.replace(path.with_name(f"{path.name}.{i + 1}"))
+            with path.open("rb") as live, path.with_name(f"{path.name}.1").open("wb") as kept:
+                shutil.copyfileobj(live, kept)
+            os.truncate(path, 0)
+        except OSError:  # gone, or the disk is full: the next poll tries again
+            return
 
     def watch(self, every_s: float = 0.2) -> None:
         """Poll in a daemon thread until `stop()`."""
@@ -183,14 +216,33 @@ def _reap(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
             proc.wait()
 
 
-def _last_line(path: Path, limit: int = 300) -> str:
-    """The last non-empty line of a log (its last 4 KiB), cut to `limit` characters."""
+def stop_reason(log: str, limit: int = 300) -> str:
+    """Why a service stopped, from its log (its last run's lines): its `spex <service>: error:`
+    line, or the error of its last `service_failed` event, or else its last line — never the
+    `service_stopped` its entry point writes last whatever the cause (""; no output)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    last = ""
+    for line in reversed(lines):
+        if ": error: " in line:
+            return line[:limit]
+        if '"service_failed"' in line:
+            with contextlib.suppress(ValueError, AttributeError):
+                event = json.loads(line)
+                return f"{event.get('error_type', 'error')}: {event.get('error', '')}"[:limit]
+            return line[:limit]
+        if '"service_started"' in line:  # an earlier run's errors are not this stop's
+            break
+        if not last and '"service_stopped"' not in line:
+            last = line
+    return (last or (lines[-1] if lines else ""))[:limit]
+
+
+def _tail(path: Path, size: int = 16384) -> str:
+    """The last `size` bytes of a log ("" if it cannot be read)."""
     try:
         with path.open("rb") as f:
             f.seek(0, 2)
-            f.seek(max(0, f.tell() - 4096))
-            tail = f.read().decode(errors="replace")
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode(errors="replace")
     except OSError:
         return ""
-    lines = [line.strip() for line in tail.splitlines() if line.strip()]
-    return lines[-1][:limit] if lines else ""

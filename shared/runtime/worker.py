@@ -6,7 +6,11 @@ checks it is still wanted and can run here, builds the engine request and calls 
 engine runs it → `on_complete`: an engine error dead-letters the job with the reason (its query
 hears, through `tell_query`), an abort acknowledges it, a finished job's result is published by
 the service's `publish` and then the job is acknowledged (owner-checked: a peer that took it
-over while we stalled owns it now). A job a peer took over is stopped here; handed back before
+over while we stalled owns it now). A result Redis will not take just now (unavailable:
+unreachable, or refusing writes — out of memory) stays with the worker, heartbeated like a
+running job, and is written again after backoff until Redis takes it: left to be redelivered,
+each try would count against `max_deliveries`, and past them its question would fail for a
+fault of the platform. A job a peer took over is stopped here; handed back before
 the engine has dropped that run, its dispatch waits for that (the engine holds the request id
 till then).
 """
@@ -26,9 +30,12 @@ import structlog
 from opentelemetry.trace import Span
 
 from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest
+from spex.proto.messages import Split
 from spex.proto.names import spread
+from spex.shared.content.prompts import SizedPrompt, prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
+from spex.shared.runtime.availability import REDIS, unavailable
 from spex.shared.runtime.bus import Bus, Delivery
 from spex.shared.runtime.jobs import tell_query
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, JOB_SECONDS, JOBS, QUEUE_WAIT
@@ -75,6 +82,10 @@ class JobWorker(Service, Generic[J]):
         self.settings = settings
         self.engine = engine
         self.jobs: dict[str, J] = {}  # engine request id -> the job it runs
+        # Finished jobs whose result Redis would not take yet, by request id: written again
+        # after backoff (`_write_later`), each by a task of its own (kept here while it runs).
+        self.unwritten: dict[str, J] = {}
+        self._writers: set[asyncio.Task[None]] = set()
         self._dispatching: set[str] = set()  # job ids whose handler runs now (not yet in `jobs`)
         # Runs stopped with no job left to hear it (a peer took the job over), by request id:
         # the job's id, and set when the engine reports the stop (it holds the id till then).
@@ -83,11 +94,29 @@ class JobWorker(Service, Generic[J]):
         self.done = 0  # results published
         self.aborted = 0  # jobs cancelled, before or while running
         self.log = structlog.get_logger().bind(service=self.service, consumer=settings.consumer)
+        self._sized: dict[Split, SizedPrompt] = {}  # synthetic prompts' pieces, by split
 
     @property
     def reads_text(self) -> bool:
         """A model reads the prompt's text; the simulator only its token counts."""
         return self.engine.template is not None
+
+    def prompt_text(
+        self, req: GenerateRequest | ScoreRequest, prompt: tuple[tuple[str, int], ...]
+    ) -> tuple[str, ...]:
+        """The prompt's pieces for an engine that reads text: on synthetic content sized to
+        the workload's token counts where the engine counts tokens (`SizedPrompt`, as the
+        virtual-time bench sizes them: both prefill and cache the same amounts), else the
+        path's texts as they are."""
+        template = self.engine.template
+        assert template is not None
+        count = self.engine.count_tokens
+        if req.content != "synthetic" or count is None:
+            return tuple(prompt_pieces(req.question, list(req.steps), template, req.split))
+        sized = self._sized.get(req.split)
+        if sized is None:
+            sized = self._sized[req.split] = SizedPrompt(template, req.split, count)
+        return sized.pieces(req.question, list(req.steps), prompt)
 
     async def prepare(self) -> None:
         """Before any job: the engine must answer and serve this configuration."""
@@ -96,9 +125,13 @@ class JobWorker(Service, Generic[J]):
     def run_engine(self, stop: asyncio.Event) -> Awaitable[None]:
         return self.engine.run(guarded(self.on_complete, self.log), stop)
 
+    def working(self) -> list[J]:
+        """The jobs this worker holds: those it runs and those whose result waits for Redis."""
+        return [*self.jobs.values(), *self.unwritten.values()]
+
     def held(self) -> set[str]:
-        """The entries of the jobs we run (not read again when our own pending ones are)."""
-        return {job.delivery.entry_id for job in self.jobs.values()}
+        """The entries of the jobs we hold (not read again when our own pending ones are)."""
+        return {job.delivery.entry_id for job in self.working()}
 
     # ------------------------------------------------------------------ a job's life
     async def dispatch(self, d: Delivery) -> None:
@@ -184,6 +217,21 @@ class JobWorker(Service, Generic[J]):
             await self.bus.ack(job.delivery, self.group)
             return
         try:
+            await self._write(job, c)
+        except Exception as exc:
+            reason = unavailable(exc)
+            if reason is None:
+                raise
+            self.unwritten[c.rid] = job
+            REDIS.down(job, reason, self.log)
+            task = asyncio.create_task(self._write_later(c.rid, job, c))
+            self._writers.add(task)
+            task.add_done_callback(self._writers.discard)
+
+    async def _write(self, job: J, c: Completion) -> None:
+        """Publish a finished job's result, then acknowledge the job."""
+        req = job.request
+        try:
             await self.publish(job, c)
         except NoResult as exc:
             await self.bus.dead_letter(job.delivery, self.group, str(exc))
@@ -193,6 +241,33 @@ class JobWorker(Service, Generic[J]):
         if not await self.bus.ack(job.delivery, self.group):  # we stalled; a peer owns it now
             self.log.warning("job_taken_over", job_id=req.job_id, query_id=req.query_id)
         self.done += 1
+
+    async def _write_later(self, rid: str, job: J, c: Completion) -> None:
+        """Write `job`'s result again, with backoff, until Redis takes it (or a peer took the
+        job over meanwhile: `heartbeat` lets it go). Another error leaves the job pending, to be
+        redelivered as a failed handler's is."""
+        backoff = 0.05
+        try:
+            while self.unwritten.get(rid) is job:
+                await asyncio.sleep(backoff)
+                backoff = min(2.0, backoff * 2)
+                if self.unwritten.get(rid) is not job:
+                    break
+                try:
+                    await self._write(job, c)
+                except Exception as exc:
+                    reason = unavailable(exc)
+                    if reason is None:
+                        self.log.error("completion_failed", job_id=c.rid, error=str(exc) or repr(exc))
+                        break
+                    REDIS.down(job, reason, self.log)
+                    continue
+                REDIS.up(job, self.log)
+                break
+        finally:
+            if self.unwritten.get(rid) is job:
+                del self.unwritten[rid]
+            REDIS.forget(job)
 
     @abstractmethod
     async def publish(self, job: J, c: Completion) -> None:
@@ -204,10 +279,16 @@ class JobWorker(Service, Generic[J]):
         """Keep our jobs on `stream` (each of its parts) ours; those a peer took over while we
         stalled are stopped here (the peer's result counts)."""
         for part in spread(stream):
-            entries = {job.delivery.entry_id for job in self.jobs.values() if job.delivery.stream == part}
+            entries = {job.delivery.entry_id for job in self.working() if job.delivery.stream == part}
             if not entries:
                 continue
             lost = await self.bus.heartbeat(part, self.group, list(entries))
+            for rid, job in list(self.unwritten.items()):  # its result is the peer's to write now
+                if job.delivery.stream == part and job.delivery.entry_id in lost:
+                    del self.unwritten[rid]
+                    self.log.warning(
+                        "job_taken_over", job_id=job.request.job_id, query_id=job.request.query_id
+                    )
             for rid, job in list(self.jobs.items()):
                 if job.delivery.stream == part and job.delivery.entry_id in lost:
                     del self.jobs[rid]

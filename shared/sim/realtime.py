@@ -33,6 +33,10 @@ class RealtimeEngine:
     def template(self) -> Template | None:
         return None
 
+    @property
+    def count_tokens(self) -> None:
+        return None
+
     async def start(self) -> None:
         return None
 

@@ -27,6 +27,12 @@ async def wait_for(predicate, timeout_s=20.0, every_s=0.05):
 
 def http(method, url, body=None, token=None, raw=None, timeout_s=5):
     """(status, decoded JSON body) of one real HTTP request."""
+    status, reply, _headers = http_headed(method, url, body, token, raw, timeout_s)
+    return status, reply
+
+
+def http_headed(method, url, body=None, token=None, raw=None, timeout_s=5):
+    """(status, decoded JSON body, headers) of one real HTTP request."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     headers = {"Content-Type": "application/json"}
     if token:
@@ -34,9 +40,9 @@ def http(method, url, body=None, token=None, raw=None, timeout_s=5):
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, json.loads(resp.read())
+            return resp.status, json.loads(resp.read()), resp.headers
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
+        return exc.code, json.loads(exc.read() or b"{}"), exc.headers
 
 
 def wait_http(url, timeout_s=15.0):

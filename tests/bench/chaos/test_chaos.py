@@ -48,3 +48,20 @@ def test_the_supervisors_own_restart_is_a_fault_kind_and_loses_nothing():
     )
     assert "supervisor" in report.by_kind(), report.by_kind()
     assert report.ok, (report.lost, report.duplicated, report.differing, "\n".join(lines))
+
+
+def test_redis_out_of_memory_is_a_fault_kind_and_fails_nothing():
+    """`--oom-faults`: Redis's maxmemory set tiny for a while with questions in flight (every
+    write refused), then restored: every question accepted is answered (none failed), and the
+    ingress refused new ones meanwhile with 503 naming memory (never 500)."""
+    names = ["coord-0", "coord-1", "gen-0", "gen-1", "scorer-0", "alloc-0", "ingress-0"]
+    assert "oom" not in {f.kind for f in schedule(3, 3600, names, 20)}
+    assert "oom" in {f.kind for f in schedule(3, 3600, names, 20, oom=True)}
+    lines = []
+    # Seed 15: a kill, Redis out of memory for 2 s, a partition, within 20 s.
+    report = asyncio.run(
+        run_chaos(seed=15, duration_s=20, questions=8, faults_per_min=30, oom_faults=True, say=lines.append)
+    )
+    assert "oom" in report.by_kind(), report.by_kind()
+    assert report.refused, "the ingress was not asked while Redis was out of memory"
+    assert report.ok, (report.lost, report.failed, report.refused_wrongly, report.differing, "\n".join(lines))

@@ -1,5 +1,6 @@
 """Nothing the pipeline writes outlives what it is for: a query's keys (its request, inbox,
-checkpoint, sent message ids, cancel marks, client key) expire with its answer; the answers
+checkpoint, sent message ids, cancel marks, tree record, client key) expire with its answer
+(what only its search read, sooner: `test_an_answer_compacts_its_query`); the answers
 stream keeps what is younger than the result TTL and gen:control what is younger than its
 window (60 s), trimmed while idle too. Real services, a real Redis."""
 
@@ -17,6 +18,7 @@ from tests.services.workload import submit_all
 pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 
 INFRASTRUCTURE = ("gen:", "score:", "ingress", "stats:", "worker:", "allocator:", "coord:", "answers", "dlq:")
+INFRASTRUCTURE += ("data:kept",)  # one token a partition (names.DATA_KEPT)
 
 
 def test_after_the_ttl_only_the_pipelines_own_keys_are_left(redis_url):

@@ -1,0 +1,133 @@
+"""`python -m spex.bench.sizing`: what Redis keeps per question, by search and by key kind.
+
+It starts every service (`spex up`'s launcher, an embedded Redis, the simulated engine),
+answers a few questions of each search in turn, and once each is answered reads
+`MEMORY USAGE` of every key the question left (`{q:<id>}:<kind>`, grouped by kind), and of
+its entry on the answers stream. A key that expires within `SEARCH_KEPT_S` (what only the
+search read, let go soon after the answer) is counted apart from what the question keeps for
+the result TTL. docs/capacity.md ("Sizing Redis") turns the figures into bytes per hour of
+traffic and a `maxmemory`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spex.proto.names import ANSWERS
+from spex.services.coordinator.store import SEARCH_KEPT_S
+from spex.services.launcher import up
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.connect import redis_client
+from spex.shared.runtime.redis_server import free_port
+from spex.shared.runtime.settings import Settings
+from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
+
+__all__ = ["SEARCHES", "main", "measure"]
+
+SEARCHES = (("rebase", 16), ("rebase", 64), ("rebase", 256), ("rstar", 10), ("ets", 16))
+SETTLE_S = 1.0  # after the answers: late writes (a tree's last events, cancels) land
+_KIND = re.compile(r"^(?:\{p\d+\})?\{q:(.+?)\}:(.+)$")
+
+
+def key_kind(name: str) -> tuple[str, str] | None:
+    """(query id, kind) of a query's key (`{q:<id>}:tree` -> (id, "tree")), else None."""
+    m = _KIND.match(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+async def kept(r: Any, qids: set[str]) -> dict[str, dict[str, int]]:
+    """Kind -> {"bytes", "keys", "brief"} over the keys of `qids` (MEMORY USAGE, every element
+    counted; brief: the keys that expire within SEARCH_KEPT_S)."""
+    out: dict[str, dict[str, int]] = {}
+    async for key in r.scan_iter(match="*{q:*", count=1000):
+        parsed = key_kind(key.decode())
+        if parsed is None or parsed[0] not in qids:
+            continue
+        size = int(await r.memory_usage(key, samples=0) or 0)
+        row = out.setdefault(parsed[1], {"bytes": 0, "keys": 0, "brief": 0})
+        row["bytes"] += size
+        row["keys"] += 1
+        row["brief"] += 0 < int(await r.ttl(key)) <= SEARCH_KEPT_S
+    return out
+
+
+async def one_search(
+    client: IngressClient, algorithm: str, target: int, questions: int, first: int
+) -> dict[str, Any]:
+    workload = SyntheticWorkload(WorkloadKnobs(), 0)
+    qids = []
+    for i in range(first, first + questions):
+        q = workload.query(i)
+        qids.append(
+            await client.submit(
+                q.text,
+                query_id=f"{q.query_id}-{algorithm}{target}",
+                algorithm=algorithm,
+                target=target,
+                prompt_tokens=q.prompt_tokens,
+            )  # fmt: skip
+        )
+    started = time.monotonic()
+    answers = [await client.result(q, timeout_s=600) for q in qids]
+    wall_s = time.monotonic() - started
+    await asyncio.sleep(SETTLE_S)
+    kinds = await kept(client.r, set(qids))
+    total = sum(row["bytes"] for row in kinds.values())
+    brief = {k for k, row in kinds.items() if row["brief"] == row["keys"]}
+    kept_total = sum(row["bytes"] for k, row in kinds.items() if k not in brief)
+    per_answer = int(await client.r.memory_usage(ANSWERS, samples=0) or 0) / max(
+        1, await client.r.xlen(ANSWERS)
+    )
+    return {
+        "search": f"{algorithm}-{target}",
+        "questions": questions,
+        "answered": sum(a is not None and not a.error for a in answers),
+        "nodes_per_question": round(sum(a.nodes for a in answers if a) / questions, 1),
+        "wall_s": round(wall_s, 1),
+        "bytes_per_question": round(total / questions),
+        "kept_bytes_per_question": round(kept_total / questions),
+        "by_kind": {k: round(v["bytes"] / questions) for k, v in sorted(kinds.items())},
+        "brief_kinds": sorted(brief),
+        "answers_stream_bytes_per_answer": round(per_answer),
+    }
+
+
+async def measure(settings: Settings, questions: int, say: Callable[[str], object]) -> list[dict[str, Any]]:
+    client = IngressClient(redis_client(settings), settings.backlog_limit, settings.limits)
+    rows = []
+    try:
+        for n, (algorithm, target) in enumerate(SEARCHES):
+            rows.append(await one_search(client, algorithm, target, questions, n * questions))
+            say(json.dumps(rows[-1]))
+    finally:
+        await client.aclose()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m spex.bench.sizing", description=__doc__.split("\n")[0])
+    p.add_argument("--questions", type=int, default=4, help="questions of each search")
+    p.add_argument("--time-scale", type=float, default=0.002)
+    p.add_argument("--generators", type=int, default=2)
+    p.add_argument("--json", default="sizing.json")
+    args = p.parse_args(argv)
+    if args.questions < 1 or args.time_scale <= 0 or args.generators < 1:
+        p.error("--questions, --time-scale and --generators: must be positive")
+    settings = Settings(http_port=free_port(), time_scale=args.time_scale)
+    with up(settings, generators=args.generators) as live:
+        rows = asyncio.run(measure(live, args.questions, lambda m: print(m, flush=True)))
+    Path(args.json).write_text(json.dumps({"time_scale": args.time_scale, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

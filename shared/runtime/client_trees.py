@@ -1,0 +1,108 @@
+"""The ingress client's reads of a query's tree: its node events, from its tree stream while it
+is searched and from its tree's record once it is answered (`proto.tree_record`: the stream's
+entries, by the same entry ids, so a cursor taken on the stream goes on in the record)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from spex.proto import NodeEvent, ProtocolError, decode, names
+from spex.proto.tree_record import TreeEntries, unpack_tree
+from spex.shared.runtime.streams import entry_after
+from spex.shared.runtime.views import fold_tree
+
+__all__ = ["TreeReads"]
+
+KEPT_RECORDS = 8  # answered trees' records a client keeps decoded (for readers paging through)
+KEPT_FOR_S = 10.0  # ... for this long each
+
+
+class TreeReads:
+    """`IngressClient`'s tree reads (a mixin: it sets `r` and `_records`)."""
+
+    r: aioredis.Redis
+    _records: dict[str, tuple[float, TreeEntries]]  # query id -> (read at, its tree record)
+
+    async def tree_events(
+        self, query_id: str, after: str = "0", block_ms: int | None = None, count: int = 1000
+    ) -> tuple[list[NodeEvent], str]:
+        """The query's node events after entry `after` (waiting up to `block_ms` for one when
+        given), and the last entry's id to read on from. Unreadable entries are skipped. An
+        answered query's are read from its tree's record (`proto.tree_record`), by the same
+        entry ids as its stream's: a cursor taken on the stream goes on there."""
+        kept = await self._tree_kept(query_id)
+        if kept is None:
+            entries = await self._tree_stream(query_id, after, block_ms, count)
+            if entries:
+                return _node_events(names.query_tree(query_id), entries, after)
+            kept = await self._tree_kept(query_id)  # answered (and its stream deleted) meanwhile?
+            if kept is None:
+                return [], after
+        return _node_events(names.query_tree(query_id), _entries_after(kept, after, count), after)
+
+    async def _tree_stream(self, query_id: str, after: str, block_ms: int | None, count: int) -> Any:
+        stream = names.query_tree(query_id)
+        if block_ms is None:
+            start = "-" if after == "0" else f"({after}"
+            return await self.r.xrange(stream, start, "+", count=count)
+        replies: Any = await self.r.xread({stream: after}, count=count, block=block_ms)
+        return replies[0][1] if replies else []
+
+    async def _tree_kept(self, query_id: str) -> TreeEntries | None:
+        """The entries of the query's tree record, or None while it has none. A record never
+        changes once written: the last few read are kept a few seconds, for a reader that
+        pages through one."""
+        now = time.monotonic()
+        cached = self._records.get(query_id)
+        if cached is not None and now - cached[0] < KEPT_FOR_S:
+            return cached[1]
+        blob: Any = await self.r.get(names.query_tree_record(query_id))
+        if blob is None:
+            return None
+        try:
+            entries = unpack_tree(bytes(blob))
+        except ProtocolError:
+            entries = []
+        self._records[query_id] = (now, entries)
+        while len(self._records) > KEPT_RECORDS:
+            self._records.pop(next(iter(self._records)))
+        return entries
+
+    async def tree(self, query_id: str) -> list[dict[str, Any]]:
+        """The query's tree as its events tell it so far (`fold_tree`)."""
+        events: list[NodeEvent] = []
+        after = "0"
+        while True:
+            more, read_to = await self.tree_events(query_id, after)
+            events += more
+            if read_to == after:  # nothing more was read
+                return fold_tree(events)
+            after = read_to
+
+
+def _entries_after(entries: TreeEntries, after: str, count: int) -> list[tuple[str, dict[bytes, bytes]]]:
+    """The first `count` of a record's `entries` after entry `after`, as a stream read gives them."""
+    out = []
+    for entry_id, payload in entries:
+        if entry_after(entry_id, after):
+            out.append((entry_id, {b"e": payload}))
+            if len(out) == count:
+                break
+    return out
+
+
+def _node_events(stream: str, entries: Any, after: str) -> tuple[list[NodeEvent], str]:
+    """The node events of `entries` (unreadable ones skipped), and the last entry's id."""
+    events: list[NodeEvent] = []
+    for entry_id, fields in entries:
+        after = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        try:
+            event = decode(stream, (fields or {}).get(b"e", b""))
+        except ProtocolError:
+            continue
+        if isinstance(event, NodeEvent):
+            events.append(event)
+    return events, after

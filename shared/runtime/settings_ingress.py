@@ -1,0 +1,77 @@
+"""The ingress's settings: its HTTP face, who may use it, and the limits a submission is held
+to. Rows of `Settings` (settings.py), which extends this class; declared as its rows are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spex.proto import MAX_MESSAGE_BYTES
+from spex.shared.runtime.settings_schema import setting
+from spex.shared.runtime.settings_values import DEFAULT_MAX_TARGET, targets_ok
+
+__all__ = ["IngressSettings"]
+
+
+@dataclass(frozen=True)
+class IngressSettings:
+    http_port: int = setting(
+        8080, env="SPEX_HTTP_PORT", help="port of the HTTP ingress", check=lambda v, _: 0 < v < 65536
+    )
+    http_redis_connections: int = setting(
+        256, env="SPEX_HTTP_REDIS_CONNECTIONS", help="Redis connections the ingress pools", within=(2, 10_000)
+    )
+    http_streams_per_client: int = setting(
+        32,
+        env="SPEX_HTTP_STREAMS_PER_CLIENT",
+        help="long-lived requests (event streams, chat completions) one client may hold open",
+        within=(1, 100_000),
+    )
+    http_host: str = setting(
+        "127.0.0.1",
+        env="SPEX_HTTP_HOST",
+        help="address the HTTP ingress binds (127.0.0.1: loopback only)",
+        check=lambda v, _: bool(v),
+    )
+    auth_tokens: str = setting(
+        "", env="SPEX_AUTH_TOKENS", help="ingress bearer tokens, NAME=TOKEN,... (empty: no auth)", secret=True
+    )
+    auth_tokens_file: str = setting(
+        "", env="SPEX_AUTH_TOKENS_FILE", help="file of ingress bearer tokens, one NAME TOKEN per line"
+    )
+    max_question_chars: int = setting(
+        100_000,
+        env="SPEX_MAX_QUESTION_CHARS",
+        help="longest question accepted, characters",
+        within=(1, 1_000_000),
+    )
+    max_prompt_tokens: int = setting(
+        0,
+        env="SPEX_MAX_PROMPT_TOKENS",
+        within=(0, 10_000_000),
+        help="longest question the generators' engine takes, tokens (0: on sim the profile's KV less the "
+        "deepest path, else 131,072); a longer one is refused at submission (400)",
+    )
+    max_target: str = setting(
+        str(DEFAULT_MAX_TARGET),
+        env="SPEX_MAX_TARGET",
+        help="largest target: N for every algorithm, or ALGO=N,...",
+        check=lambda v, _: targets_ok(v),
+    )
+    client_in_flight: int = setting(
+        1_000,
+        env="SPEX_CLIENT_IN_FLIGHT",
+        help="questions one client may have in flight",
+        within=(1, 10_000_000),
+    )
+    max_message_bytes: int = setting(
+        MAX_MESSAGE_BYTES,
+        env="SPEX_MAX_MESSAGE_BYTES",
+        help="largest HTTP body and wire message, bytes",
+        check=lambda v, _: 1024 <= v <= MAX_MESSAGE_BYTES,
+    )
+    memory_headroom: float = setting(
+        0.9,
+        env="SPEX_MEMORY_HEADROOM",
+        within=(0.05, 1.0),
+        help="share of Redis's maxmemory in use past which the ingress refuses new questions (503)",
+    )
