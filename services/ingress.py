@@ -39,9 +39,7 @@ import redis.asyncio as aioredis
 import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
 from spex.proto.submission import twin_id
@@ -51,7 +49,7 @@ from spex.services.http_body import BodyRefused, read_json_object
 from spex.services.long_lived import Slots
 from spex.services.openai_api import OpenAIRoutes, openai_error, serves
 from spex.services.watch import WatchRoutes, answer_json
-from spex.shared.runtime.availability import REDIS, RETRY_AFTER_S, refusal
+from spex.shared.runtime.availability import REDIS, RETRY_AFTER_S, refusal, unavailable
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, Recovering, UnknownQuery
 from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
 from spex.shared.runtime.pool import PoolBusy
@@ -101,9 +99,9 @@ class IngressService(Service):
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.client = IngressClient(client, settings.backlog_limit, settings.limits)
-        self.memory = admission.MemoryAdmission(
-            client, settings.memory_headroom
-        )  # new questions, by Redis's memory
+        self.memory = admission.MemoryAdmission(  # new questions, by Redis's memory
+            client, settings.memory_headroom, admission.per_question(settings), self.client.in_flight
+        )
         self.host, self.port = settings.http_host, settings.http_port
         self.max_body = settings.max_message_bytes
         self.tokens = load_tokens(settings)
@@ -168,20 +166,18 @@ class IngressService(Service):
                     503, full, headers={"Retry-After": str(admission.RETRY_AFTER_S)}
                 )  # a new question
             response = await handler(request)
-            if request.method != "GET":  # a write went through: Redis takes writes again
+            if request.method != "GET" and response.status < 300:  # a write went through
                 REDIS.up(self, self.log)
             return response
         except PoolBusy as exc:  # back-pressure: Redis is not known to be away
             return refuse(503, self.busy.reason(exc))
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            self.log.warning("redis_unavailable", error=str(exc))
-            return refuse(503, "the queue is unreachable; retry later")
-        except ResponseError as exc:  # Redis refusing writes (out of memory): 503, and why
-            reason = refusal(exc)
+        except RedisError as exc:  # unreachable, between primaries, or refusing writes: 503, and why
+            reason = unavailable(exc)
             if reason is None:
                 raise
             REDIS.down(self, reason, self.log)
-            return refuse(503, f"{reason}; retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
+            said = reason if refusal(exc) else "the queue is unreachable"  # not the address: the log has it
+            return refuse(503, f"{said}; retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
         except web.HTTPException as exc:  # aiohttp's own refusals (no such route, wrong method)
             if exc.status < 400:
                 raise

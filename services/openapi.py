@@ -25,7 +25,9 @@ API_VERSION = "1"  # the paths' /v1/
 JSON = "application/json"
 SSE = "text/event-stream"
 UNAVAILABLE = (
-    f"the ingress is busy (no Redis connection free within {POOL_WAIT_S:g} s), or Redis is unreachable"
+    f"the ingress is busy (no Redis connection free within {POOL_WAIT_S:g} s), Redis is unreachable, "
+    "or Redis refuses writes (out of memory, a failed snapshot, a read-only replica); a new question "
+    "also while Redis is near its maxmemory (SPEX_MEMORY_HEADROOM)"
 )
 OPEN_TOO_MANY = "SPEX_HTTP_STREAMS_PER_CLIENT event streams and chat completions open already (per client)"
 RETRY_AFTER: Schema = {
@@ -126,7 +128,11 @@ def _watch() -> dict[str, dict[str, Schema]]:
     }
     ready = {
         "200": _json('{"status": "ready"}', ref("Status")),
-        "503": _json('Redis does not answer: {"status": "unready", "error": "..."}', {"type": "object"}),
+        "503": _json(
+            "Redis does not take a write (unreachable, or refusing writes): "
+            '{"status": "unready", "error": "..."}',
+            {"type": "object"},
+        ),
     }
     return {
         "/v1/questions/{qid}/tree": {

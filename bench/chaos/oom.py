@@ -46,7 +46,7 @@ def _probe(port: int) -> tuple[list[str], list[str]]:
             continue
         if status == 503 and "unreachable" in error:  # partitioned by another fault
             continue
-        named = "out of memory" in error
+        named = "memory" in error.lower()  # Redis refusing the write, or the ingress refusing first
         said = f"{method} {path} while Redis was out of memory: {status} {error!r}"
         if status != 503 or not named or (method == "POST" and not retry_after):
             wrong.append(said)

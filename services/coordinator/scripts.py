@@ -70,7 +70,9 @@ return 1
 # caller) replaces the tree stream; the inbox, the checkpoint, the sent ids and the cancel
 # marks, which only a search in progress reads, expire soon (a late result for an answered
 # query is not published: `publisher`); the request, the epoch and the client key expire with
-# the answer, after the result TTL.
+# the answer, after the result TTL. Its first write is one Redis allows when out of memory (a
+# ZREM): a script's later writes are then allowed too, so an answer is written, and its query
+# compacted, even by a Redis at its maxmemory (which compaction relieves).
 # KEYS: lease, epoch, reply, answers, in-flight, active, client in-flight, inbox, request,
 # checkpoint, client key, sent ids, cancelled jobs, tree, tree record. ARGV: owner, epoch,
 # encoded answer, query id, TTL s, tree record ("": no tree), the search's keys' TTL s. -> 1 | 0
@@ -80,6 +82,10 @@ ANSWER = (
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
   return 0
 end
+redis.call('ZREM', KEYS[5], ARGV[4])
+redis.call('ZREM', KEYS[7], ARGV[4])
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[6], ARGV[4])
 if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', ARGV[5]) then
   redis.call('XADD', KEYS[4], 'MINID', since(ARGV[5]), '*', 'e', ARGV[3])
   if ARGV[6] ~= '' then
@@ -87,10 +93,6 @@ if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', ARGV[5]) then
     redis.call('DEL', KEYS[14])
   end
 end
-redis.call('ZREM', KEYS[5], ARGV[4])
-redis.call('ZREM', KEYS[7], ARGV[4])
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[6], ARGV[4])
 for _, i in ipairs({8, 10, 12, 13}) do redis.call('EXPIRE', KEYS[i], ARGV[7]) end
 for _, i in ipairs({2, 9, 11}) do redis.call('EXPIRE', KEYS[i], ARGV[5]) end
 return 1
@@ -99,20 +101,20 @@ return 1
 
 # A question that cannot be searched gets a failed answer, so its client is told and its
 # in-flight place freed; whatever a coordinator took for it is let go: what only a search
-# reads expires soon, the rest with the answer.
+# reads expires soon, the rest with the answer. It first writes as ANSWER does, for the same reason.
 # KEYS: reply, answers, in-flight, client in-flight, request, active, lease, epoch, inbox,
 # checkpoint, client key, sent ids, cancelled jobs. ARGV: encoded answer, query id, TTL s, the
 # search's keys' TTL s. -> 1
 REJECT = (
     SINCE
     + """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3]) then
-  redis.call('XADD', KEYS[2], 'MINID', since(ARGV[3]), '*', 'e', ARGV[1])
-end
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[4], ARGV[2])
 redis.call('ZREM', KEYS[6], ARGV[2])
 redis.call('DEL', KEYS[7])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3]) then
+  redis.call('XADD', KEYS[2], 'MINID', since(ARGV[3]), '*', 'e', ARGV[1])
+end
 for _, i in ipairs({9, 10, 12, 13}) do redis.call('EXPIRE', KEYS[i], ARGV[4]) end
 for _, i in ipairs({5, 8, 11}) do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return 1

@@ -1,8 +1,8 @@
 """Redis being unavailable: unreachable, or up but refusing writes. Both are waited out.
 
 Unreachable: the connection is lost or times out, or a cluster is between primaries (a slot
-unserved, the cluster down during a failover). Refusing writes: Redis answers, but refuses
-every command that would add data — out of memory under `maxmemory` with `noeviction`
+unserved, the cluster down during a failover, a slot moving: TRYAGAIN). Refusing writes: Redis
+answers, but refuses every command that would add data — out of memory under `maxmemory` with `noeviction`
 (`OOM`), its last snapshot failed with `stop-writes-on-bgsave-error` (`MISCONF`), or it is a
 read-only replica (`READONLY`, also a cluster shard's old primary during a failover). Neither
 is a fault of the message being handled: a loop waits it out with backoff, a job is not
@@ -23,6 +23,7 @@ from redis.exceptions import (
     ReadOnlyError,
     RedisClusterException,
     ResponseError,
+    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -30,7 +31,7 @@ from structlog.typing import FilteringBoundLogger
 
 __all__ = ["REDIS", "REFUSALS", "RETRY_AFTER_S", "UNREACHABLE", "Availability", "refusal", "unavailable"]
 
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterError, RedisClusterException)
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterError, RedisClusterException, TryAgainError)
 # Redis's error code for a write it refuses -> what it means, for a one-line reason. A refusal
 # inside a script keeps its code after a `-` (Redis 6.2: "Error running script …: -OOM …").
 REFUSALS = {

@@ -337,7 +337,11 @@ class IngressClient(TreeReads):
 
     async def counts(self) -> tuple[int, int]:
         """(questions in flight, of those held by a coordinator)."""
-        return await self._cards(names.INGRESS_IN_FLIGHT), await self._cards(names.COORDINATORS_ACTIVE)
+        return await self.in_flight(), await self._cards(names.COORDINATORS_ACTIVE)
+
+    async def in_flight(self) -> int:
+        """Questions submitted and not answered yet."""
+        return await self._cards(names.INGRESS_IN_FLIGHT)
 
     async def _cards(self, name: str) -> int:
         """The members of the set `name`, over its partitions."""

@@ -75,3 +75,10 @@ class IngressSettings:
         within=(0.05, 1.0),
         help="share of Redis's maxmemory in use past which the ingress refuses new questions (503)",
     )
+    memory_per_question: int = setting(
+        0,
+        env="SPEX_MEMORY_PER_QUESTION",
+        within=(0, 2**40),
+        help="bytes Redis is counted to still need for each question in flight, as its search grows "
+        "(0: the widest search SPEX_MAX_TARGET allows, 11.5 KB a unit of target)",
+    )

@@ -36,6 +36,9 @@ def test_posts_and_ready_say_redis_is_out_of_memory(redis_url):
         r = cluster.client.r
         try:
             await asyncio.to_thread(wait_http, base + "/health")
+            # Admission by memory (its own test) would refuse first: out of the way, so that
+            # the writes themselves meet Redis's refusal.
+            cluster.tasks["ingress-0"][2].memory.headroom = float("inf")
             await r.config_set("maxmemory", 1)
             post = await asyncio.to_thread(_call, "POST", base + "/v1/questions", {"question": "1+1?"})
             chat = {"model": "spex:rebase", "messages": [{"role": "user", "content": "1+1?"}]}
