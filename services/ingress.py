@@ -176,8 +176,9 @@ class IngressService(Service):
             if reason is None:
                 raise
             REDIS.down(self, reason, self.log)
-            said = reason if refusal(exc) else "the queue is unreachable"  # not the address: the log has it
-            return refuse(503, f"{said}; retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
+            if refusal(exc) is None:  # the address is in the log, not the reply; Retry-After 1 s
+                return refuse(503, "the queue is unreachable; retry later")
+            return refuse(503, f"{reason}; retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
         except web.HTTPException as exc:  # aiohttp's own refusals (no such route, wrong method)
             if exc.status < 400:
                 raise

@@ -34,6 +34,7 @@ from spex.services.backpressure import with_retry_after
 from spex.services.http_body import BodyRefused, read_json_object
 from spex.services.long_lived import POLL_S, Slots, SlotsFull, poll
 from spex.services.openai_params import ChatAsk, ParamError, chat_ask
+from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
 from spex.shared.runtime.pool import PoolBusy
 from spex.shared.runtime.views import demonstration, node_json, served_json
@@ -167,11 +168,16 @@ class OpenAIRoutes:
             await self.client.cancel(qid)
 
     async def _wait(self, request: web.Request, qid: str) -> AnswerResult | None:
-        """The answer, or None after WAIT_S; ConnectionError once the client has gone."""
+        """The answer, or None after WAIT_S; ConnectionError once the client has gone. The
+        question is accepted already: Redis unavailable meanwhile is waited out, not a 503."""
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
-            with contextlib.suppress(PoolBusy):  # a busy moment: look again at the next poll
+            try:
                 answer = await self.client.result(qid)
+            except RedisError as exc:  # a busy pool, or Redis away a while: look again at the next poll
+                if not isinstance(exc, PoolBusy) and unavailable(exc) is None:
+                    raise
+            else:
                 if answer is not None:
                     return answer
             if request.transport is None or request.transport.is_closing():

@@ -181,6 +181,8 @@ class Coordinator(Service):
                 ANSWERS: self.settings.result_ttl_s,
             }
             await self.store.trim_fan_out(keep)
+        if self.shedding:  # queries whose leases lapsed are new work too: another takes them
+            return
         for qid in await self.store.expired():
             await self._take_over(qid)
 
