@@ -191,7 +191,7 @@ def up(
                 ports[name] = settings.metrics_port + i
                 extra["SPEX_METRICS_PORT"] = str(ports[name])
             supervisor.add(kind, name, service_env(settings, name, **extra))
-        _wait_healthy(supervisor, logs, settings.engine_wait_s)
+        _wait_healthy(supervisor, logs, settings.engine_wait_s, kept=data_dir is not None)
         supervisor.watch()
         if server is not None:
             redis_stopped = _watch_redis(server, supervisor, say)
@@ -253,10 +253,11 @@ def _reachable(settings: Settings, timeout_s: float = 5.0) -> None:
         raise ValueError(f"--redis: cannot reach {where}: {reason}") from None
 
 
-def _wait_healthy(supervisor: Supervisor, logs: Path, engine_wait_s: float) -> None:
+def _wait_healthy(supervisor: Supervisor, logs: Path, engine_wait_s: float, kept: bool = True) -> None:
     """Every service has logged `service_started`, or ValueError in one line: the service
     that exited at start and its own one-line reason, or those not started within their limits
-    (`start_limits`)."""
+    (`start_limits`) with the last line each logged (and where their logs are, when `kept`:
+    a scratch directory is gone by the time the message is read)."""
     started = time.monotonic()
     limits = start_limits(supervisor, engine_wait_s)
     waiting = set(supervisor.children)
@@ -272,41 +273,45 @@ def _wait_healthy(supervisor: Supervisor, logs: Path, engine_wait_s: float) -> N
         late = sorted(n for n in waiting if time.monotonic() - started > limits[n])
         if late:
             names = ", ".join(_waits_on(supervisor, name) for name in late)
-            text = f"not started after {max(limits[n] for n in late):.0f} s: {names} (their logs: {logs})"
+            text = f"not started after {max(limits[n] for n in late):.0f} s: {names}"
+            last = {n: stop_reason(supervisor.log_path(n).read_text(errors="replace"), 160) for n in late}
+            text += "".join(f"; {n}'s last line: {line}" for n, line in last.items() if line)
+            text += f" (their logs: {logs})" if kept else ""
             if any(limits[n] > START_WAIT_S for n in late):  # a server still loading its model
-                text += f"; SPEX_ENGINE_WAIT_S ({engine_wait_s:.0f} s) is how long a server may load"
+                text += f"; SPEX_ENGINE_WAIT_S ({engine_wait_s:.0f} s) is how long an engine may load"
             raise ValueError(text)
         time.sleep(0.05)
 
 
 def start_limits(supervisor: Supervisor, engine_wait_s: float) -> dict[str, float]:
     """How long each service may take to start, seconds: START_WAIT_S, and for one that waits on
-    a serving engine `engine_wait_s` more (it gives up on its own after `engine_wait_s`, and its
-    reason is then the one reported)."""
+    an engine (`_waits_for`) `engine_wait_s` more (a server gives up on its own after
+    `engine_wait_s`, and its reason is then the one reported)."""
     return {
-        name: START_WAIT_S + (engine_wait_s if _engine_of(child.kind, child.env) else 0.0)
+        name: START_WAIT_S + (engine_wait_s if _waits_for(child.kind, child.env) else 0.0)
         for name, child in supervisor.children.items()
     }
 
 
-def _engine_of(kind: str, env: Mapping[str, str]) -> str:
-    """The URL of the serving engine a service of `kind` with `env` waits on at start ("":
-    none): a generator's vLLM or SGLang server, a scorer's served reward model."""
+def _waits_for(kind: str, env: Mapping[str, str]) -> str:
+    """What a service of `kind` with `env` waits on at start, in a phrase ("": nothing): a
+    generator's vLLM or SGLang server, a scorer's served reward model, or an in-process
+    generator measuring its engine's step curve (a sweep of a minute or more on a CPU, cached)."""
     if kind == "generator" and env.get("SPEX_ENGINE") in SERVERS:
-        return env.get("SPEX_ENGINE_URL", "")
-    if kind == "scorer":  # a served reward model (SPEX_PRM beside it is only its tokenizer)
-        return env.get("SPEX_PRM_URL", "")
+        return f"its engine at {env.get('SPEX_ENGINE_URL', '')}"
+    sweeps = env.get("SPEX_STARTUP_SWEEP", "1").strip().lower() in ("1", "true", "yes")
+    if kind == "generator" and env.get("SPEX_ENGINE") == "hf" and sweeps and not env.get("SPEX_PROFILE_FILE"):
+        return "its engine's step curve, measured at start"
+    if kind == "scorer" and env.get("SPEX_PRM_URL"):  # SPEX_PRM beside it is only its tokenizer
+        return f"its reward model at {env['SPEX_PRM_URL']}"
     return ""
 
 
 def _waits_on(supervisor: Supervisor, name: str) -> str:
-    """A service not started yet, and the serving engine it waits for."""
+    """A service not started yet, and what it waits for."""
     child = supervisor.children[name]
-    url = _engine_of(child.kind, child.env)
-    if not url:
-        return name
-    what = "its engine" if child.kind == "generator" else "its reward model"
-    return f"{name} (waiting for {what} at {url})"
+    what = _waits_for(child.kind, child.env)
+    return f"{name} (waiting for {what})" if what else name
 
 
 def serve_forever(

@@ -20,7 +20,7 @@ from structlog.typing import FilteringBoundLogger
 
 from spex.proto.names import home, worker_curve
 from spex.shared.engine.api import SERVERS
-from spex.shared.roofline.measured import parse_measured
+from spex.shared.roofline.measured import Cell, parse_measured
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["CURVE_TTL_S", "describe", "publish_curve"]
@@ -58,7 +58,15 @@ async def publish_curve(
 
         inner = engine.engine  # the HFEngine in its ThreadedEngine, not yet started
         start = time.perf_counter()
-        text, path, measured = await asyncio.to_thread(startup_curve, inner, settings.model, SWEEP_CACHE)
+
+        def measured_cell(cell: Cell) -> None:  # progress, in the log `spex up` quotes while it waits
+            log.info(
+                "step_curve_cell", batch=cell.batch, context=cell.context, tpot_ms=round(cell.tpot_s * 1e3, 1)
+            )
+
+        text, path, measured = await asyncio.to_thread(
+            startup_curve, inner, settings.model, SWEEP_CACHE, measured_cell
+        )
         took = round(time.perf_counter() - start, 2)
         log.info("step_curve", source="startup_sweep", path=str(path), measured_now=measured, took_s=took)
     key = home(worker_curve(settings.consumer))

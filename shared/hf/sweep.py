@@ -117,10 +117,16 @@ def measure_hf(
     return cells, skipped
 
 
-def startup_curve(engine: HFEngine, model_dir: str | Path, cache_dir: str | Path) -> tuple[str, Path, bool]:
+def startup_curve(
+    engine: HFEngine,
+    model_dir: str | Path,
+    cache_dir: str | Path,
+    on_cell: Callable[[Cell], None] | None = None,
+) -> tuple[str, Path, bool]:
     """The step curve of `engine` (an HFEngine loaded from `model_dir`, idle) as a profile
     file's text, the file it is cached in, and whether it was measured now (else read from
-    the cache). Its stats are reset after a sweep, so the TPOT governor never sees it."""
+    the cache); `on_cell(cell)` after each cell measured (progress). Its stats are reset after
+    a sweep, so the TPOT governor never sees it."""
     batches = [b for b in STARTUP_BATCHES if b <= engine.config.max_running] or [1]
     key = _cache_key(engine, model_dir, batches)
     path = Path(cache_dir).expanduser() / f"{key}.json"
@@ -132,7 +138,7 @@ def startup_curve(engine: HFEngine, model_dir: str | Path, cache_dir: str | Path
 
     short, long = STARTUP_CONTEXTS
     grid = [(b, short) for b in batches] + [(b, long) for b in STARTUP_LONG_BATCHES if b in batches]
-    cells, skipped = measure_hf(engine, batches, [short], new_tokens, repeats=1, grid=grid)
+    cells, skipped = measure_hf(engine, batches, [short], new_tokens, repeats=1, on_cell=on_cell, grid=grid)
     engine.stats = type(engine.stats)()  # the governor's counters start at the first job
     meta = {
         "engine": f"{Path(model_dir).name}@hf ({_dtype(engine)}, {engine.config.device}, start-up sweep)",
