@@ -1,17 +1,19 @@
-"""Admission by Redis's memory: the ingress refuses new questions (503, Retry-After, a reason
-that names memory) once Redis's memory, counting what the questions in flight will still
-write, reaches `SPEX_MEMORY_HEADROOM` of its `maxmemory`. A Redis near full refuses questions
-at the door instead of accepting them and then failing their writes (a Redis at `maxmemory`
-with `noeviction` refuses every write).
+"""Admission by Redis's memory: the ingress refuses new questions (503, Retry-After, a reason that
+names memory) once Redis's memory, counting what the questions in flight will still write,
+reaches `SPEX_MEMORY_HEADROOM` of its `maxmemory`. A Redis near full refuses questions at the
+door instead of accepting them and then failing their writes (a Redis at `maxmemory` with
+`noeviction` refuses every write).
 
 Redis reports both figures in `INFO memory` (`used_memory`, `maxmemory`: 0 is no limit, and
-then nothing is refused). A question in flight is counted at what its search may still grow to
-(`SPEX_MEMORY_PER_QUESTION`; by default the widest search the limits allow, from the measured
-bytes a unit of target, `docs/capacity.md`), so a burst of accepted questions cannot outgrow
-the room they were admitted into. The figures are read at most once every `READ_EVERY_S`: the
-requests of that second share them. On a cluster every primary is read and the fullest counts
-(a question's keys live on one shard, whichever it is). A Redis that will not say (INFO denied
-by its ACL) admits everything, said once in the log.
+then nothing is refused). Each question in flight is counted at what its search may grow to
+(`SPEX_MEMORY_PER_QUESTION`; by default the largest search the limits allow, from the measured
+bytes a unit of target, `docs/capacity.md`) on top of what it holds already (Redis cannot say
+which keys a search will still write), so the questions accepted cannot outgrow the room they
+were admitted into: conservative by up to what they hold. The figures are read at most once
+every `READ_EVERY_S`: the requests of that second share them, each one admitted meanwhile
+counting one more in flight. On a cluster every primary is read and the fullest counts (a
+question's keys live on one shard, whichever it is). A Redis that will not say (INFO denied by
+its ACL) admits everything, said once in the log.
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ __all__ = ["BYTES_PER_TARGET", "READ_EVERY_S", "RETRY_AFTER_S", "MemoryAdmission
 
 READ_EVERY_S = 1.0  # how old Redis's memory figures may be
 RETRY_AFTER_S = 10  # what a refused client is told to wait: memory frees as answers expire
-# What a search holds in Redis while it runs, a unit of target (ReBASE-256: 2.84 MB; sizing.json).
-BYTES_PER_TARGET = 11_500
+# What a search holds in Redis while it runs, a unit of its target, by algorithm (docs/sizing.json:
+# ReBASE-256 2.84 MB, rStar-10 220 KB, ETS-16 128 KB; ReST-MCTS, not measured, as rStar's).
+BYTES_PER_TARGET = {"rebase": 11_500, "rstar": 23_000, "ets": 8_500, "rest": 23_000}
 
 
 def per_question(settings: Settings) -> int:
-    """Bytes a question in flight is counted to still need (`SPEX_MEMORY_PER_QUESTION`)."""
-    widest = max(settings.limits.max_target.values())
-    return settings.memory_per_question or BYTES_PER_TARGET * widest
+    """Bytes a question in flight is counted to need (`SPEX_MEMORY_PER_QUESTION`; by default
+    the largest search the limits allow: rStar at SPEX_MAX_TARGET 256, 5.9 MB)."""
+    targets = settings.limits.max_target
+    return settings.memory_per_question or max(BYTES_PER_TARGET[a] * n for a, n in targets.items())
 
 
 class MemoryAdmission:
@@ -67,6 +71,7 @@ class MemoryAdmission:
             self.flying = await self.in_flight() if self.most else 0
         needed = self.used + self.flying * self.reserve
         if not self.most or needed < self.headroom * self.most:
+            self.flying += 1  # admitted: counted until the next read, so a burst is bounded too
             return None
         mib = 2**20
         return (

@@ -39,7 +39,7 @@ import redis.asyncio as aioredis
 import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisClusterException, RedisError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
 from spex.proto.submission import twin_id
@@ -115,6 +115,7 @@ class IngressService(Service):
         )
         self._runner: web.AppRunner | None = None  # listening once `prepare` ran
         self.busy = BusyRefusals()
+        self.refusing = False  # Redis's last unavailability was a refusal of writes (not unreachable)
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
         if not self.tokens and self.host not in ("127.0.0.1", "localhost", "::1"):
             self.log.warning("ingress_unauthenticated", host=self.host, hint="set SPEX_AUTH_TOKENS_FILE")
@@ -166,17 +167,22 @@ class IngressService(Service):
                     503, full, headers={"Retry-After": str(admission.RETRY_AFTER_S)}
                 )  # a new question
             response = await handler(request)
-            if request.method != "GET" and response.status < 300:  # a write went through
+            # Redis is back once a write goes through, or a read while it was unreachable.
+            if response.status < 300 and (request.method != "GET" or not self.refusing):
                 REDIS.up(self, self.log)
             return response
         except PoolBusy as exc:  # back-pressure: Redis is not known to be away
             return refuse(503, self.busy.reason(exc))
-        except RedisError as exc:  # unreachable, between primaries, or refusing writes: 503, and why
+        except AuthenticationError:  # the password changed under a running ingress: an operator's fix
+            REDIS.down(self, "Redis refuses the ingress's password (SPEX_REDIS_PASSWORD_FILE)", self.log)
+            return refuse(503, "the queue refuses the ingress's credentials (an operator's fix)")
+        except (RedisError, RedisClusterException) as exc:  # unreachable, between primaries, refusing writes
             reason = unavailable(exc)
             if reason is None:
                 raise
             REDIS.down(self, reason, self.log)
-            if refusal(exc) is None:  # the address is in the log, not the reply; Retry-After 1 s
+            self.refusing = refusal(exc) is not None  # reads go on while Redis refuses writes
+            if not self.refusing:  # the address is in the log, not the reply; Retry-After 1 s
                 return refuse(503, "the queue is unreachable; retry later")
             return refuse(503, f"{reason}; retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
         except web.HTTPException as exc:  # aiohttp's own refusals (no such route, wrong method)

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from spex.proto import ALGORITHMS, AnswerResult, SubmissionError, SubmissionTooLarge
 from spex.services.backpressure import with_retry_after
@@ -174,7 +174,7 @@ class OpenAIRoutes:
         while time.monotonic() < deadline:
             try:
                 answer = await self.client.result(qid)
-            except RedisError as exc:  # a busy pool, or Redis away a while: look again at the next poll
+            except (RedisError, RedisClusterException) as exc:  # a busy pool, Redis away: look again
                 if not isinstance(exc, PoolBusy) and unavailable(exc) is None:
                     raise
             else:

@@ -79,6 +79,6 @@ class IngressSettings:
         0,
         env="SPEX_MEMORY_PER_QUESTION",
         within=(0, 2**40),
-        help="bytes Redis is counted to still need for each question in flight, as its search grows "
-        "(0: the widest search SPEX_MAX_TARGET allows, 11.5 KB a unit of target)",
+        help="bytes the ingress reserves in Redis for each question in flight, what its search may grow "
+        "to (0: the largest search SPEX_MAX_TARGET allows, 8.5-23 KB a unit of target by algorithm)",
     )
