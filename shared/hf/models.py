@@ -161,6 +161,17 @@ def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> 
     """The causal LM in `path`, in `dtype` (float32, bfloat16, float16; None: as saved, and
     bfloat16 on a GPU). A model written by `spex model init --shape` gets its random weights
     here, built on `device`."""
+    return _load(path, device, dtype, AutoModelForCausalLM)
+
+
+def load_prm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> Any:
+    """The reward model in `path`, as `load_lm` loads a causal LM; one written by `init_model`
+    with a shape gets its random weights here, built on `device`."""
+    return _load(path, device, dtype, AutoModelForTokenClassification)
+
+
+def _load(path: str | Path, device: str, dtype: str | None, auto: Any) -> Any:
+    """The model of `auto`'s class in `path` (random weights where its config asks for them)."""
     _check(path)
     if dtype not in (None, "float32", "bfloat16", "float16"):
         raise ValueError(f"dtype: float32, bfloat16 or float16, not {dtype!r}")
@@ -170,12 +181,12 @@ def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> 
     seed = getattr(config, RANDOM_WEIGHTS, None)
     if seed is not None and not _has_weights(Path(path)):
         kind = getattr(torch, dtype or "float32")
-        _check_room(config, kind, torch.device(device), AutoModelForCausalLM)
+        _check_room(config, kind, torch.device(device), auto)
         torch.manual_seed(int(seed))
         with torch.device(device):
-            built: Any = AutoModelForCausalLM.from_config(config, dtype=kind)
+            built: Any = auto.from_config(config, dtype=kind)
         return built.eval()
-    model: Any = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+    model: Any = auto.from_pretrained(str(path), local_files_only=True)
     if dtype is not None:
         model = model.to(getattr(torch, dtype))
     return model.to(device).eval()
@@ -202,27 +213,6 @@ def _check_room(config: Any, dtype: torch.dtype, device: torch.device, auto: Any
 
 def _has_weights(path: Path) -> bool:
     return any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
-
-
-def load_prm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> Any:
-    """The reward model in `path`, in `dtype` (None: as saved, and bfloat16 on a GPU); one
-    written by `init_model` with a shape gets its random weights here, built on `device`."""
-    _check(path)
-    if dtype is None and torch.device(device).type == "cuda":
-        dtype = "bfloat16"
-    config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    seed = getattr(config, RANDOM_WEIGHTS, None)
-    if seed is not None and not _has_weights(Path(path)):
-        kind = getattr(torch, dtype or "float32")
-        _check_room(config, kind, torch.device(device), AutoModelForTokenClassification)
-        torch.manual_seed(int(seed))
-        with torch.device(device):
-            built: Any = AutoModelForTokenClassification.from_config(config, dtype=kind)
-        return built.eval()
-    model: Any = AutoModelForTokenClassification.from_pretrained(str(path), local_files_only=True)
-    if dtype is not None:
-        model = model.to(getattr(torch, dtype))
-    return model.to(device).eval()
 
 
 def _check(path: str | Path) -> None:

@@ -45,6 +45,12 @@ def http_headed(method, url, body=None, token=None, raw=None, timeout_s=5):
         return exc.code, json.loads(exc.read() or b"{}"), exc.headers
 
 
+def http_retry_after(method, url, body=None):
+    """(status, Retry-After header, decoded JSON body) of one real HTTP request."""
+    status, reply, headers = http_headed(method, url, body)
+    return status, headers.get("Retry-After"), reply
+
+
 def wait_http(url, timeout_s=15.0):
     """Wait until an HTTP server answers on `url` (any status)."""
     deadline = time.monotonic() + timeout_s

@@ -5,25 +5,12 @@ Redis back again serves again. A real ingress in this process, a real Redis, rea
 failures are the client's, raised where the cluster client raises them."""
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 
 from redis.exceptions import AuthenticationError, SlotNotCoveredError
 
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
-from tests.services.helpers import wait_http
-
-
-def _post(url, body):
-    headers = {"Content-Type": "application/json"}
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, resp.headers.get("Retry-After"), json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get("Retry-After"), json.loads(exc.read() or b"{}")
+from tests.services.helpers import http_retry_after, wait_http
 
 
 def test_an_unserved_slot_and_a_refused_password_are_503s(redis_url):
@@ -45,9 +32,9 @@ def test_an_unserved_slot_and_a_refused_password_are_503s(redis_url):
                     raise failure
 
                 service.client.submit = failing
-                replies.append(await asyncio.to_thread(_post, url, {"question": "1+1?"}))
+                replies.append(await asyncio.to_thread(http_retry_after, "POST", url, {"question": "1+1?"}))
             service.client.submit = submit
-            replies.append(await asyncio.to_thread(_post, url, {"question": "1+1?"}))
+            replies.append(await asyncio.to_thread(http_retry_after, "POST", url, {"question": "1+1?"}))
             return replies
         finally:
             await cluster.stop()

@@ -5,25 +5,11 @@ while /ready stayed 200 (a PING passes when writes are refused). A real ingress,
 real HTTP."""
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 
 from spex.services.readiness import FRESH_S
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
-from tests.services.helpers import wait_http
-
-
-def _call(method, url, body=None):
-    """(status, Retry-After header, decoded JSON body) of one real HTTP request."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, resp.headers.get("Retry-After"), json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get("Retry-After"), json.loads(exc.read() or b"{}")
+from tests.services.helpers import http_retry_after, wait_http
 
 
 def test_posts_and_ready_say_redis_is_out_of_memory(redis_url):
@@ -40,14 +26,15 @@ def test_posts_and_ready_say_redis_is_out_of_memory(redis_url):
             # the writes themselves meet Redis's refusal.
             cluster.tasks["ingress-0"][2].memory.headroom = float("inf")
             await r.config_set("maxmemory", 1)
-            post = await asyncio.to_thread(_call, "POST", base + "/v1/questions", {"question": "1+1?"})
+            ask = base + "/v1/questions"
+            post = await asyncio.to_thread(http_retry_after, "POST", ask, {"question": "1+1?"})
             chat = {"model": "spex:rebase", "messages": [{"role": "user", "content": "1+1?"}]}
-            openai = await asyncio.to_thread(_call, "POST", base + "/v1/chat/completions", chat)
-            ready = await asyncio.to_thread(_call, "GET", base + "/ready")
+            openai = await asyncio.to_thread(http_retry_after, "POST", base + "/v1/chat/completions", chat)
+            ready = await asyncio.to_thread(http_retry_after, "GET", base + "/ready")
             await r.config_set("maxmemory", 0)
-            after = await asyncio.to_thread(_call, "POST", base + "/v1/questions", {"question": "2+2?"})
+            after = await asyncio.to_thread(http_retry_after, "POST", ask, {"question": "2+2?"})
             await asyncio.sleep(FRESH_S)  # /ready reuses an outcome this long
-            ready_after = await asyncio.to_thread(_call, "GET", base + "/ready")
+            ready_after = await asyncio.to_thread(http_retry_after, "GET", base + "/ready")
             return post, openai, ready, after, ready_after
         finally:
             await r.config_set("maxmemory", 0)
