@@ -349,6 +349,21 @@ class _Tee:
             s.flush()
 
 
+def run_logged(out: Path, log_name: str, run: Callable[[Path], dict[str, Any]]) -> int:
+    """`run(out)`'s output to the terminal and `out/log_name` both; the exit status: 1 if a
+    stage of the summary it returns failed, else 0."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / log_name, "w") as log:
+        stdout = sys.stdout
+        sys.stdout = _Tee(stdout, log)  # type: ignore[assignment]
+        try:
+            summary = run(out)
+        finally:
+            sys.stdout = stdout
+    failed = [name for name, s in summary["stages"].items() if s["status"].startswith("failed")]
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spex.bench.gpu_check", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="gpu-check", help="where the files go (at most eight)")
@@ -367,17 +382,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if not torch.cuda.is_available():
             p.exit(2, "gpu_check: torch sees no CUDA device here (--dry-run runs the stages on the CPU)\n")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "gpu-check.log", "w") as log:
-        stdout = sys.stdout
-        sys.stdout = _Tee(stdout, log)  # type: ignore[assignment]
-        try:
-            summary = run_check(plan, out)
-        finally:
-            sys.stdout = stdout
-    failed = [name for name, s in summary["stages"].items() if s["status"].startswith("failed")]
-    return 1 if failed else 0
+    return run_logged(Path(args.out), "gpu-check.log", partial(run_check, plan))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from spex.bench.gpu_check import BENCH_SHAPE, CELLS, DRY_RUN, GPU, Check, Plan, _Tee, catalog_gpu
+from spex.bench.gpu_check import BENCH_SHAPE, CELLS, DRY_RUN, GPU, Check, Plan, catalog_gpu, run_logged
 
 __all__ = ["DRY_PIPELINE", "GPU_PIPELINE", "PipelinePlan", "main", "run_pipeline"]
 
@@ -317,17 +317,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if not torch.cuda.is_available():
             p.exit(2, "gpu_pipeline: torch sees no CUDA device here (--dry-run runs the stages on the CPU)\n")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "gpu-pipeline.log", "w") as log:
-        stdout = sys.stdout
-        sys.stdout = _Tee(stdout, log)  # type: ignore[assignment]
-        try:
-            summary = run_pipeline(pp, out)
-        finally:
-            sys.stdout = stdout
-    failed = [name for name, s in summary["stages"].items() if s["status"].startswith("failed")]
-    return 1 if failed else 0
+    return run_logged(Path(args.out), "gpu-pipeline.log", partial(run_pipeline, pp))
 
 
 def parse_cells(text: str) -> tuple[tuple[str, int, int], ...]:

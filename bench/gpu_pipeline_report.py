@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spex.bench.gpu_report import SPEEDUP_AIMS, TPOT_AIM, _aim
+from spex.bench.gpu_report import SPEEDUP_AIMS, TPOT_AIM, _aim, print_stages
 
 __all__ = ["SIM_AIM", "aims", "cell_rows", "finish"]
 
@@ -154,11 +154,7 @@ def finish(check: Any) -> dict[str, Any]:
 
 def print_table(summary: dict[str, Any]) -> None:
     """The end of the output: stages, cells, aims (a device run's reply shows its last lines)."""
-    if summary.get("note"):
-        print(f"\n{summary['note']}")
-    print("\nstages:")
-    for name, stage in summary["stages"].items():
-        print(f"  {name:28} {stage['status'][:70]:70} {stage['seconds']:7.1f} s")
+    print_stages(summary)
     print("\ncells: wall s baseline/SPEX; speedup; virtual time's (error); primary TPOT x; waits on rewards")
     print("baseline/SPEX; answered once; trees equal (both sides; as simulated)")
     for r in summary.get("cells", []):

@@ -147,13 +147,18 @@ def plot(profiles: dict[str, Path], cells: dict[str, Any], path: Path, where: st
     plt.close(fig)
 
 
-def print_table(summary: dict[str, Any]) -> None:
-    """The end of the output: stages, cells, aims (a device run's reply shows its last lines)."""
+def print_stages(summary: dict[str, Any]) -> None:
+    """The summary's note and each stage's status and time."""
     if summary.get("note"):
         print(f"\n{summary['note']}")
     print("\nstages:")
     for name, stage in summary["stages"].items():
         print(f"  {name:28} {stage['status'][:70]:70} {stage['seconds']:7.1f} s")
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    """The end of the output: stages, cells, aims (a device run's reply shows its last lines)."""
+    print_stages(summary)
     print("\ncells: speedup (95% interval over the pairs); primary TPOT x; simulated from the measured")
     print("profile (its error); the catalog profile's; lossless")
     for r in summary.get("cells", []):
