@@ -49,6 +49,8 @@ __all__ = [
     "GEN_WORKERS",
     "INGRESS",
     "INGRESS_IN_FLIGHT",
+    "INGRESS_RESERVED",
+    "INGRESS_RESERVED_TOTAL",
     "KEYS",
     "QUERY_STATS",
     "SCORER_GROUP",
@@ -249,6 +251,8 @@ query_epoch = QueryName("{q:<id>}:epoch")  # fencing token, incremented per leas
 query_checkpoint = QueryName("{q:<id>}:ckpt")  # hash: epoch, last applied inbox entry, digest
 COORDINATORS_ACTIVE = "coord:active"  # zset: query id -> lease expiry (ms), for the reaper
 INGRESS_IN_FLIGHT = "ingress:inflight"  # zset: query id -> submitted (ms), not yet answered
+INGRESS_RESERVED = "ingress:reserved"  # hash: query id -> bytes its search may hold (`reserve`), in flight
+INGRESS_RESERVED_TOTAL = "ingress:reserved:total"  # the sum of ingress:reserved's bytes (memory admission)
 INGRESS_READY = "ingress:ready"  # written (expiring) by each /ready: Redis takes writes
 client_in_flight = ClientName("ingress:inflight:<id>")  # the same, per client (token name)
 submitted_key = ClientName("submitted:<id>")  # <client>/<client key> -> query id and body hash

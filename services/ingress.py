@@ -98,9 +98,13 @@ class IngressService(Service):
     its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        self.client = IngressClient(client, settings.backlog_limit, settings.limits)
+        limits, per_target = settings.limits, settings.memory_per_target
+        self.client = IngressClient(client, settings.backlog_limit, limits, per_target)
         self.memory = admission.MemoryAdmission(  # new questions, by Redis's memory
-            client, settings.memory_headroom, admission.per_question(settings), self.client.in_flight
+            client,
+            settings.memory_headroom,
+            self.client.reserved,
+            lambda: self.client.admitted,
         )
         self.host, self.port = settings.http_host, settings.http_port
         self.max_body = settings.max_message_bytes

@@ -73,9 +73,11 @@ return 1
 # the answer, after the result TTL. Its first write is one Redis allows when out of memory (a
 # ZREM): a script's later writes are then allowed too, so an answer is written, and its query
 # compacted, even by a Redis at its maxmemory (which compaction relieves).
+# The bytes the ingress reserved for its search (`reserve`) are given back.
 # KEYS: lease, epoch, reply, answers, in-flight, active, client in-flight, inbox, request,
-# checkpoint, client key, sent ids, cancelled jobs, tree, tree record. ARGV: owner, epoch,
-# encoded answer, query id, TTL s, tree record ("": no tree), the search's keys' TTL s. -> 1 | 0
+# checkpoint, client key, sent ids, cancelled jobs, tree, tree record, reserved, reserved total.
+# ARGV: owner, epoch, encoded answer, query id, TTL s, tree record ("": no tree), the search's
+# keys' TTL s. -> 1 | 0
 ANSWER = (
     SINCE
     + """
@@ -86,6 +88,11 @@ redis.call('ZREM', KEYS[5], ARGV[4])
 redis.call('ZREM', KEYS[7], ARGV[4])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[6], ARGV[4])
+local reserved = redis.call('HGET', KEYS[16], ARGV[4])
+if reserved then
+  redis.call('HDEL', KEYS[16], ARGV[4])
+  redis.call('DECRBY', KEYS[17], reserved)
+end
 if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', ARGV[5]) then
   redis.call('XADD', KEYS[4], 'MINID', since(ARGV[5]), '*', 'e', ARGV[3])
   if ARGV[6] ~= '' then
@@ -103,8 +110,8 @@ return 1
 # in-flight place freed; whatever a coordinator took for it is let go: what only a search
 # reads expires soon, the rest with the answer. It first writes as ANSWER does, for the same reason.
 # KEYS: reply, answers, in-flight, client in-flight, request, active, lease, epoch, inbox,
-# checkpoint, client key, sent ids, cancelled jobs. ARGV: encoded answer, query id, TTL s, the
-# search's keys' TTL s. -> 1
+# checkpoint, client key, sent ids, cancelled jobs, reserved, reserved total. ARGV: encoded
+# answer, query id, TTL s, the search's keys' TTL s. -> 1
 REJECT = (
     SINCE
     + """
@@ -112,6 +119,11 @@ redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[4], ARGV[2])
 redis.call('ZREM', KEYS[6], ARGV[2])
 redis.call('DEL', KEYS[7])
+local reserved = redis.call('HGET', KEYS[14], ARGV[2])
+if reserved then
+  redis.call('HDEL', KEYS[14], ARGV[2])
+  redis.call('DECRBY', KEYS[15], reserved)
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3]) then
   redis.call('XADD', KEYS[2], 'MINID', since(ARGV[3]), '*', 'e', ARGV[1])
 end

@@ -85,7 +85,9 @@ class Coordinator(Service):
         self.settings = settings
         self.owner = settings.consumer
         self.log = structlog.get_logger().bind(service="coordinator", consumer=settings.consumer)
-        self.store = QueryStore(client, settings.consumer, settings.lease_s, settings.result_ttl_s)
+        self.store = QueryStore(
+            client, settings.consumer, settings.lease_s, settings.result_ttl_s, settings.memory_per_target
+        )
         self.recovery = Recovery(self.store)
         self.router = Router(client, DEFAULT_POOL, settings.affinity)
         self.holdings = Holdings(self.owner, self.recovery, self.log)

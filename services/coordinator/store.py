@@ -30,6 +30,8 @@ from spex.proto.names import (
     ANSWERS,
     COORDINATORS_ACTIVE,
     INGRESS_IN_FLIGHT,
+    INGRESS_RESERVED,
+    INGRESS_RESERVED_TOTAL,
     QUERY_STATS,
     client_in_flight,
     dead_letter,
@@ -51,6 +53,7 @@ from spex.proto.tree_record import TREE_EVENTS_KEPT, pack_tree
 from spex.services.coordinator import scripts
 from spex.shared.runtime.bus import DEAD_LETTER_TTL_S, DEAD_LETTERS_KEPT, dead_letter_fields
 from spex.shared.runtime.client import KEY_BACKSTOP_S, client_key_record
+from spex.shared.runtime.reserve import search_bytes
 from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster, read_streams
 
 __all__ = ["SEARCH_KEPT_S", "Entries", "QueryStore", "Submitted"]
@@ -84,8 +87,12 @@ class QueryStore:
     """One coordinator's reads and writes of query state. `owner` is its consumer name (the
     lease holder's mark); leases last `lease_s`; answered keys expire after `result_ttl_s`."""
 
-    def __init__(self, r: aioredis.Redis, owner: str, lease_s: float, result_ttl_s: int) -> None:
+    def __init__(
+        self, r: aioredis.Redis, owner: str, lease_s: float, result_ttl_s: int, per_target: int = 0
+    ) -> None:
+        """`per_target`: SPEX_MEMORY_PER_TARGET (a query's reserve, `reserve.search_bytes`)."""
         self.r = r
+        self.per_target = per_target
         self.owner = owner
         self.lease_ms = int(lease_s * 1000)
         self.result_ttl_s = result_ttl_s
@@ -195,6 +202,9 @@ class QueryStore:
         await self.r.set(query_request(qid), encode(req), nx=True)
         await self.r.zadd(placed(INGRESS_IN_FLIGHT, qid), {qid: now_ms})
         await self.r.zadd(placed(client_in_flight(req.client), qid), {qid: now_ms})
+        held = search_bytes(req.algorithm, req.target, self.per_target)
+        if await self.r.hsetnx(placed(INGRESS_RESERVED, qid), qid, held):  # its reserve, as submitted
+            await self.r.incrby(placed(INGRESS_RESERVED_TOTAL, qid), held)
 
     # ------------------------------------------------------------------ the inbox
     async def inbox(self, qid: str) -> Entries:
@@ -246,7 +256,7 @@ class QueryStore:
             query_lease(qid), query_epoch(qid), reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT,
             COORDINATORS_ACTIVE, client_in_flight(req.client)), query_inbox(qid), query_request(qid),
             query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid), query_tree(qid),
-            query_tree_record(qid),
+            query_tree_record(qid), *_placed(qid, INGRESS_RESERVED, INGRESS_RESERVED_TOTAL),
         ]  # fmt: skip
         args: list[str | bytes | int] = [
             self.owner, epoch, encode(answer), qid, self.result_ttl_s, await self._tree_record(qid),
@@ -270,6 +280,7 @@ class QueryStore:
             reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client)),
             query_request(qid), placed(COORDINATORS_ACTIVE, qid), query_lease(qid), query_epoch(qid),
             query_inbox(qid), query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid),
+            *_placed(qid, INGRESS_RESERVED, INGRESS_RESERVED_TOTAL),
         ]  # fmt: skip
         await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s, self.search_kept_s])
 

@@ -44,6 +44,7 @@ from spex.proto.submission import twin_id
 from spex.proto.tree_record import TreeEntries
 from spex.shared.runtime.client_trees import TreeReads
 from spex.shared.runtime.durable import Durable
+from spex.shared.runtime.reserve import search_bytes
 from spex.shared.runtime.streams import is_cluster
 
 __all__ = ["Backpressure", "DataLost", "IngressClient", "KeyConflict", "Recovering", "SubmitOutcome"]
@@ -70,9 +71,10 @@ class SubmitOutcome(IntEnum):
     DATA_LOST = -5  # refused: Redis lost its data since this client last saw it (`DATA_KEPT`)
 
 
-# KEYS: submitted, ingress, in-flight, client in-flight, request, data kept.
-# ARGV: query id, payload, backlog limit, client limit, client key record (`client_key_record`),
-# now ms, key backstop s, the data-kept token this client saw last ('' if none).
+# KEYS: submitted, ingress, in-flight, client in-flight, request, data kept, reserved, reserved
+# total. ARGV: query id, payload, backlog limit, client limit, client key record
+# (`client_key_record`), now ms, key backstop s, the data-kept token this client saw last (''
+# if none), the bytes its search may hold (`reserve`: counted until its answer).
 # A new question leaves the data-kept token (its id) if none is there; its reply carries it.
 # Another token than the client saw: Redis lost its data, and a new client key waits while the
 # coordinators store again those they hold (client keys too: a retried key finds its query).
@@ -100,6 +102,8 @@ redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('SET', KEYS[5], ARGV[2])
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
+redis.call('HSET', KEYS[7], ARGV[1], ARGV[9])
+redis.call('INCRBY', KEYS[8], ARGV[9])
 redis.call('SET', KEYS[6], ARGV[1], 'NX')
 return {NEW, ARGV[1], redis.call('GET', KEYS[6])}
 """
@@ -164,10 +168,15 @@ class IngressClient(TreeReads):
         client: aioredis.Redis,
         backlog_limit: int = 10_000,
         limits: Limits | None = None,
+        per_target: int = 0,
     ) -> None:
+        """`per_target`: SPEX_MEMORY_PER_TARGET, the bytes a search may hold a unit of target
+        (0: its algorithm's, `reserve.search_bytes`)."""
         self.r = client
         self.backlog_limit = backlog_limit
         self.limits = limits or Limits()
+        self.per_target = per_target
+        self.admitted = 0  # bytes reserved by the questions submitted since `reserved()` last read
         self._submit = client.register_script(_SUBMIT)
         self._cancel = client.register_script(_CANCEL)
         self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
@@ -253,6 +262,7 @@ class IngressClient(TreeReads):
             raise SubmissionTooLarge("question", f"too long: {exc}") from None
         submitted, record = client_key_record(req)
         kept = names.placed(names.DATA_KEPT, qid)
+        reserve = search_bytes(req.algorithm, req.target, self.per_target)
         # While Redis recovers, a question under a client key expects a token none leaves: a
         # restored key is found, a new one refused; one without a key (its own id) goes on.
         keyed = req.client_key != qid
@@ -266,6 +276,8 @@ class IngressClient(TreeReads):
             names.placed(names.client_in_flight(client), qid),
             names.query_request(qid),
             kept,
+            names.placed(names.INGRESS_RESERVED, qid),
+            names.placed(names.INGRESS_RESERVED_TOTAL, qid),
         ]
         args = [
             qid,
@@ -276,6 +288,7 @@ class IngressClient(TreeReads):
             req.created_ms,
             KEY_BACKSTOP_S,
             expected,
+            reserve,
         ]
         if self._durable is not None:  # acknowledged to the client: on a replica first
             status, value, *token = await self._durable.run(self._submit, keys, args)
@@ -290,6 +303,8 @@ class IngressClient(TreeReads):
             return await self._submit_one(req)  # the loss is noted now: it goes on
         if token:
             self._seen(kept, token[0])
+        if outcome is SubmitOutcome.NEW:
+            self.admitted += reserve
         if outcome is SubmitOutcome.BACKLOG_FULL:
             raise Backpressure("the backlog is full; retry later")  # not how full: that is not the client's
         if outcome is SubmitOutcome.CLIENT_FULL:
@@ -342,6 +357,15 @@ class IngressClient(TreeReads):
     async def in_flight(self) -> int:
         """Questions submitted and not answered yet."""
         return await self._cards(names.INGRESS_IN_FLIGHT)
+
+    async def reserved(self) -> int:
+        """Bytes Redis holds in reserve for the searches in flight (`reserve`), over its
+        partitions; `admitted` counts what the questions submitted here reserve from now on."""
+        self.admitted = 0
+        async with self.r.pipeline(transaction=False) as pipe:
+            for part in names.spread(names.INGRESS_RESERVED_TOTAL):
+                pipe.get(part)
+            return sum(int(total or 0) for total in await pipe.execute())
 
     async def _cards(self, name: str) -> int:
         """The members of the set `name`, over its partitions."""

@@ -75,10 +75,10 @@ class IngressSettings:
         within=(0.05, 1.0),
         help="share of Redis's maxmemory in use past which the ingress refuses new questions (503)",
     )
-    memory_per_question: int = setting(
+    memory_per_target: int = setting(
         0,
-        env="SPEX_MEMORY_PER_QUESTION",
-        within=(0, 2**40),
-        help="bytes the ingress reserves in Redis for each question in flight, what its search may grow "
-        "to (0: the largest search SPEX_MAX_TARGET allows, 8.5-23 KB a unit of target by algorithm)",
+        env="SPEX_MEMORY_PER_TARGET",
+        within=(0, 2**30),
+        help="bytes a question's search may hold in Redis a unit of its target, reserved while it is in "
+        "flight (0: the measured figure of its algorithm, 8,500-23,000)",
     )
