@@ -20,7 +20,7 @@ writes (out of memory: the reason says so); every 429 and 503 says when to retry
 A request aiohttp's parser refuses (a malformed header) is a JSON 400 too, and neither it nor
 the log quotes the request's bytes (they may hold a token).
 A connection that has not sent a whole request within `IDLE_TIMEOUT_S` is closed.
-A new question (a POST) is a 503 with Retry-After while Redis is near its maxmemory (`admission`).
+A new question is a 503 with Retry-After while Redis has no room for its search (`admission`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,14 @@ from spex.services.long_lived import Slots
 from spex.services.openai_api import OpenAIRoutes, openai_error, serves
 from spex.services.watch import WatchRoutes, answer_json
 from spex.shared.runtime.availability import REDIS, RETRY_AFTER_S, refusal, unavailable
-from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, Recovering, UnknownQuery
+from spex.shared.runtime.client import (
+    Backpressure,
+    IngressClient,
+    KeyConflict,
+    MemoryFull,
+    Recovering,
+    UnknownQuery,
+)
 from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
 from spex.shared.runtime.pool import PoolBusy
 from spex.shared.runtime.service import Service, run_service
@@ -98,13 +105,9 @@ class IngressService(Service):
     its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        limits, per_target = settings.limits, settings.memory_per_target
-        self.client = IngressClient(client, settings.backlog_limit, limits, per_target)
-        self.memory = admission.MemoryAdmission(  # new questions, by Redis's memory
-            client,
-            settings.memory_headroom,
-            self.client.reserved,
-            lambda: self.client.admitted,
+        self.memory = admission.MemoryAdmission(client, settings.memory_headroom)  # new questions
+        self.client = IngressClient(
+            client, settings.backlog_limit, settings.limits, settings.memory_per_target, self.memory.room
         )
         self.host, self.port = settings.http_host, settings.http_port
         self.max_body = settings.max_message_bytes
@@ -166,10 +169,6 @@ class IngressService(Service):
             return refuse(401, message, headers={"WWW-Authenticate": "Bearer"})
         request[CLIENT] = client
         try:
-            if request.method == "POST" and (full := await self.memory.refusal()) is not None:
-                return refuse(
-                    503, full, headers={"Retry-After": str(admission.RETRY_AFTER_S)}
-                )  # a new question
             response = await handler(request)
             # Redis is back once a write goes through, or a read while it was unreachable.
             if response.status < 300 and (request.method != "GET" or not self.refusing):
@@ -227,6 +226,8 @@ class IngressService(Service):
             return _error(400, str(exc))
         except KeyConflict as exc:
             return _error(409, str(exc))
+        except MemoryFull as exc:  # Redis has no room for its search: the platform's, a 503
+            return _error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
         except Backpressure as exc:
             return _error(429, str(exc), {"Retry-After": "1"})
         self.submitted += 1

@@ -35,7 +35,7 @@ from spex.services.http_body import BodyRefused, read_json_object
 from spex.services.long_lived import POLL_S, Slots, SlotsFull, poll
 from spex.services.openai_params import ChatAsk, ParamError, chat_ask
 from spex.shared.runtime.availability import unavailable
-from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, UnknownQuery
+from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, MemoryFull, UnknownQuery
 from spex.shared.runtime.pool import PoolBusy
 from spex.shared.runtime.views import demonstration, node_json, served_json
 
@@ -143,6 +143,8 @@ class OpenAIRoutes:
             return openai_error(400, str(exc), exc.field, "invalid_value")
         except KeyConflict as exc:
             return openai_error(409, str(exc))
+        except MemoryFull as exc:  # Redis has no room for its search: the platform's, a 503
+            return openai_error(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
         except Backpressure as exc:
             return openai_error(429, str(exc))
         model = str(body["model"])

@@ -20,7 +20,7 @@ import contextlib
 import hashlib
 import time
 import uuid
-from enum import IntEnum
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import msgspec
@@ -42,12 +42,15 @@ from spex.proto import (
 )
 from spex.proto.submission import twin_id
 from spex.proto.tree_record import TreeEntries
+from spex.shared.runtime.client_scripts import CANCEL, SUBMIT, SubmitOutcome
 from spex.shared.runtime.client_trees import TreeReads
 from spex.shared.runtime.durable import Durable
 from spex.shared.runtime.reserve import search_bytes
 from spex.shared.runtime.streams import is_cluster
 
-__all__ = ["Backpressure", "DataLost", "IngressClient", "KeyConflict", "Recovering", "SubmitOutcome"]
+__all__ = [
+    "Backpressure", "DataLost", "IngressClient", "KeyConflict", "MemoryFull", "Recovering", "SubmitOutcome",
+]  # fmt: skip
 __all__ += ["UnknownQuery", "client_key_record"]
 
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
@@ -55,68 +58,6 @@ KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires aft
 # new client key waits: a coordinator stores its questions again at its next lease round.
 RECOVERY_S = 6.0
 LOST = "Redis lost its data moments ago; the questions in flight are being stored again: retry"
-
-
-class SubmitOutcome(IntEnum):
-    """What the submit script did: the first element of its reply (the second is a query id,
-    or how many questions are in flight when refused for that). The script declares each as a
-    Lua local of the same name."""
-
-    NEW = 1  # recorded, stored and appended to the ingress stream
-    REPEATED = 0  # the client key's question again: the first submission's query id
-    BACKLOG_FULL = -1  # refused: the backlog's questions in flight are at its limit
-    CLIENT_FULL = -2  # refused: this client's questions in flight are at its limit
-    KEY_CONFLICT = -3  # refused: the client key was used for a different question
-    ID_TAKEN = -4  # refused: the query id given is some other query's
-    DATA_LOST = -5  # refused: Redis lost its data since this client last saw it (`DATA_KEPT`)
-
-
-# KEYS: submitted, ingress, in-flight, client in-flight, request, data kept, reserved, reserved
-# total. ARGV: query id, payload, backlog limit, client limit, client key record
-# (`client_key_record`), now ms, key backstop s, the data-kept token this client saw last (''
-# if none), the bytes its search may hold (`reserve`: counted until its answer).
-# A new question leaves the data-kept token (its id) if none is there; its reply carries it.
-# Another token than the client saw: Redis lost its data, and a new client key waits while the
-# coordinators store again those they hold (client keys too: a retried key finds its query).
-# The client key is kept while the question is searched: the coordinator's answer (or
-# rejection) sets it to expire with the answer, so a retry is the same query for as long as
-# the answer can be read. Its own TTL (a week) is only a backstop, for a question nothing ever
-# answers (an ingress entry a foreign writer corrupted).
-_SUBMIT = (
-    "".join(f"local {outcome.name} = {outcome.value}\n" for outcome in SubmitOutcome)
-    + """
-local existing = redis.call('GET', KEYS[1])
-if existing then
-  local qid, hash = string.match(existing, '^([^|]*)|(.*)$')
-  if hash ~= string.match(ARGV[5], '|(.*)$') then return {KEY_CONFLICT, qid} end
-  return {REPEATED, qid}
-end
-if ARGV[8] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[8] then return {DATA_LOST, ''} end
-if redis.call('EXISTS', KEYS[5]) == 1 then return {ID_TAKEN, ARGV[1]} end
-local inflight = redis.call('ZCARD', KEYS[3])
-if inflight >= tonumber(ARGV[3]) then return {BACKLOG_FULL, tostring(inflight)} end
-local mine = redis.call('ZCARD', KEYS[4])
-if mine >= tonumber(ARGV[4]) then return {CLIENT_FULL, tostring(mine)} end
-redis.call('SET', KEYS[1], ARGV[5], 'EX', ARGV[7])
-redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
-redis.call('SET', KEYS[5], ARGV[2])
-redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
-redis.call('HSET', KEYS[7], ARGV[1], ARGV[9])
-redis.call('INCRBY', KEYS[8], ARGV[9])
-redis.call('SET', KEYS[6], ARGV[1], 'NX')
-return {NEW, ARGV[1], redis.call('GET', KEYS[6])}
-"""
-)
-
-# KEYS: request, inbox, answer. ARGV: payload. -> 1, or 0 if the query is unknown. An answered
-# query has nothing to cancel (and its answer deleted its inbox: nothing re-creates it).
-_CANCEL = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('EXISTS', KEYS[3]) == 1 then return 1 end
-redis.call('XADD', KEYS[2], '*', 'e', ARGV[1])
-return 1
-"""
 
 
 def _share(limit: int) -> int:
@@ -150,6 +91,12 @@ class Recovering(UnknownQuery):
     """Not in Redis, which lost its data moments ago: a coordinator may be storing it again."""
 
 
+class MemoryFull(Backpressure):
+    """Redis has no room for this question's search beside those in flight (HTTP 503)."""
+
+    retry_after_s = 10  # what a refused client is told to wait: memory frees as answers come
+
+
 class DataLost(Backpressure):
     """Redis lost its data moments ago: new client keys wait while the held ones are stored again."""
 
@@ -169,16 +116,18 @@ class IngressClient(TreeReads):
         backlog_limit: int = 10_000,
         limits: Limits | None = None,
         per_target: int = 0,
+        room: Callable[[], Awaitable[int | None]] | None = None,
     ) -> None:
         """`per_target`: SPEX_MEMORY_PER_TARGET, the bytes a search may hold a unit of target
-        (0: its algorithm's, `reserve.search_bytes`)."""
+        (0: its algorithm's, `reserve.search_bytes`); `room`: what the searches in flight may
+        reserve in all (`services.admission`; None, or it answering None: no limit)."""
         self.r = client
         self.backlog_limit = backlog_limit
         self.limits = limits or Limits()
         self.per_target = per_target
-        self.admitted = 0  # bytes reserved by the questions submitted since `reserved()` last read
-        self._submit = client.register_script(_SUBMIT)
-        self._cancel = client.register_script(_CANCEL)
+        self.room = room
+        self._submit = client.register_script(SUBMIT)
+        self._cancel = client.register_script(CANCEL)
         self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
         self._kept: dict[str, bytes] = {}  # DATA_KEPT's part -> the token last seen there
         self._lost_at: dict[str, float] = {}  # DATA_KEPT's part -> when its token was seen gone (monotonic)
@@ -263,6 +212,7 @@ class IngressClient(TreeReads):
         submitted, record = client_key_record(req)
         kept = names.placed(names.DATA_KEPT, qid)
         reserve = search_bytes(req.algorithm, req.target, self.per_target)
+        room = await self.room() if self.room is not None else None
         # While Redis recovers, a question under a client key expects a token none leaves: a
         # restored key is found, a new one refused; one without a key (its own id) goes on.
         keyed = req.client_key != qid
@@ -289,6 +239,7 @@ class IngressClient(TreeReads):
             KEY_BACKSTOP_S,
             expected,
             reserve,
+            "" if room is None else room,
         ]
         if self._durable is not None:  # acknowledged to the client: on a replica first
             status, value, *token = await self._durable.run(self._submit, keys, args)
@@ -303,8 +254,13 @@ class IngressClient(TreeReads):
             return await self._submit_one(req)  # the loss is noted now: it goes on
         if token:
             self._seen(kept, token[0])
-        if outcome is SubmitOutcome.NEW:
-            self.admitted += reserve
+        if outcome is SubmitOutcome.MEMORY_FULL:
+            mib = 2**20
+            raise MemoryFull(
+                f"redis memory: the searches in flight reserve {int(value) / mib:,.1f} MiB and this one "
+                f"{reserve / mib:,.2f} MiB, past the {(room or 0) / mib:,.1f} MiB its maxmemory leaves "
+                "under SPEX_MEMORY_HEADROOM; retry later"
+            )
         if outcome is SubmitOutcome.BACKLOG_FULL:
             raise Backpressure("the backlog is full; retry later")  # not how full: that is not the client's
         if outcome is SubmitOutcome.CLIENT_FULL:
@@ -359,9 +315,7 @@ class IngressClient(TreeReads):
         return await self._cards(names.INGRESS_IN_FLIGHT)
 
     async def reserved(self) -> int:
-        """Bytes Redis holds in reserve for the searches in flight (`reserve`), over its
-        partitions; `admitted` counts what the questions submitted here reserve from now on."""
-        self.admitted = 0
+        """Bytes Redis holds in reserve for the searches in flight (`reserve`), over its partitions."""
         async with self.r.pipeline(transaction=False) as pipe:
             for part in names.spread(names.INGRESS_RESERVED_TOTAL):
                 pipe.get(part)

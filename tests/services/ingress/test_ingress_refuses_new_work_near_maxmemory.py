@@ -1,6 +1,7 @@
-"""The ingress refuses new questions with a 503 (Retry-After, a reason naming memory) once Redis
-uses SPEX_MEMORY_HEADROOM of its maxmemory — on both faces, before Redis itself refuses the
-writes — and takes them again once it has room (its figures are at most a second old). Reads
+"""The ingress refuses new questions with a 503 (Retry-After, a reason naming memory) once their
+searches' reserves would pass what SPEX_MEMORY_HEADROOM of Redis's maxmemory leaves — on both
+faces, before Redis itself refuses the writes — and takes them again once it has room (its
+figures are at most a second old). Reads
 go on. A real ingress process, a real Redis at a maxmemory just above what it uses."""
 
 import asyncio
@@ -29,7 +30,8 @@ def test_a_redis_near_its_maxmemory_is_a_503_for_new_questions_only(redis_url):
             sync.config_set("maxmemory", int(used / 0.95))  # 95% full: past the 90% headroom
             await asyncio.sleep(1.1)
             full = await post("/v1/questions", {"question": "2+2?"})
-            chat = await post("/v1/chat/completions", {"messages": [{"role": "user", "content": "3+3?"}]})
+            ask = {"model": "spex:rebase", "messages": [{"role": "user", "content": "3+3?"}]}
+            chat = await post("/v1/chat/completions", ask)
             read = await asyncio.to_thread(http, "GET", f"{base}/v1/questions/{room[1]['query_id']}")
             headers = await asyncio.to_thread(_headers, base + "/v1/questions")
             sync.config_set("maxmemory", 0)
@@ -55,7 +57,8 @@ def _headers(url):
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(url, data=b'{"question": "5+5?"}', method="POST")
+    headers = {"Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=b'{"question": "5+5?"}', method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return dict(resp.headers)

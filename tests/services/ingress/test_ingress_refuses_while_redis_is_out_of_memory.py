@@ -24,7 +24,7 @@ def test_posts_and_ready_say_redis_is_out_of_memory(redis_url):
             await asyncio.to_thread(wait_http, base + "/health")
             # Admission by memory (its own test) would refuse first: out of the way, so that
             # the writes themselves meet Redis's refusal.
-            cluster.tasks["ingress-0"][2].memory.headroom = float("inf")
+            cluster.tasks["ingress-0"][2].client.room = None
             await r.config_set("maxmemory", 1)
             ask = base + "/v1/questions"
             post = await asyncio.to_thread(http_retry_after, "POST", ask, {"question": "1+1?"})
