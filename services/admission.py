@@ -1,26 +1,28 @@
 """Admission by Redis's memory: the ingress refuses new questions (503, Retry-After, a reason that
-names memory) before Redis, at its `maxmemory` with `noeviction`, would refuse the writes of the
-questions it accepted.
+names memory) before Redis, at its `maxmemory` with `noeviction`, would refuse the writes of
+the questions it accepted.
 
 Each submission reserves the bytes its search may hold in Redis (`reserve.search_bytes`, by its
 algorithm and target) and its answer gives them back; the submit script refuses a question
 whose reserve, with those of the searches in flight (`ingress:reserved:total`), would pass the
-room Redis has left: `SPEX_MEMORY_HEADROOM` of its `maxmemory`, less what it uses. The check and
-the reservation are one script, so concurrent submissions, from one ingress or several, cannot
-together pass the room. A reserve counts on top of what its search holds already (Redis cannot
-say which of its keys a search will still write): conservative by what the searches in flight
-hold.
+room Redis has left: `SPEX_MEMORY_HEADROOM` of its `maxmemory`, less what it uses. The check
+and the reservation are one script, so concurrent submissions, from one ingress or several,
+cannot together pass the room. A reserve counts on top of what its search holds already (Redis
+cannot say which of its keys a search will still write): conservative by what the searches in
+flight hold.
 
-Redis reports both figures in `INFO memory` (`used_memory`, `maxmemory`: 0 is no limit, and then
-nothing is refused); they are read at most once every `READ_EVERY_S`. On a cluster every primary
-is read and the fullest counts, its room shared among the partitions it may hold (a question's
-keys live on one shard, whichever it is). A Redis that will not say (INFO denied by its ACL)
-admits everything, said once in the log.
+Redis reports both figures in `INFO memory` (`used_memory`, `maxmemory`: 0 is no limit, and
+then nothing is refused); they are read at most once every `READ_EVERY_S`. On a cluster every
+primary is read and the fullest counts, its room shared among the partitions the most crowded
+shard holds (a question's keys live on one shard, whichever it is). A Redis that will not say
+(INFO denied by its ACL) admits everything, said once in the log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -46,25 +48,33 @@ class MemoryAdmission:
         self.r, self.headroom, self.clock = r, headroom, clock
         self._read_at = -1e9
         self._room: int | None = None
+        self._reading = asyncio.Lock()  # one read at a time; the requests behind it take its figure
         self._blind = False  # INFO denied: admit, said once
 
     async def room(self) -> int | None:
-        """Bytes the searches in flight may reserve in all (on one partition: its share); None
-        when nothing is refused (no maxmemory, or INFO denied)."""
-        if self.clock() - self._read_at >= READ_EVERY_S:
-            self._read_at = self.clock()  # the requests meanwhile take the last figures
-            used, most, shards = await self._read()
-            parts = names.partitions()  # a shard's room is shared by the partitions it may hold
-            room = max(0, int(self.headroom * most) - used) * min(shards, parts) // parts
-            self._room = room if most else None
+        """Bytes the searches in flight may reserve in all (on one partition: its share of its
+        shard's); None when nothing is refused (no maxmemory, or INFO denied)."""
+        async with self._reading:
+            if self.clock() - self._read_at >= READ_EVERY_S:
+                used, most = await self._read()
+                room = max(0, int(self.headroom * most) - used) // self._crowd()
+                self._room, self._read_at = (room if most else None), self.clock()
         return self._room
 
-    async def _read(self) -> tuple[int, int, int]:
-        """(used_memory, maxmemory) of Redis, or of its fullest primary, and how many primaries;
-        (0, 0, 1) if it will not say."""
+    def _crowd(self) -> int:
+        """The most partitions one shard holds (each partition's reserves are checked apart)."""
+        parts = names.spread(names.INGRESS_RESERVED_TOTAL)
+        if not is_cluster(self.r):
+            return len(parts)
+        cluster = cast(aioredis.RedisCluster, self.r)
+        shards = Counter(getattr(cluster.get_node_from_key(part), "name", "") for part in parts)
+        return max(shards.values())
+
+    async def _read(self) -> tuple[int, int]:
+        """(used_memory, maxmemory) of Redis, or of its fullest primary; (0, 0) if it will not say."""
         try:
             if not is_cluster(self.r):
-                return (*_figures(cast(dict[str, Any], await self.r.info("memory"))), 1)
+                return _figures(cast(dict[str, Any], await self.r.info("memory")))
             nodes = cast(aioredis.RedisCluster, self.r).PRIMARIES
             infos = cast(dict[str, Any], await self.r.info("memory", target_nodes=nodes))  # type: ignore[call-arg]
         except NoPermissionError as exc:
@@ -73,12 +83,10 @@ class MemoryAdmission:
                 structlog.get_logger().warning(
                     "memory_admission_off", error=str(exc), hint="allow INFO to the ingress's Redis user"
                 )
-            return 0, 0, 1
+            return 0, 0
         # One primary answers with its own figures; several, with a reply per node.
         per_node = [infos] if "used_memory" in infos else [i for i in infos.values() if isinstance(i, dict)]
-        figures = [_figures(i) for i in per_node]
-        fullest = max(figures, key=lambda f: f[0] / f[1] if f[1] else 0.0, default=(0, 0))
-        return (*fullest, max(1, len(figures)))
+        return max(map(_figures, per_node), key=lambda f: f[0] / f[1] if f[1] else 0.0, default=(0, 0))
 
 
 def _figures(info: dict[str, Any]) -> tuple[int, int]:

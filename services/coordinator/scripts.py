@@ -3,7 +3,7 @@ fenced answer. Each runs atomically on one query's keys (one hash tag, one clust
 `store.QueryStore` registers each once, runs it by SHA, and is the only caller: the KEYS and
 ARGV each comment lists are in the order it passes them."""
 
-__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "REJECT", "RELEASE", "RENEW_ALL"]
+__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "RECOUNT", "REJECT", "RELEASE", "RENEW_ALL"]
 
 # The stream id of `seconds` ago, by Redis's clock: XADD's MINID for a stream kept that long.
 SINCE = """
@@ -132,3 +132,21 @@ for _, i in ipairs({5, 8, 11}) do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 return 1
 """
 )
+
+# The reserves of one partition recounted (`reserve`): an entry whose query is no longer in flight
+# is dropped (an ingress newer than the coordinator that answered it, a question given up on
+# unread), and the total set to what the rest hold, so that no drift outlives a round. Its first
+# write is an HDEL or the SET: under OOM it may be refused, and runs again the next round.
+# KEYS: reserved, reserved total, in-flight. -> the total
+RECOUNT = """
+local total = 0
+for _, id in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if redis.call('ZSCORE', KEYS[3], id) then
+    total = total + tonumber(redis.call('HGET', KEYS[1], id))
+  else
+    redis.call('HDEL', KEYS[1], id)
+  end
+end
+redis.call('SET', KEYS[2], total)
+return total
+"""

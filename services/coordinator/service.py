@@ -183,6 +183,7 @@ class Coordinator(Service):
                 ANSWERS: self.settings.result_ttl_s,
             }
             await self.store.trim_fan_out(keep)
+            await self.store.recount_reserves()  # no drift in memory admission outlives a round
         if self.shedding:  # queries whose leases lapsed are new work too: another takes them
             return
         for qid in await self.store.expired():

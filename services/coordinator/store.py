@@ -103,6 +103,7 @@ class QueryStore:
         self._checkpoint = r.register_script(scripts.CHECKPOINT)
         self._answer = r.register_script(scripts.ANSWER)
         self._reject = r.register_script(scripts.REJECT)
+        self._recount = r.register_script(scripts.RECOUNT)
 
     # ------------------------------------------------------------------ leases
     async def acquire(self, qid: str) -> int:
@@ -321,6 +322,12 @@ class QueryStore:
                 for part in spread(stream):
                     pipe.xtrim(part, minid=str(max(0, now_ms - int(seconds * 1000))), approximate=False)
             await pipe.execute()
+
+    async def recount_reserves(self) -> int:
+        """The searches' reserves recounted on every partition (`scripts.RECOUNT`): their total."""
+        names = (INGRESS_RESERVED, INGRESS_RESERVED_TOTAL, INGRESS_IN_FLIGHT)
+        parts = zip(*map(spread, names), strict=True)
+        return sum([int(await self._recount(keys=list(keys))) for keys in parts])
 
     async def redis_run(self) -> str:
         """Redis's run id: a new one means it restarted. On a cluster, its primaries' run ids:

@@ -254,12 +254,10 @@ class IngressClient(TreeReads):
             return await self._submit_one(req)  # the loss is noted now: it goes on
         if token:
             self._seen(kept, token[0])
-        if outcome is SubmitOutcome.MEMORY_FULL:
-            mib = 2**20
+        if outcome is SubmitOutcome.MEMORY_FULL:  # how full is the operator's to read, not the client's
             raise MemoryFull(
-                f"redis memory: the searches in flight reserve {int(value) / mib:,.1f} MiB and this one "
-                f"{reserve / mib:,.2f} MiB, past the {(room or 0) / mib:,.1f} MiB its maxmemory leaves "
-                "under SPEX_MEMORY_HEADROOM; retry later"
+                "redis memory: no room for this question's search beside those in flight (what its "
+                "maxmemory leaves under SPEX_MEMORY_HEADROOM); retry later"
             )
         if outcome is SubmitOutcome.BACKLOG_FULL:
             raise Backpressure("the backlog is full; retry later")  # not how full: that is not the client's

@@ -73,7 +73,8 @@ class IngressSettings:
         0.9,
         env="SPEX_MEMORY_HEADROOM",
         within=(0.05, 1.0),
-        help="share of Redis's maxmemory in use past which the ingress refuses new questions (503)",
+        help="share of Redis's maxmemory that what it uses and the searches' reserves may fill; a new "
+        "question past it is refused (503)",
     )
     memory_per_target: int = setting(
         0,

@@ -127,6 +127,57 @@ class _OnePrimary(aioredis.RedisCluster):
     async def info(self, section=None, *args, **kwargs):
         return {"used_memory": 80 * MIB, "maxmemory": 100 * MIB}
 
+    def get_node_from_key(self, key, replica=False):
+        return None  # one shard: every partition on it
+
 
 def test_a_cluster_of_one_primary_is_read():
     assert asyncio.run(MemoryAdmission(_OnePrimary(), 0.9).room()) == 10 * MIB
+
+
+def test_a_drifted_total_is_recounted_from_the_questions_in_flight(redis_url):
+    """A reserve whose question left flight without giving it back (an ingress newer than the
+    coordinator that answered it) is dropped, and the total set to the rest, by a coordinator's
+    round."""
+
+    async def go():
+        r = aioredis.Redis.from_url(redis_url)
+        await r.flushdb()
+        client = IngressClient(r)
+        store = QueryStore(r, "coord-0", lease_s=5.0, result_ttl_s=60)
+        try:
+            kept = await client.submit("1+1?", algorithm="rebase", target=16)
+            await r.hset("ingress:reserved", "gone", 5_000_000)  # its question no longer in flight
+            await r.incrby("ingress:reserved:total", 5_000_123)
+            total = await store.recount_reserves()
+            return kept, total, await client.reserved(), await r.hkeys("ingress:reserved")
+        finally:
+            await r.aclose()
+
+    kept, total, reserved, entries = asyncio.run(go())
+    assert total == reserved == search_bytes("rebase", 16)
+    assert entries == [kept.encode()]
+
+
+class _SlowInfo:
+    """A Redis whose INFO takes a while, counting how often it is asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def info(self, section=None):
+        self.asked += 1
+        await asyncio.sleep(0.05)
+        return {"used_memory": 10 * MIB, "maxmemory": 100 * MIB}
+
+
+def test_requests_at_start_wait_for_the_first_figure():
+    """No request is admitted unchecked while the first INFO is on its way: they share it."""
+
+    async def go():
+        r = _SlowInfo()
+        memory = MemoryAdmission(r, 0.9)  # type: ignore[arg-type]
+        return await asyncio.gather(*(memory.room() for _ in range(10))), r.asked
+
+    rooms, asked = asyncio.run(go())
+    assert rooms == [80 * MIB] * 10 and asked == 1
