@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spex.bench.gpu_report import SPEEDUP_AIMS, TPOT_AIM, _aim, print_stages
+from spex.bench.gpu_report import SPEEDUP_AIMS, TPOT_AIM, _aim, print_aims, print_stages
 
 __all__ = ["SIM_AIM", "aims", "cell_rows", "finish"]
 
@@ -167,10 +167,4 @@ def print_table(summary: dict[str, Any]) -> None:
             f"{b.get('reward_wait_share', 0):.0%}/{s.get('reward_wait_share', 0):.0%}  "
             f"{r['answered_once']}  {r['trees_equal']}; {r['trees_as_simulated']}"
         )
-    print("\naims (the issue's):")
-    for a in summary.get("aims", []):
-        value = "—" if a["value"] is None else (f"{a['value']:+.0%}" if a["percent"] else f"{a['value']:.3f}")
-        met = {True: "met", False: "missed", None: "not measured"}[a["met"]]
-        print(f"  {a['aim']:74} {value:>8}  {met}")
-        if a["why"]:
-            print(f"      {a['why']}")
+    print_aims(summary, 74)

@@ -171,10 +171,15 @@ def print_table(summary: dict[str, Any]) -> None:
         catalog = f"{r['catalog_speedup']:.2f}" if "catalog_speedup" in r else "—"
         speedup = f"{r['speedup']:.2f} ({lo:.2f}–{hi:.2f})"
         print(f"  {r['cell']:16} {speedup}  x{r['tpot_ratio']:.3f}  {sim}  {catalog}  {r['lossless']}")
+    print_aims(summary, 70)
+
+
+def print_aims(summary: dict[str, Any], width: int) -> None:
+    """Each aim of the summary, its value and verdict (`width`: the aims' column)."""
     print("\naims (the issue's):")
     for a in summary.get("aims", []):
         value = "—" if a["value"] is None else (f"{a['value']:+.0%}" if a["percent"] else f"{a['value']:.3f}")
         met = {True: "met", False: "missed", None: "not measured"}[a["met"]]
-        print(f"  {a['aim']:70} {value:>8}  {met}")
+        print(f"  {a['aim']:{width}} {value:>8}  {met}")
         if a["why"]:
             print(f"      {a['why']}")

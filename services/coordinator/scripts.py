@@ -14,6 +14,18 @@ local function since(seconds)
 end
 """
 
+# The bytes the ingress reserved for query `id`'s search (`reserve`), given back once: by its
+# answer or its refusal. HDEL writes first (Redis allows it when out of memory).
+GIVE_BACK = """
+local function give_back(reserved, total, id)
+  local held = redis.call('HGET', reserved, id)
+  if held then
+    redis.call('HDEL', reserved, id)
+    redis.call('DECRBY', total, held)
+  end
+end
+"""
+
 # KEYS: lease, epoch, active zset. ARGV: owner, lease ms, expiry ms, query id. -> epoch | nil
 ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -73,13 +85,14 @@ return 1
 # the answer, after the result TTL. Its first write is one Redis allows when out of memory (a
 # ZREM): a script's later writes are then allowed too, so an answer is written, and its query
 # compacted, even by a Redis at its maxmemory (which compaction relieves).
-# The bytes the ingress reserved for its search (`reserve`) are given back.
+# The bytes the ingress reserved for its search are given back (`give_back`).
 # KEYS: lease, epoch, reply, answers, in-flight, active, client in-flight, inbox, request,
 # checkpoint, client key, sent ids, cancelled jobs, tree, tree record, reserved, reserved total.
 # ARGV: owner, epoch, encoded answer, query id, TTL s, tree record ("": no tree), the search's
 # keys' TTL s. -> 1 | 0
 ANSWER = (
     SINCE
+    + GIVE_BACK
     + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
   return 0
@@ -88,11 +101,7 @@ redis.call('ZREM', KEYS[5], ARGV[4])
 redis.call('ZREM', KEYS[7], ARGV[4])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[6], ARGV[4])
-local reserved = redis.call('HGET', KEYS[16], ARGV[4])
-if reserved then
-  redis.call('HDEL', KEYS[16], ARGV[4])
-  redis.call('DECRBY', KEYS[17], reserved)
-end
+give_back(KEYS[16], KEYS[17], ARGV[4])
 if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', ARGV[5]) then
   redis.call('XADD', KEYS[4], 'MINID', since(ARGV[5]), '*', 'e', ARGV[3])
   if ARGV[6] ~= '' then
@@ -114,16 +123,13 @@ return 1
 # answer, query id, TTL s, the search's keys' TTL s. -> 1
 REJECT = (
     SINCE
+    + GIVE_BACK
     + """
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[4], ARGV[2])
 redis.call('ZREM', KEYS[6], ARGV[2])
 redis.call('DEL', KEYS[7])
-local reserved = redis.call('HGET', KEYS[14], ARGV[2])
-if reserved then
-  redis.call('HDEL', KEYS[14], ARGV[2])
-  redis.call('DECRBY', KEYS[15], reserved)
-end
+give_back(KEYS[14], KEYS[15], ARGV[2])
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3]) then
   redis.call('XADD', KEYS[2], 'MINID', since(ARGV[3]), '*', 'e', ARGV[1])
 end
