@@ -35,7 +35,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -83,9 +82,7 @@ def cell_key(cell: tuple[str, int, int]) -> str:
     return f"{cell[0]}-{cell[1]} B={cell[2]}"
 
 
-def bench_config(
-    pp: PipelinePlan, check: Check, cell: tuple[str, int, int], index: int, profile: Path
-) -> Any:
+def bench_config(check: Check, cell: tuple[str, int, int], index: int, profile: Path) -> Any:
     """The cell as the virtual-time bench runs it: the simulator stepping as the measured
     profile says, the same questions and seed the services get."""
     from spex.bench.vtime import BenchConfig
@@ -163,7 +160,7 @@ def predict(pp: PipelinePlan, check: Check, profile: Path, cells: dict[str, Any]
     kept = []
     for index, cell in enumerate(pp.cells):
         key = cell_key(cell)
-        cfg = bench_config(pp, check, cell, index, profile)
+        cfg = bench_config(check, cell, index, profile)
         sim = compare_pairs(cfg, 1).to_json()
         last = sim["pairs"][-1]
         need = pp.safety * (last["baseline"]["makespan_s"] + last["spex"]["makespan_s"])
@@ -188,9 +185,10 @@ def services(
     barrier traced; each cell written as it ends."""
     from rich.console import Console
 
-    from spex.bench.barrier import BarrierTrace, barrier_share
+    from spex.bench.barrier import FIELDS, BarrierTrace, barrier_share
     from spex.bench.distributed import drive
     from spex.services.launcher import up
+    from spex.shared.runtime.redis_server import free_port
     from spex.shared.runtime.settings import Settings
 
     plan = check.plan
@@ -199,11 +197,11 @@ def services(
         engine="hf", model=str(models["generator"]), prm=str(models["reward"]), device=plan.device,
         dtype="bfloat16" if not plan.tiny else "", cuda_graphs=plan.cuda_graphs,
         profile=f"{BENCH_SHAPE}@{gpu}", profile_file=str(profile), max_step_tokens=pp.max_step_tokens,
-        tpot_target=0.05, http_port=_free_port(), engine_wait_s=600,
+        tpot_target=0.05, http_port=free_port(), engine_wait_s=600,
     )  # fmt: skip
     with up(settings, generators=1, console=Console(file=sys.stdout)) as live:
         if pp.warm_up:
-            warm = bench_config(pp, check, WARM_UP, 0, profile)
+            warm = bench_config(check, WARM_UP, 0, profile)
             began = time.monotonic()
             asyncio.run(drive(live, replace(warm, questions=1, first_question=WARM_UP_QUESTION), mode))
             check.say(f"  {mode}: warm-up question in {time.monotonic() - began:.1f} s")
@@ -216,7 +214,7 @@ def services(
                 check.say(f"  {key} {mode}: skipped ({left:.0f} s left in the budget)")
                 check.cells[key].setdefault("skipped_sides", []).append(mode)
                 continue
-            cfg = bench_config(pp, check, cell, index, profile)
+            cfg = bench_config(check, cell, index, profile)
             try:
                 with BarrierTrace(live, pp.sample_s) as trace:
                     t0 = time.monotonic()
@@ -236,25 +234,13 @@ def services(
                 "digests": {q: a.tree_digest for q, a in answers.items() if a is not None},
                 "nodes": {q: a.nodes for q, a in answers.items() if a is not None},
                 "barrier": share,
-                "trace": {"t0": t0, "t1": t1, "fields": list(_fields()), "rows": trace.rows},
+                "trace": {"t0": t0, "t1": t1, "fields": list(FIELDS), "rows": trace.rows},
             }
             check.say(
                 f"  {key} {mode}: {run['wall_s']:.1f} s, waits on rewards "
                 f"{share.get('reward_wait_share', 0):.0%}, mean batch {share.get('mean_batch', 0):.1f}"
             )
             check.write()
-
-
-def _fields() -> tuple[str, ...]:
-    from spex.bench.barrier import FIELDS
-
-    return FIELDS
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_pipeline(pp: PipelinePlan, out: Path) -> dict[str, Any]:

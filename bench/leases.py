@@ -88,9 +88,9 @@ async def drive(live: Settings, n: int, args: argparse.Namespace) -> dict[str, f
     return {"submit_s": round(submitted_s, 2), "first_answer_s": round(first, 2), "wall_s": round(wall, 2)}
 
 
-def _count(log: Path, event: str) -> int:
+def _count(log: str, event: str) -> int:
     """Lines of the coordinator's log (structlog JSON lines) whose event is `event`."""
-    return log.read_text(errors="replace").count(f'"event": "{event}"')
+    return log.count(f'"event": "{event}"')
 
 
 def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
             run = asyncio.run(drive(live, n, args))
             cpu = {name: round(_cpu_s(pid) - cpu0[name], 1) for name, pid in pids.items()}
             cpu["redis"] = round(_redis_cpu_s(live) - redis0, 1)
-        log = data / "logs" / "coord-0.log"
+        log = (data / "logs" / "coord-0.log").read_text(errors="replace")
         losses, adoptions = _count(log, "lease_lost"), _count(log, "query_adopted")
         paused = _count(log, "intake_paused")
     return {

@@ -201,9 +201,9 @@ def _through_redis(
     except (ConnectionError, TimeoutError) as exc:
         raise ValueError(f"--redis: cannot reach {without_password(args.redis)}: {exc}") from None
     except ResponseError as exc:  # Redis refusing writes (out of memory): not submitted
-        if refusal(exc) is None:
+        if (refused := refusal(exc)) is None:
             raise
-        raise ValueError(f"--redis: {refusal(exc)}; retry later") from None
+        raise ValueError(f"--redis: {refused}; retry later") from None
 
 
 def _asked(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:

@@ -153,10 +153,9 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
         raise SubmissionError(
             "prompt_tokens", f"at most {most_tokens:,} (what the engine takes), not {req.prompt_tokens:,}"
         )
-    if not req.prompt_tokens and estimate_tokens(req.question) > most_tokens:
+    if not req.prompt_tokens and (estimated := estimate_tokens(req.question)) > most_tokens:
         raise SubmissionTooLarge(
-            "question",
-            f"about {estimate_tokens(req.question):,} tokens; the engine takes at most {most_tokens:,}",
+            "question", f"about {estimated:,} tokens; the engine takes at most {most_tokens:,}"
         )
     if not (math.isfinite(req.early_stop_alpha) and 0 < req.early_stop_alpha <= 1_000):
         raise SubmissionError(

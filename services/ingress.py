@@ -49,7 +49,7 @@ from spex.services.http_body import BodyRefused, read_json_object
 from spex.services.long_lived import Slots
 from spex.services.openai_api import OpenAIRoutes, openai_error, serves
 from spex.services.watch import WatchRoutes, answer_json
-from spex.shared.runtime.availability import REDIS, RETRY_AFTER_S, refusal, unavailable
+from spex.shared.runtime.availability import REDIS, REFUSING_RETRY_AFTER_S, refusal, unavailable
 from spex.shared.runtime.client import (
     Backpressure,
     IngressClient,
@@ -187,7 +187,7 @@ class IngressService(Service):
             self.refusing = refusal(exc) is not None  # reads go on while Redis refuses writes
             if not self.refusing:  # the address is in the log, not the reply; Retry-After 1 s
                 return refuse(503, "the queue is unreachable; retry later")
-            return refuse(503, f"{reason}; retry later", headers={"Retry-After": str(RETRY_AFTER_S)})
+            return refuse(503, f"{reason}; retry later", headers={"Retry-After": str(REFUSING_RETRY_AFTER_S)})
         except web.HTTPException as exc:  # aiohttp's own refusals (no such route, wrong method)
             if exc.status < 400:
                 raise
@@ -229,7 +229,7 @@ class IngressService(Service):
         except MemoryFull as exc:  # Redis has no room for its search: the platform's, a 503
             return _error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
         except Backpressure as exc:
-            return _error(429, str(exc), {"Retry-After": "1"})
+            return _error(429, str(exc))
         self.submitted += 1
         return web.json_response({"query_id": qid}, status=202)
 

@@ -16,6 +16,8 @@ from spex.proto import submission
 from spex.services.backpressure import RETRIED, RETRY_AFTER_S
 from spex.services.openai_api import WAIT_S
 from spex.services.openapi_schemas import Schema, ref, schemas
+from spex.shared.runtime.availability import REFUSING_RETRY_AFTER_S
+from spex.shared.runtime.client import MemoryFull
 from spex.shared.runtime.pool import POOL_WAIT_S
 
 __all__ = ["OPENAPI_VERSION", "document"]
@@ -31,7 +33,9 @@ UNAVAILABLE = (
 )
 OPEN_TOO_MANY = "SPEX_HTTP_STREAMS_PER_CLIENT event streams and chat completions open already (per client)"
 RETRY_AFTER: Schema = {
-    "description": f"seconds to wait before retrying ({RETRY_AFTER_S}); on every 429 and 503",
+    "description": f"seconds to wait before retrying, on every 429 and 503: at least {RETRY_AFTER_S} "
+    f"({REFUSING_RETRY_AFTER_S} while Redis refuses writes, {MemoryFull.retry_after_s} while it has no room "
+    "for a new question's search)",
     "schema": {"type": "integer", "minimum": 0},
 }
 

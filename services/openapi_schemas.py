@@ -27,6 +27,7 @@ from spex.proto import (
     submission,
 )
 from spex.proto.messages import ANSWER_WEIGHTS, REWARDS
+from spex.proto.submission import MAX_PROMPT_TOKENS
 from spex.services.openai_params import EXTRA_FIELDS, HONOURED, MODEL, NEUTRAL
 
 __all__ = ["BOUNDS", "Schema", "client_fields", "ref", "schemas"]
@@ -49,7 +50,7 @@ BOUNDS: dict[str, Schema] = {
     "reference_answer": {"maxLength": submission.MAX_REFERENCE_CHARS},
     "target": {"minimum": 1},
     "seed": {"minimum": 0, "maximum": submission.MAX_INT},
-    "prompt_tokens": {"minimum": 0, "maximum": 10_000_000},
+    "prompt_tokens": {"minimum": 0, "maximum": MAX_PROMPT_TOKENS},
     "early_stop_alpha": {"exclusiveMinimum": 0, "maximum": 1_000},
     "early_stop_min_answers": {"minimum": 0},
 }

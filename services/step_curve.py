@@ -48,10 +48,9 @@ async def publish_curve(
 ) -> None:
     """Publish this worker's curve under `worker_curve`, measuring it first if it must; a
     profile file that does not parse is a one-line ValueError naming it."""
-    text = None
+    text, source = None, f"worker {settings.consumer}'s curve"
     if settings.profile_file:
-        text = Path(settings.profile_file).read_text()
-        parse_measured(text, f"SPEX_PROFILE_FILE {settings.profile_file!r}")
+        text, source = Path(settings.profile_file).read_text(), f"SPEX_PROFILE_FILE {settings.profile_file!r}"
         log.info("step_curve", source="profile_file", path=settings.profile_file)
     elif settings.engine == "hf" and settings.startup_sweep:
         from spex.shared.hf.sweep import startup_curve
@@ -75,7 +74,7 @@ async def publish_curve(
         return
     # The engine counts its primary steps against the same curve (what they would have taken
     # without speculative rows): the allocator's TPOT governor reads both from its load.
-    curve = parse_measured(text, f"worker {settings.consumer}'s curve")
+    curve = parse_measured(text, source)
     if settings.engine == "hf":
         engine.engine.step_model = curve
     elif settings.engine in SERVERS:

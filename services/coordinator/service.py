@@ -83,6 +83,7 @@ class Coordinator(Service):
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.bus.on_dead = self._on_dead
         self.settings = settings
+        self.limits = settings.limits  # what a question is held to (computed once)
         self.owner = settings.consumer
         self.log = structlog.get_logger().bind(service="coordinator", consumer=settings.consumer)
         self.store = QueryStore(
@@ -210,7 +211,7 @@ class Coordinator(Service):
             await self.bus.dead_letter(d, COORDINATOR_GROUP, f"no handler for {type(req).__name__}")
             return
         try:
-            submission.validate(req, self.settings.limits)
+            submission.validate(req, self.limits)
         except SubmissionError as exc:
             await self.bus.dead_letter(d, COORDINATOR_GROUP, str(exc))
             return

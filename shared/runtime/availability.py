@@ -29,7 +29,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from structlog.typing import FilteringBoundLogger
 
-__all__ = ["REDIS", "REFUSALS", "RETRY_AFTER_S", "UNREACHABLE", "Availability", "refusal", "unavailable"]
+__all__ = [
+    "REDIS",
+    "REFUSALS",
+    "REFUSING_RETRY_AFTER_S",
+    "UNREACHABLE",
+    "Availability",
+    "refusal",
+    "unavailable",
+]
 
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterError, RedisClusterException, TryAgainError)
 # Redis's error code for a write it refuses -> what it means, for a one-line reason. A refusal
@@ -39,7 +47,7 @@ REFUSALS = {
     "MISCONF": "Redis refuses writes after a failed snapshot (MISCONF)",
     "READONLY": "Redis is a read-only replica (READONLY)",
 }
-RETRY_AFTER_S = 2  # what an HTTP client is told to wait while Redis is unavailable
+REFUSING_RETRY_AFTER_S = 2  # what an HTTP client is told to wait while Redis refuses writes
 
 
 def unavailable(exc: BaseException) -> str | None:

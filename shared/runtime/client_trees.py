@@ -27,15 +27,15 @@ class TreeReads:
     _records: dict[str, tuple[float, TreeEntries]]  # query id -> (read at, its tree record)
 
     async def tree_events(
-        self, query_id: str, after: str = "0", block_ms: int | None = None, count: int = 1000
+        self, query_id: str, after: str = "0", count: int = 1000
     ) -> tuple[list[NodeEvent], str]:
-        """The query's node events after entry `after` (waiting up to `block_ms` for one when
-        given), and the last entry's id to read on from. Unreadable entries are skipped. An
-        answered query's are read from its tree's record (`proto.tree_record`), by the same
-        entry ids as its stream's: a cursor taken on the stream goes on there."""
+        """The query's node events after entry `after`, and the last entry's id to read on
+        from. Unreadable entries are skipped. An answered query's are read from its tree's
+        record (`proto.tree_record`), by the same entry ids as its stream's: a cursor taken on
+        the stream goes on there."""
         kept = await self._tree_kept(query_id)
         if kept is None:
-            entries = await self._tree_stream(query_id, after, block_ms, count)
+            entries = await self._tree_stream(query_id, after, count)
             if entries:
                 return _node_events(names.query_tree(query_id), entries, after)
             kept = await self._tree_kept(query_id)  # answered (and its stream deleted) meanwhile?
@@ -43,13 +43,9 @@ class TreeReads:
                 return [], after
         return _node_events(names.query_tree(query_id), _entries_after(kept, after, count), after)
 
-    async def _tree_stream(self, query_id: str, after: str, block_ms: int | None, count: int) -> Any:
-        stream = names.query_tree(query_id)
-        if block_ms is None:
-            start = "-" if after == "0" else f"({after}"
-            return await self.r.xrange(stream, start, "+", count=count)
-        replies: Any = await self.r.xread({stream: after}, count=count, block=block_ms)
-        return replies[0][1] if replies else []
+    async def _tree_stream(self, query_id: str, after: str, count: int) -> Any:
+        start = "-" if after == "0" else f"({after}"
+        return await self.r.xrange(names.query_tree(query_id), start, "+", count=count)
 
     async def _tree_kept(self, query_id: str) -> TreeEntries | None:
         """The entries of the query's tree record, or None while it has none. A record never

@@ -24,6 +24,7 @@ from redis.retry import Retry
 from spex.proto import names
 from spex.shared.runtime.pool import POOL_WAIT_S, WaitingPool
 from spex.shared.runtime.settings import Settings, without_password
+from spex.shared.runtime.streams import as_str
 
 __all__ = ["check_redis", "redis_client", "redis_options", "sync_client"]
 
@@ -112,8 +113,8 @@ def check_redis(settings: Settings, timeout_s: float = 2.0) -> None:
         )
     if cluster and not enabled:
         raise ValueError(f"SPEX_REDIS_CLUSTER: set, but {where} is not a cluster node (cluster_enabled:0)")
-    if _str(role[0]) in ("slave", "replica") and not cluster:  # a cluster client finds the primaries itself
-        primary = f" (its primary: {_str(role[1])}:{role[2]})" if len(role) > 2 else ""
+    if as_str(role[0]) in ("slave", "replica") and not cluster:  # a cluster client finds the primaries itself
+        primary = f" (its primary: {as_str(role[1])}:{role[2]})" if len(role) > 2 else ""
         raise ValueError(
             f"{where} is a read-only replica{primary}: point SPEX_REDIS_URL (spex up: --redis) at the primary"
         )
@@ -134,10 +135,6 @@ def _auth_problem(settings: Settings, where: str, exc: redis.AuthenticationError
         )
     reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return f"Redis at {where} refused the password given by {given}: {reason}"
-
-
-def _str(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _cluster_url(url: str) -> str:

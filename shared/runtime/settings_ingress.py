@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spex.proto import MAX_MESSAGE_BYTES
+from spex.proto.submission import MAX_PROMPT_TOKENS
 from spex.shared.runtime.settings_schema import setting
 from spex.shared.runtime.settings_values import DEFAULT_MAX_TARGET, targets_ok
 
@@ -47,7 +48,7 @@ class IngressSettings:
     max_prompt_tokens: int = setting(
         0,
         env="SPEX_MAX_PROMPT_TOKENS",
-        within=(0, 10_000_000),
+        within=(0, MAX_PROMPT_TOKENS),
         help="longest question the generators' engine takes, tokens (0: on sim the profile's KV less the "
         "deepest path, else 131,072); a longer one is refused at submission (400)",
     )

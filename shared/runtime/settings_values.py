@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spex.proto import ALGORITHMS, Limits
+from spex.shared.core.search.rebase import RebaseParams
 from spex.shared.roofline.hardware import parse_profile
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ DEFAULT_MAX_TARGET = 256
 # A served engine's (hf, vllm, sglang) bound on a question's tokens, unless SPEX_MAX_PROMPT_TOKENS
 # names the model's: a long served context (a model's own is often shorter).
 SERVED_PROMPT_TOKENS = 131_072
-DEEPEST_PATH_STEPS = 25  # the deepest default search path (ReBASE's max_depth), in steps
+DEEPEST_PATH_STEPS = RebaseParams().max_depth  # the deepest default search path, in steps
 
 
 def limits_of(s: Settings) -> Limits:

@@ -8,7 +8,7 @@ import asyncio
 
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
-from tests.services.helpers import http, wait_http
+from tests.services.helpers import http, wait_for, wait_http
 
 QUESTIONS = 5
 WATCH_S = 4.0  # past the coordinator's next lease round (a third of the lease)
@@ -30,8 +30,11 @@ def test_a_flushall_keeps_client_keys_and_never_reads_404(redis_url):
             posted = [await asyncio.to_thread(post, i) for i in range(QUESTIONS)]
             qids = [body["query_id"] for _, body in posted]
             coordinator = cluster.service("coord-0")
-            while set(coordinator.queries) != set(qids):
-                await asyncio.sleep(0.05)
+
+            async def all_held():
+                return set(coordinator.queries) == set(qids)
+
+            assert await wait_for(all_held)
             await cluster.client.r.flushall()
             statuses = []
             end = asyncio.get_running_loop().time() + WATCH_S
