@@ -92,6 +92,11 @@ class RunSummary:
     # of the last window closed, windows closed, what bound the admission ("slack", "rate",
     # "limit", "demand")] each time one of the first three or the bound moved (`bench.governor`).
     governor_trace: list[list[float | str | None]]
+    # The primaries' steps as the engines counted them for the governor (`EngineStats`): how
+    # many, their growth over the same steps without speculation, and the parts of it the
+    # speculative decode rows and prompt rows cost (engines that tell them apart); {} when no
+    # engine counted any.
+    primary_steps: dict[str, float]
     server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
     # What the governor held primary TPOT growth to (None: a fixed slack, no budget, or the
     # throughput objective, which holds none)
@@ -217,6 +222,7 @@ def summarize(res: BenchResult) -> RunSummary:
             [round(t, 3), round(slack, 4), pool, None if g is None else round(g, 4), windows, bound]
             for t, slack, pool, g, windows, bound in res.governor
         ],
+        primary_steps=_primary_steps(gens),
         server=dict(getattr(res.gen, "server_info", {})),
         tpot_target=cfg.tpot_target if _governed(cfg) else None,
         objective=cfg.objective,
@@ -225,6 +231,20 @@ def summarize(res: BenchResult) -> RunSummary:
         sim_speed=ratio(span, res.wall_s, 0.0),
         rewards={r.query_id: r.rewards for r in recs},
     )
+
+
+def _primary_steps(gens: list[Any]) -> dict[str, float]:
+    """The engines' account of their primaries' steps: count, growth, and the growth's parts."""
+    steps = sum(g.stats.primary_steps for g in gens)
+    alone = sum(g.stats.primary_alone_s for g in gens)
+    if not steps or alone <= 0:
+        return {}
+    return {
+        "steps": steps,
+        "growth": round(sum(g.stats.primary_step_s for g in gens) / alone - 1, 4),
+        "spec_decode": round(sum(g.stats.primary_spec_decode_s for g in gens) / alone, 4),
+        "spec_prompt": round(sum(g.stats.primary_spec_prompt_s for g in gens) / alone, 4),
+    }
 
 
 def _model_name(res: BenchResult) -> str:

@@ -2,7 +2,9 @@
 
 One row a file (`spex bench --mode compare`, with or without `--repeats`): the engine, the
 search (marked when `--oracle` ran it), the TPOT target, the speedup and primary-TPOT ratio
-(with their 95% intervals over the pairs when repeated), the speculative hit rate, compute
+(with their 95% intervals over the pairs when repeated), the growth of the primaries' steps
+the engine measured against the same steps without speculation (what the governor steers;
+in brackets the part the speculative prompt rows cost), the speculative hit rate, compute
 amplification, whether every run grew the same trees, and accuracy.
 
 `--critical-path`: instead, where each search's time went, per query, baseline → SPEX (the
@@ -23,8 +25,8 @@ __all__ = ["critical_path", "row", "table"]
 
 HEADER = (
     "| engine | search | B | questions | TPOT target | speedup (95% interval) | primary TPOT × "
-    "| hit rate | amplification | same trees | accuracy baseline / SPEX |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "| step growth (prompts) | hit rate | amplification | same trees | accuracy baseline / SPEX |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -42,11 +44,24 @@ def _labels(r: dict[str, Any], spex: dict[str, Any]) -> tuple[str, str]:
         search += " (oracle)"
     target = spex.get("tpot_target", "unrecorded")
     target = "fixed slack" if target is None else target if isinstance(target, str) else f"+{target:.0%}"
+    if spex.get("objective") == "throughput":  # it holds no TPOT target
+        target = "throughput"
     engine = r["profile"].rpartition("@")[2]  # a real engine's run records MODEL@ENGINE
     real = engine in ENGINES and engine != "sim"
     if real and "profile_file" in spex and spex["profile_file"] is None:  # no curve: --max-running
         target += " (static pool)"
     return search, target
+
+
+def _step_growth(r: dict[str, Any]) -> str:
+    """The SPEX runs' measured step growth and its prompt part, averaged over the pairs."""
+    counted = [p["spex"].get("primary_steps") or {} for p in pair_records(r)]
+    counted = [c for c in counted if "growth" in c]
+    if not counted:
+        return "—"
+    growth = sum(c["growth"] for c in counted) / len(counted)
+    prompt = sum(c["spec_prompt"] for c in counted) / len(counted)
+    return f"{growth:+.1%} ({prompt:+.1%})"
 
 
 def row(r: dict[str, Any]) -> str:
@@ -58,7 +73,7 @@ def row(r: dict[str, Any]) -> str:
         same += f" (rewards ±{r['max_reward_difference']:.0e})"
     return (
         f"| {r['profile']} | {search} | {r['batch_size']} | {r['questions']} "
-        f"| {target} | {_ratio(r, 'speedup')} | {_ratio(r, 'tpot_ratio')} | {hit} "
+        f"| {target} | {_ratio(r, 'speedup')} | {_ratio(r, 'tpot_ratio')} | {_step_growth(r)} | {hit} "
         f"| {r['compute_amplification']:.2f} | {same} "
         f"| {r['accuracy_baseline']:.2f} / {r['accuracy_spex']:.2f} |"
     )

@@ -259,6 +259,11 @@ class QueryStatsEvent(Message, frozen=True):
     active_jobs: int
     worker: str = ""  # the generator its jobs are routed to ("" unrouted: any worker's)
     algorithm: str = ""  # its search's (what a use saves depends on how many share the engine)
+    # The prompt tokens each offer computes before it decodes (its uncached tail), in the
+    # offers' order, and the tokens a step of the query takes (0: unknown), which the
+    # controller spreads that prompt over.
+    offer_prompts: list[int] = msgspec.field(default_factory=list)
+    step_tokens: float = 0.0
 
 
 class WorkerLoadEvent(Message, frozen=True):

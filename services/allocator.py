@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from typing import Any
 
@@ -34,7 +35,7 @@ from spex.proto.names import (
     worker_load,
 )
 from spex.shared.core.search import SEARCHES
-from spex.shared.roofline.admission import Admission, Offer, admit, divide
+from spex.shared.roofline.admission import DEFAULT_STEP_TOKENS, Admission, Offer, admit, divide
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.roofline.measured import MeasuredProfile, parse_measured
@@ -139,11 +140,16 @@ class Allocator(Service):
     def _offer(self, m: QueryStatsEvent, sharing: int = 1) -> Offer:
         """A query's speculative jobs and candidates on an engine `sharing` queries share, its
         telemetry clamped to sane ranges (at most MAX_CANDIDATES of each, values in [0, 1], a
-        NaN counted as 0)."""
+        NaN counted as 0, a step of 1 to MAX_STEP_TOKENS tokens)."""
         prefix = min(max(0, m.prefix_tokens), MAX_PREFIX_TOKENS)
         search = SEARCHES.get(m.algorithm)
         scale = search.spec_saving(sharing) / search.spec_saving(1) if search is not None else 1.0
-        return Offer(m.query_id, _values(m.running, scale), _values(m.offers, scale), float(prefix))
+        prompts = tuple(min(max(0, t), MAX_PREFIX_TOKENS) for t in m.offer_prompts[:MAX_CANDIDATES])
+        step = m.step_tokens if math.isfinite(m.step_tokens) and m.step_tokens >= 1 else DEFAULT_STEP_TOKENS
+        offers = _values(m.offers, scale)
+        return Offer(
+            m.query_id, _values(m.running, scale), offers, float(prefix), prompts, min(step, MAX_STEP_TOKENS)
+        )
 
     def _admit(self, w: WorkerLoadEvent, offers: list[Offer]) -> Admission:
         """Worker `w`'s admission of `offers` under the objective, on its curve (the one it

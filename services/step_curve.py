@@ -76,6 +76,11 @@ async def publish_curve(
     # without speculative rows): the allocator's TPOT governor reads both from its load.
     curve = parse_measured(text, source)
     if settings.engine == "hf":
+        differs = curve.mode_differs(settings.deterministic, settings.dtype or None)
+        if differs:
+            raise ValueError(
+                f"{source}: {differs}; measure it in the engine's mode (SPEX_DETERMINISTIC, SPEX_DTYPE)"
+            )
         engine.engine.step_model = curve
     elif settings.engine in SERVERS:
         engine.step_model = curve

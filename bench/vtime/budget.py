@@ -125,7 +125,8 @@ class Budgeting:
         an engine `sharing` queries share."""
         m = self.machines[qid]
         running, new = m.spec_offers(self.cfg.max_offers, sharing)
-        return Offer(qid, tuple(running), tuple(new), float(m.context_tokens))
+        prompts = tuple(m.spec_prompts(self.cfg.max_offers))
+        return Offer(qid, tuple(running), tuple(new), float(m.context_tokens), prompts, m.step_tokens)
 
     def _trace_governor(self, now: float, pool: int, bound: str) -> None:
         """A row of worker 0's governor trace when its slack, pool or bound moved (the pool of

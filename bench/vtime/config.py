@@ -160,7 +160,15 @@ class BenchConfig:
         if self.profile_file is not None:
             if self.k_total is not None:
                 raise ValueError("profile_file: budgets by the governor's slack; drop --k-total")
-            load_measured(self.profile_file)
+            curve = load_measured(self.profile_file)
+            differs = (
+                curve.mode_differs(self.deterministic, self.dtype or None) if self.backend == "hf" else None
+            )
+            if differs:
+                raise ValueError(
+                    f"profile_file: {differs}; measure the curve in the mode the engine runs in "
+                    "(spex profile --engine hf with the same --deterministic and --dtype)"
+                )
         if self.content == "real":
             if self.backend == "sim":
                 raise ValueError("content: real content needs a real engine (--engine hf, vllm, sglang)")

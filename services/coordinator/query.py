@@ -104,6 +104,8 @@ def stats(query: HeldQuery, worker: str) -> QueryStatsEvent:
         query_id=query.query_id,
         running=[round(p, 4) for p in running],
         offers=[round(p, 4) for p in offers],
+        offer_prompts=m.spec_prompts(MAX_OFFERS),
+        step_tokens=round(m.step_tokens, 1),
         algorithm=m.config.algorithm,
         prefix_tokens=m.context_tokens,
         active_jobs=m.jobs_in_flight,

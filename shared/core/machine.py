@@ -112,6 +112,7 @@ class QueryMachine(MachineSpeculation):
         self.adopted: set[str] = set()  # tree nodes the search got from speculation (hits)
         self._priors = {}  # speculative node issued -> its prior
         self._prior_sum = 0.0  # Σ prior of every speculative job issued
+        self._extended = set()  # nodes whose step a job of one of their children has in its prompt
 
     # ------------------------------------------------------------------ what the search waits on
     @property

@@ -61,6 +61,7 @@ class MachineSpeculation:
     _settled: bool
     _priors: dict[str, float]
     _prior_sum: float
+    _extended: set[str]  # nodes a job of one of whose children was issued: their step is cached
 
     # ------------------------------------------------------------------ the SpecView
     def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:
@@ -92,6 +93,21 @@ class MachineSpeculation:
             min(1.0, self._predictor.spec_likelihood(n) * c) * saving for n in self._predict(max(0, limit))
         ]
         return running, new
+
+    def spec_prompts(self, limit: int) -> list[int]:
+        """The prompt tokens each of the candidates `spec_offers` names (the same `limit`) must
+        compute before it decodes: its parent's step, unless a job of another child of that
+        parent was issued already (the engine's prefix cache holds the step then)."""
+        if not self.speculation.enabled or self.done:
+            return []
+        return [0 if n.parent is None or n.parent.id in self._extended else n.parent.tokens
+                for n in self._predict(max(0, limit))]  # fmt: skip
+
+    @property
+    def step_tokens(self) -> float:
+        """The tokens a step of this query takes, so far (half the cap before its first)."""
+        nodes = self.stats.nodes_generated
+        return self.stats.tokens_generated / nodes if nodes else self.config.max_step_tokens / 2
 
     @property
     def calibration(self) -> float:
@@ -135,6 +151,7 @@ class MachineSpeculation:
         self._jobs[node.id] = job
         self._predicted = None
         assert node.parent is not None and node.parent.generated
+        self._extended.add(node.parent.id)
         return GenerateCommand(
             job.job_id, node, prompt_segments(node.parent), self.config.max_step_tokens, priority
         )
@@ -189,9 +206,7 @@ class MachineSpeculation:
         cap = self.speculation.max_amplification
         if cap is None:
             return False
-        nodes = self.stats.nodes_generated
-        mean_job = self.stats.tokens_generated / nodes if nodes else self.config.max_step_tokens / 2
         consumed = max(1, self.stats.tokens_generated)
         wasted = self.stats.spec_tokens - self.stats.spec_tokens_consumed
-        projected = consumed + wasted + (self.spec_in_flight + 1) * mean_job
+        projected = consumed + wasted + (self.spec_in_flight + 1) * self.step_tokens
         return projected / consumed > cap

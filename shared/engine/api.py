@@ -122,6 +122,10 @@ class EngineStats:
     primary_steps: int = 0
     primary_step_s: float = 0.0
     primary_alone_s: float = 0.0
+    # Of primary_step_s − primary_alone_s, what the speculative decode rows and the speculative
+    # prompt rows in those steps cost (Σ primaries × cost; engines that can tell, else 0).
+    primary_spec_decode_s: float = 0.0
+    primary_spec_prompt_s: float = 0.0
     startup_s: float = 0.0  # start-up work met during steps (CUDA graph captures), left out of the clock
 
     @property

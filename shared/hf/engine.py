@@ -50,6 +50,7 @@ from spex.shared.hf.passes import PromptPasses
 from spex.shared.hf.sampling import sample
 from spex.shared.hf.sequence import Sequence
 from spex.shared.hf.stepped import SteppedEngine
+from spex.shared.hf.tpot import PassRows, PrimaryAccount
 from spex.shared.roofline.measured import MeasuredProfile
 
 __all__ = ["HFConfig", "HFEngine"]
@@ -99,9 +100,17 @@ class HFEngine(SteppedEngine, PromptPasses):
         )
         if self.runner.pool is not None and self.runner.pool.free_pages < self.runner.pool.pages - 1:
             raise ValueError("runner: its KV pool still holds another engine's sequences (close that engine)")
-        # A measured step-time curve (`roofline.measured`): with it each primary decode step is
-        # also counted as it would have taken without speculation, for the TPOT governor.
-        self.step_model: MeasuredProfile | None = None
+        self.primary = PrimaryAccount()  # the primaries' steps, for the TPOT governor
+
+    @property
+    def step_model(self) -> MeasuredProfile | None:
+        """A measured step-time curve (`roofline.measured`): with it each primary decode step
+        is also counted as it would have taken without speculation (`tpot.PrimaryAccount`)."""
+        return self.primary.curve
+
+    @step_model.setter
+    def step_model(self, curve: MeasuredProfile | None) -> None:
+        self.primary.curve = curve
 
     @classmethod
     def from_dir(cls, path: str | Path, config: HFConfig | None = None) -> HFEngine:
@@ -238,7 +247,11 @@ class HFEngine(SteppedEngine, PromptPasses):
         dt = time.perf_counter() - start - startup_s
         t0, self.clock_s = self.clock_s, self.clock_s + dt
         self._account(t0, dt, batch.rows > len(continuing), decoding)
-        self._account_primary(dt, pass_s, decoding, batch, primary_rows)
+        primaries = sum(1 for s in decoding if s.req.priority == PRIMARY)
+        if batch.rows:
+            self.primary.step(
+                self.stats, dt, pass_s, primaries, len(decoding), _rows(batch, len(continuing), primary_rows)
+            )
         for s in decoding:
             if s.first_token_s is None:
                 s.first_token_s = self.clock_s
@@ -257,30 +270,6 @@ class HFEngine(SteppedEngine, PromptPasses):
             if self.trace is not None:
                 self.trace.append((t0, t0 + dt, len(decoding)))
         st.peak_kv_tokens = max(st.peak_kv_tokens, self.held_tokens)
-
-    def _account_primary(
-        self, dt: float, pass_s: float, decoding: list[Sequence], batch: Pass[Any], primary_rows: list[int]
-    ) -> None:
-        """A step that gave primaries a token, as measured and as it would have taken without
-        the speculative sequences in it: the pass scaled by the measured curve from all its
-        rows to the primaries' (their tokens and their prompt rows; a row's context is its
-        position), and the rest of the step (sampling, admission) in proportion."""
-        primary = sum(1 for s in decoding if s.req.priority == PRIMARY)
-        if not primary or self.step_model is None:
-            return
-        alone = max(0.0, dt - pass_s) * primary / len(decoding)
-        if primary_rows:
-            alone += self.step_model.counterfactual_s(
-                pass_s,
-                len(primary_rows),
-                sum(batch.positions[r] + 1 for r in primary_rows),
-                batch.rows,
-                sum(p + 1 for p in batch.positions),
-            )
-        st = self.stats
-        st.primary_steps += 1
-        st.primary_step_s += primary * dt
-        st.primary_alone_s += primary * min(alone, dt)
 
     def _admit(self) -> None:
         ready = sorted(
@@ -358,3 +347,18 @@ class HFEngine(SteppedEngine, PromptPasses):
             s.own.release()
         self._by_rid.pop(s.req.rid, None)
         return s.finish(now_s, reason)
+
+
+def _rows(batch: Pass[Any], decode_rows: int, primary_rows: list[int]) -> PassRows:
+    """What `batch` held: its first `decode_rows` rows decode (a continuing sequence each), the
+    rest are prompt rows; `primary_rows` are the primaries' of both."""
+    primary_decode = sum(1 for r in primary_rows if r < decode_rows)
+    primary_prompt = len(primary_rows) - primary_decode
+    return PassRows(
+        primary_decode,
+        decode_rows - primary_decode,
+        primary_prompt,
+        batch.rows - decode_rows - primary_prompt,
+        sum(batch.positions[r] + 1 for r in primary_rows),
+        sum(p + 1 for p in batch.positions),
+    )

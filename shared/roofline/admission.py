@@ -2,10 +2,14 @@
 
 Every query offers its speculative candidates, each with its value `p`: the probability that
 its search will use it (`spex.shared.core.speculation`, calibrated by the query's measured
-hits) times what a use saves (`SearchAlgorithm.spec_saving`), and the context it decodes
-over. The controller admits them in order of expected value (p) over marginal cost — the step
-time one more sequence adds on the engine's step curve (simulated roofline or measured, batch
-× context) at its live load — under one of two objectives:
+hits) times what a use saves (`SearchAlgorithm.spec_saving`), the context it decodes over and
+the prompt tokens it must compute first (its parent's step, unless a sibling already had it
+computed). The controller admits them in order of expected value (p) over marginal cost — what
+one more sequence adds to a step on the engine's step curve (simulated roofline or measured,
+batch × context) at its live load: its decode row every step, and its prompt rows once, spread
+over the tokens it is expected to decode (on a CPU a prompt row costs about what a decode row
+does, so a short step's prompt can cost more than its whole decode) — under one of two
+objectives:
 
 - `slo` (the serving default): admit while a decode step costs at most (1 + slack) × what
   the primary sequences alone cost, the slack a `TpotGovernor` steers so primary TPOT grows by
@@ -25,13 +29,14 @@ query's values are made non-increasing before they are merged.
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from spex.shared.roofline.capacity import StepCurve
 
 __all__ = [
+    "DEFAULT_STEP_TOKENS",
     "FLAT",
     "OBJECTIVES",
     "Admission",
@@ -40,6 +45,7 @@ __all__ = [
     "admit",
     "divide",
     "even_split",
+    "prompt_cost_s",
 ]
 
 Objective = Literal["slo", "throughput"]
@@ -52,8 +58,14 @@ class _Flat:
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         return 1.0 if batch > 0 else 0.0
 
+    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: Sequence[tuple[float, float]]) -> float:
+        return 1.0 if batch > 0 or chunks else 0.0
+
 
 FLAT = _Flat()
+
+
+DEFAULT_STEP_TOKENS = 64.0  # what a candidate is taken to decode when its query does not say
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,10 @@ class Offer:
     running: tuple[float, ...]  # p of its speculative jobs in flight
     candidates: tuple[float, ...]  # p of the new ones its predictor offers, in its order
     context: float  # tokens each of its sequences decodes over
+    # Prompt tokens each new candidate computes before it decodes (its prompt's uncached
+    # tail), in the candidates' order; a missing entry is 0 (all cached).
+    prompts: tuple[int, ...] = ()
+    step_tokens: float = DEFAULT_STEP_TOKENS  # tokens a candidate is expected to decode
 
 
 @dataclass
@@ -106,46 +122,75 @@ def admit(
         base = curve.decode_step_s(1, sum(contexts) / len(contexts)) if contexts else 0.0
     budget = (1 + slack) * base
     out = Admission(shares, 0, offered, "demand", worth - primary)
-    for query_id, p, context in _in_value_order(offers):
+    prompts = 0.0  # the admitted candidates' prompt rows, spread per step (seconds a step)
+    for c in _in_value_order(offers):
         if running + out.admitted >= limit:
             out.bound = "limit"
             break
-        after = curve.decode_step_s(batch + 1, ctx + context)
+        now, decode = curve.decode_step_s(batch, ctx), curve.decode_step_s(batch + 1, ctx + c.context)
+        prompt = prompt_cost_s(curve, batch + 1, ctx + c.context, c.prompt_tokens, c.context, c.step_tokens)
+        after = decode + prompts + prompt
         if objective == "slo":
             if after > budget:
                 out.bound = "slack"
-                break
-        elif p <= 0.0 or (batch and worth * after >= (worth + p) * curve.decode_step_s(batch, ctx)):
+                if after - prompt > budget:
+                    break  # no later candidate fits either: each costs at least a decode row
+                continue  # its prompt does not fit; one whose prompt is cached may
+        elif c.p <= 0.0 or (batch and worth * after >= (worth + c.p) * (now + prompts)):
             out.bound = "rate"  # it would lower the useful rate; a later (floor-ordered) one may not
             continue
-        shares[query_id] += 1
+        shares[c.query_id] += 1
         out.admitted += 1
-        batch, ctx, worth = batch + 1, ctx + context, worth + p
-        out.expected_useful += p
+        batch, ctx, worth, prompts = batch + 1, ctx + c.context, worth + c.p, prompts + prompt
+        out.expected_useful += c.p
     return out
 
 
-def _in_value_order(offers: list[Offer]) -> list[tuple[str, float, float]]:
-    """(query, p, context) of every new candidate in admission order: each query's first one,
-    likeliest first (the floor), then a merge of the rest by value. Within a query the values
-    are made non-increasing, so its candidates come in its own order."""
-    heads: list[tuple[float, str, float]] = []
-    tails: list[tuple[float, int, str, float]] = []  # (-p, position, query, context)
-    for o in offers:
+def prompt_cost_s(
+    curve: StepCurve, batch: int, ctx: float, tokens: int, prefix: float, step_tokens: float
+) -> float:
+    """What a candidate's `tokens` prompt rows (after `prefix` tokens) add to a step of `batch`
+    sequences, spread over the `step_tokens` steps it is expected to decode: the one pass that
+    computes them costs that much more than the decode step alone."""
+    if tokens <= 0:
+        return 0.0
+    once = curve.mixed_step_s(batch, ctx, [(tokens, prefix)]) - curve.decode_step_s(batch, ctx)
+    return max(0.0, once) / max(1.0, step_tokens)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    query_id: str
+    p: float
+    context: float
+    prompt_tokens: int
+    step_tokens: float
+
+
+def _in_value_order(offers: list[Offer]) -> list[_Candidate]:
+    """Every new candidate in admission order: each query's first one, likeliest first (the
+    floor), then a merge of the rest by value. Within a query the values are made
+    non-increasing, so its candidates come in its own order."""
+    heads: list[tuple[float, int, int]] = []  # (-p, offer, position)
+    tails: list[tuple[float, int, int, int]] = []  # (-p, position, offer's query order, offer)
+    levels: dict[tuple[int, int], float] = {}
+    for k, o in enumerate(offers):
         level = 1.0
         for i, p in enumerate(o.candidates):
-            level = min(level, max(0.0, p))
+            level = levels[k, i] = min(level, max(0.0, p))
             if i == 0:
-                heads.append((-level, o.query_id, o.context))
+                heads.append((-level, k, i))
             else:
-                tails.append((-level, i, o.query_id, o.context))
-    heads.sort()
-    heapq.heapify(tails)
-    order = [(q, -neg, ctx) for neg, q, ctx in heads]
-    while tails:
-        neg, _, q, ctx = heapq.heappop(tails)
-        order.append((q, -neg, ctx))
-    return order
+                tails.append((-level, i, k, i))
+    heads.sort(key=lambda h: (h[0], offers[h[1]].query_id))
+    tails.sort(key=lambda t: (t[0], t[1], offers[t[2]].query_id))
+    order = [(k, i) for _, k, i in heads] + [(k, i) for _, _, k, i in tails]
+    return [_candidate(offers[k], i, levels[k, i]) for k, i in order]
+
+
+def _candidate(o: Offer, i: int, p: float) -> _Candidate:
+    prompt = o.prompts[i] if i < len(o.prompts) else 0
+    return _Candidate(o.query_id, p, o.context, max(0, prompt), o.step_tokens)
 
 
 def divide(offers: list[Offer], pool: int) -> dict[str, int]:

@@ -9,6 +9,7 @@ measured step time within a TPOT target of what it would be without speculation.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,10 +19,15 @@ KV_HEADROOM = 0.7  # share of the KV pool speculation may bring into use
 
 
 class StepCurve(Protocol):
-    """A decode step's time by batch and summed context: a simulated `Profile`, or one
-    measured on a real engine (`measured.MeasuredProfile`)."""
+    """A step's time by batch and summed context: a simulated `Profile`, or one measured on a
+    real engine (`measured.MeasuredProfile`)."""
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float: ...
+
+    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: Sequence[tuple[float, float]]) -> float:
+        """A step that decodes `batch` sequences (contexts summing to `ctx_sum`) and computes
+        prompt rows beside them: `chunks` holds (new tokens, the prefix they follow) each."""
+        ...
 
 
 def spare_concurrency(
@@ -67,7 +73,13 @@ class TpotGovernor:
     the target gets more (`gain`), one over the target less, twice as fast (`gain_down`),
     so the windows over the target are short. It raises the slack only while the pool was
     what limited speculation (a window in which speculation never filled its pool says
-    nothing about what more would cost: no wind-up)."""
+    nothing about what more would cost: no wind-up).
+
+    The slack may go below 0: a step curve that prices speculation too low (measured under
+    other conditions, or blind to some of its work) still admits some at slack 0, and the
+    measured growth then pushes the slack under it, where nothing is admitted beside
+    primaries, until windows under the target raise it again — the curve decides what is
+    admitted first, the measured steps how much in all."""
 
     target: float = 0.05
     slack: float = 0.10  # where it starts
@@ -75,6 +87,7 @@ class TpotGovernor:
     gain_down: float = 1.0  # lowering it: over the target is corrected faster than under
     window: int = 32
     max_slack: float = 4.0
+    min_slack: float = -0.25  # (1 + slack) × the primaries' step: below 0, no room at all
     _measured_s: float = 0.0
     _alone_s: float = 0.0
     _steps: int = 0
@@ -98,7 +111,7 @@ class TpotGovernor:
         error = self.target - self.last_growth
         if error < 0 or self._limited:
             gain = self.gain if error > 0 else self.gain_down
-            self.slack = min(self.max_slack, max(0.0, self.slack + gain * error))
+            self.slack = min(self.max_slack, max(self.min_slack, self.slack + gain * error))
         self._steps, self._measured_s, self._alone_s, self._limited = 0, 0.0, 0.0, False
 
     def feed(self, steps: int, measured_s: float, alone_s: float) -> None:

@@ -26,6 +26,7 @@ Calibration (one set per GPU family, fitted to the published measurements each n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -180,7 +181,7 @@ class Profile:
         """One extend step; `chunks` holds (new_tokens, prefix_tokens) per request."""
         return self.mixed_step_s(0, 0.0, chunks)
 
-    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: list[tuple[int, int]]) -> float:
+    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: Sequence[tuple[float, float]]) -> float:
         """One step that decodes `batch` sequences (contexts summing to `ctx_sum`) and extends
         `chunks` (SGLang's --enable-mixed-chunk): the weights are read once for both."""
         if batch <= 0 and not chunks:
@@ -191,7 +192,7 @@ class Profile:
             self.memory_s(ctx_sum + prefix), self.compute_s(flops)
         )
 
-    def prefill_flops(self, chunks: list[tuple[int, int]]) -> float:
+    def prefill_flops(self, chunks: Sequence[tuple[float, float]]) -> float:
         new = sum(n for n, _ in chunks)
         return 2.0 * self.model.matmul_params * new + sum(
             self.attention_flops(n, p + n / 2) for n, p in chunks

@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,20 @@ class MeasuredProfile:
     kv_capacity_tokens: int | None = None  # the engine's KV, when the file says
     request_s: float = 0.0
     cache_block_tokens: int = 1  # the prefix cache's granularity (1: any prefix hits)
+    # The in-process engine's mode the curve was measured in (the file's meta), where it says.
+    deterministic: bool | None = None
+    dtype: str | None = None
+
+    def mode_differs(self, deterministic: bool, dtype: str | None) -> str | None:
+        """What of an in-process engine's mode (`dtype` None: as saved, not compared) differs
+        from the one this curve was measured in, in words (None: nothing it records): a curve of
+        another mode prices the engine's steps wrongly (deterministic kernels cost more)."""
+        if self.deterministic is not None and self.deterministic != deterministic:
+            was, now = ("on", "off") if self.deterministic else ("off", "on")
+            return f"measured with deterministic kernels {was}, the engine runs with them {now}"
+        if dtype and self.dtype and dtype != self.dtype:
+            return f"measured in {self.dtype}, the engine runs in {dtype}"
+        return None
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of `batch` sequences whose contexts sum to `context_tokens`."""
@@ -94,6 +109,11 @@ class MeasuredProfile:
         return max(
             0.0, _along(self.batches, [self._at_context(i, per_seq) for i in range(len(self.batches))], batch)
         )
+
+    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: Sequence[tuple[float, float]]) -> float:
+        """A decode step of `batch` sequences with prompt rows beside it (`chunks`: new tokens
+        and their prefix each), each prompt token at the measured prefill rate."""
+        return self.decode_step_s(batch, ctx_sum) + self.prefill_s_per_token * sum(n for n, _ in chunks)
 
     def counterfactual_s(
         self, measured_s: float, primaries: int, primary_ctx: float, batch: int, ctx: float
@@ -169,6 +189,8 @@ def parse_measured(text: str | bytes, where: str, name: str = "measured") -> Mea
         kv_capacity_tokens=int(kv) if isinstance(kv, int) and kv > 0 else None,
         request_s=request_s,
         cache_block_tokens=_block_tokens(meta.get("server")),
+        deterministic=meta["deterministic"] if isinstance(meta.get("deterministic"), bool) else None,
+        dtype=meta["dtype"] if isinstance(meta.get("dtype"), str) and meta["dtype"] else None,
     )
 
 
@@ -270,7 +292,7 @@ class MeasuredSimProfile(Profile):
         assert self.curve is not None
         return self.curve.decode_step_s(batch, ctx_sum)
 
-    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: list[tuple[int, int]]) -> float:
+    def mixed_step_s(self, batch: int, ctx_sum: float, chunks: Sequence[tuple[float, float]]) -> float:
         """The decode step of every sequence in it (one being prefilled counts as one over its
         prefix) plus the prefill of the chunks' new tokens."""
         assert self.curve is not None

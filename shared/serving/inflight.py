@@ -2,10 +2,16 @@
 
 A server shows no view of its steps, so the measure is per request: a primary's time per
 generated token, against what it would have been without speculation, summed over tokens as
-`EngineStats` sums steps. Without a measured step curve, "without speculation" is the same
-time measured for primaries that ran with no speculative request in flight (an EWMA); with one
-(`step_model`), it is the request's own time scaled by the curve: the step of this worker's
-primaries alone over the step of the server's whole batch, averaged over the polls of its life.
+`EngineStats` sums steps. "Without speculation" is measured on the primaries that ran with no
+speculative request in flight (clean ones):
+
+- without a step curve, it is their time per token (an EWMA);
+- with one (`step_model`), it is the curve's step of this worker's primaries alone over the
+  polls of a request's life, scaled by what clean primaries measured against the curve's
+  step for them (an EWMA of the ratio): the curve says how the step depends on the load, the
+  clean primaries what it costs on this server now, so a curve measured under other
+  conditions cannot hide speculation's cost. Before the first clean primaries, the request's
+  own time scaled by the curve (this worker's primaries alone over the server's whole batch).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class InFlight:
     # takes, and of the step this worker's primaries alone would take (the governor's ratio).
     full_s: float = 0.0
     alone_s: float = 0.0
+    polls: int = 0
 
 
 class PrimaryTpot:
@@ -46,6 +53,7 @@ class PrimaryTpot:
 
     def __init__(self) -> None:
         self.ref_s: float | None = None  # the EWMA of primaries' time per token with no speculation
+        self.scale: float | None = None  # with a curve: the EWMA of clean primaries' time over its step
         self.tokens = 0
         self.step_s = 0.0
         self.alone_s = 0.0
@@ -55,7 +63,16 @@ class PrimaryTpot:
         per_token = (c.time_s - c.arrival_s) / c.generated
         alone: float | None = None  # the per-token time without speculation, where it is known
         if step_model is not None:
-            alone = per_token * min(1.0, f.alone_s / f.full_s) if f.full_s > 0 else None
+            curve_s = f.alone_s / f.polls if f.polls else None  # the curve's step, primaries alone
+            if not f.beside_spec:
+                if curve_s:
+                    ratio = per_token / curve_s
+                    self.scale = ratio if self.scale is None else 0.8 * self.scale + 0.2 * ratio
+                alone = per_token
+            elif self.scale is not None and curve_s:
+                alone = min(per_token, self.scale * curve_s)
+            elif f.full_s > 0:
+                alone = per_token * min(1.0, f.alone_s / f.full_s)
         elif not f.beside_spec:
             ref = self.ref_s
             self.ref_s = per_token if ref is None else 0.8 * ref + 0.2 * per_token
@@ -84,3 +101,4 @@ class PrimaryTpot:
         for f in primaries:
             f.full_s += full
             f.alone_s += alone
+            f.polls += 1

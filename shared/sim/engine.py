@@ -173,6 +173,9 @@ class SimEngine(StepPlanning):
                 self.stats.primary_steps += 1
                 self.stats.primary_step_s += step.primaries * (e - s)
                 self.stats.primary_alone_s += step.primaries * a
+                prompts = min(step.spec_prompts_s, e - s - a)  # what the rest is: decode rows
+                self.stats.primary_spec_prompt_s += step.primaries * max(0.0, prompts)
+                self.stats.primary_spec_decode_s += step.primaries * max(0.0, e - s - a - prompts)
         out: list[Completion] = []
         if step.kind != "decode":
             self.stats.prefill_steps += 1

@@ -40,6 +40,7 @@ class Step:
     # Requests whose cost of their own (`Profile.request_s`) it pays: the first step that
     # prefills them (a step planned again after an interruption pays what the first did not).
     paying: list[SimRequest] = field(default_factory=list)
+    spec_prompts_s: float = 0.0  # of a mixed step's duration, what its speculative chunks add
 
     @property
     def end_s(self) -> float:
@@ -89,8 +90,12 @@ class StepPlanning:
         if bp:
             mine = sum(r.priority == PRIMARY for r in paying)
             alone = self.profile.mixed_step_s(bp, ctx_p, work_p) + request_s * mine
+        theirs = sum(r.priority != PRIMARY for r in paying)
+        without = self.profile.mixed_step_s(len(decoding), ctx, work_p) + request_s * (len(paying) - theirs)
         chunks = prefill.chunks
-        return Step("mixed", start_s, [start_s + dur], [flops], decoding, chunks, [alone], bp, paying)
+        step = Step("mixed", start_s, [start_s + dur], [flops], decoding, chunks, [alone], bp, paying)
+        step.spec_prompts_s = max(0.0, dur - without)
+        return step
 
     @staticmethod
     def _primary(batch: list[SimRequest]) -> tuple[int, int]:

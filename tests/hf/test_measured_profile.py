@@ -215,3 +215,23 @@ def test_each_request_pays_its_cost_once_when_a_planned_step_is_cut_short(tmp_pa
 
     free, costly = busy_s(server_profile(tmp_path, 0.0)), busy_s(server_profile(tmp_path, 0.030))
     assert costly - free == pytest.approx(2 * 0.030)
+
+
+@pytest.mark.parametrize(
+    ("meta", "run", "message"),
+    [
+        ({"deterministic": False}, {"deterministic": True}, "deterministic kernels off"),
+        ({"deterministic": True, "dtype": "float32"}, {"deterministic": True, "dtype": "bfloat16"}, "float32"),
+    ],
+)
+def test_a_curve_of_another_mode_is_refused_in_one_line(tmp_path, tiny_model, meta, run, message):
+    """A curve measured with other kernels or another dtype prices the engine's steps wrongly:
+    the run names what differs instead of budgeting by it."""
+    path = tmp_path / "p.json"
+    rows = [{"batch": b, "context": c, "tpot_s": 0.01 * b} for b in (1, 2) for c in (64, 128)]
+    path.write_text(json.dumps({"meta": {"engine": "m@hf", **meta}, "cells": rows}))
+    cfg = BenchConfig(backend="hf", model=tiny_model, profile_file=str(path), **run)
+    with pytest.raises(ValueError, match=message) as err:
+        cfg.validate()
+    assert str(err.value).startswith("profile_file:") and "\n" not in str(err.value)
+    replace(cfg, **{k: v for k, v in meta.items()}).validate()  # the same mode: taken

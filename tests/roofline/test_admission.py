@@ -98,3 +98,55 @@ def test_divide_and_even_split_share_a_pool_set_elsewhere():
 def test_an_unknown_objective_is_refused():
     with pytest.raises(ValueError, match="objective"):
         admit(FLAT, 1, 1.0, [], "latency")  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A CPU-like pass: every row, decode or prompt, adds `row_s` to a step of `base_s`."""
+
+    row_s: float = 0.002
+    base_s: float = 0.020
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        return self.base_s + self.row_s * batch if batch > 0 else 0.0
+
+    def mixed_step_s(self, batch: int, ctx_sum: float, chunks) -> float:
+        return self.decode_step_s(batch, ctx_sum) + self.row_s * sum(n for n, _ in chunks)
+
+
+def test_the_controller_counts_speculative_prompt_passes():
+    """A candidate's prompt rows cost its pass what decode rows would, spread over the tokens it
+    decodes: 16 prompt tokens over an 8-token step are two rows more a step."""
+    curve = Rows()
+    base = curve.decode_step_s(4, 4 * CONTEXT)  # 28 ms: 6% is 1.68 ms, less than a row's 2 ms
+    cached = Offer("q", (), (0.9,) * 6, CONTEXT, (0,) * 6, step_tokens=8)
+    uncached = Offer("q", (), (0.9,) * 6, CONTEXT, (16,) * 6, step_tokens=8)
+    assert admit(curve, 4, 4 * CONTEXT, [cached], "slo", slack=0.30).shares == {"q": 4}  # 8.4 ms: 4 rows
+    a = admit(curve, 4, 4 * CONTEXT, [uncached], "slo", slack=0.30)
+    assert a.shares == {"q": 1} and a.bound == "slack"  # each costs 1 + 16/8 = 3 rows a step
+    # Only the prompt's first pass pays it: spread over a longer step, it costs less.
+    long = Offer("q", (), (0.9,) * 6, CONTEXT, (16,) * 6, step_tokens=64)
+    assert admit(curve, 4, 4 * CONTEXT, [long], "slo", slack=0.30).shares == {"q": 3}
+    assert base == pytest.approx(0.028)
+
+
+def test_a_candidate_whose_prompt_is_cached_takes_the_room_a_costlier_one_leaves():
+    """Under slo the controller skips a candidate whose prompt does not fit and admits a later
+    one whose prompt a sibling already had computed; with no prompts it stops at the first
+    that does not fit, as before."""
+    offers = [Offer("a", (), (0.9,), CONTEXT, (64,), step_tokens=8), Offer("b", (), (0.5,), CONTEXT, (0,))]
+    a = admit(Rows(), 4, 4 * CONTEXT, offers, "slo", slack=0.10)
+    assert a.shares == {"a": 0, "b": 1}
+
+
+def test_throughput_weighs_a_prompt_against_what_the_candidate_is_worth():
+    """The useful-rate test prices the prompt too: beside 4 primaries on a CPU-like curve a
+    likely candidate is worth a short prompt, not a long one; a less likely one is worth its
+    decode row alone."""
+
+    def admitted(p: float, prompt: int) -> int:
+        offer = Offer("q", (), (p,), CONTEXT, (prompt,), step_tokens=8)
+        return admit(Rows(), 4, 4 * CONTEXT, [offer], "throughput").shares["q"]
+
+    assert admitted(0.9, 8) == 1 and admitted(0.9, 32) == 0
+    assert admitted(0.3, 0) == 1 and admitted(0.3, 8) == 0
