@@ -119,7 +119,8 @@ def row_question(
     answer = next((row[k] for k in fields.answer if row.get(k) is not None), None if require_answer else "")
     if not isinstance(text, str) or not text or not isinstance(answer, str | int | float):
         asked = " (or ".join(repr(k) for k in fields.question) + ")" * (len(fields.question) - 1)
-        raise ValueError(f"{where}: needs {asked} and {' or '.join(repr(k) for k in fields.answer)}")
+        answer_said = f" and {' or '.join(repr(k) for k in fields.answer)}" if require_answer else ""
+        raise ValueError(f"{where}: needs {asked}{answer_said}")
     reference = str(answer)
     if "####" in reference:  # GSM8K: the worked solution, then `#### <number>`
         reference = reference.rsplit("####", 1)[1].strip().replace(",", "")
