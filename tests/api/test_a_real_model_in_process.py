@@ -22,10 +22,10 @@ def test_a_comparison_on_a_real_model_is_lossless_and_bench_s_trees(tiny_model, 
     rows = spex.load_dataset("math500", limit=3)
     saved = [{"problem": q.text, "answer": q.reference} for q in rows[:2]] + [{"problem": rows[2].text}]
     datasets.Dataset.from_list(saved).save_to_disk(str(tmp_path / "split"))
-    engine = spex.Engine.hf(tiny_model, deterministic=True)
+    engine, reward = spex.Engine.hf(tiny_model, deterministic=True), spex.Reward.prm(tiny_prm)
     both = spex.evaluate(
-        str(tmp_path / "split"), engine=engine, reward=spex.Reward.prm(tiny_prm), algorithm="rebase", target=4,
-        mode="compare", progress=False, **SHORT,
+        str(tmp_path / "split"), engine=engine, reward=reward, algorithm="rebase", target=4, mode="compare",
+        progress=False, **SHORT,
     )  # fmt: skip
     assert both.lossless and both.trees_identical, both.max_reward_difference
     assert both.spex.content == "real" and both.spex.summary["spec_issued"] > 0
