@@ -81,7 +81,7 @@ def evaluate(
     reward: Reward | str | None = None,
     algorithm: str = "rebase",
     target: int = 16,
-    mode: Mode = "baseline",
+    mode: Literal["baseline", "spex", "compare"] = "baseline",
     seed: int = 0,
     batch_size: int = 1,
     questions: int | None = None,
