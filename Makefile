@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The folders that install as subpackages of `spex` (pyproject.toml's package-dir).
+# The folders that install as subpackages of `spex` (pyproject.toml's package-dir); `api` holds
+# the top-level package's own modules (`import spex`: the public Python API).
 PACKAGES := proto shared services bench cli data
 
 $(BIN)/.installed: pyproject.toml
@@ -17,13 +18,15 @@ install: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/spex demo
 
-# mypy cannot see through the editable install's package-dir mapping: give it a tree of links.
+# mypy and import-linter cannot see through the editable install's package-dir mapping (the
+# top-level package's folder holds none of its subpackages): give them a tree of links.
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	rm -rf build/typecheck && mkdir -p build/typecheck/spex
 	for p in $(PACKAGES); do ln -s ../../../$$p build/typecheck/spex/$$p; done
+	for f in api/*.py; do ln -s ../../../$$f build/typecheck/spex/; done
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	PYTHONPATH=build/typecheck $(BIN)/lint-imports
 
 # The TLS tests need a server built with TLS, which neither wheel's is: Debian's redis-server
 # 7.0, unpacked from its packages into the virtualenv with the two libraries it needs (no root,

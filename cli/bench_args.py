@@ -14,7 +14,7 @@ from spex.shared.core.machine import REWARDS
 from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
-from spex.shared.engine.api import ENGINES
+from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.sim.workload import WorkloadKnobs, load_knobs
 
@@ -162,7 +162,14 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
         help="sim (the simulated GPU), hf (in process), or a live vllm or sglang server (--engine-url)",
     )
     b.add_argument("--engine-url", default=None, help="vllm, sglang: the server's URL")
-    b.add_argument("--prm-url", default=None, help="vllm, sglang: a reward server (SGLang --is-embedding)")
+    b.add_argument("--prm-url", default=None, help="vllm, sglang: a reward server (as --prm-engine says)")
+    b.add_argument(
+        "--prm-engine",
+        choices=list(SERVERS),
+        default="sglang",
+        help="what serves --prm-url: sglang (/classify, launched with --is-embedding) or vllm (/pooling, "
+        "launched with --runner pooling)",
+    )
     b.add_argument(
         "--model",
         default=None,
@@ -286,6 +293,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
         prm=args.prm,
         engine_url=args.engine_url,
         prm_url=args.prm_url,
+        prm_engine=args.prm_engine,
         content=args.content or ("real" if args.dataset else "synthetic"),
         dataset=args.dataset,
         level=args.level,

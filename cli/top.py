@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from spex.cli.transport import check_url, ingress_request, read_token
+from spex.cli.transport import check_url, flagged, ingress_client, read_token
 
 __all__ = ["add_top_parser", "render", "top_command"]
 
@@ -32,7 +32,12 @@ def add_top_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _fetch(url: str, token: str) -> dict[str, Any]:
-    return ingress_request(url, "GET", "/v1/overview", token, timeout_s=FETCH_TIMEOUT_S)[1]
+    from spex import ClientError
+
+    try:
+        return ingress_client(url, token, FETCH_TIMEOUT_S).overview()
+    except ClientError as exc:
+        raise flagged(exc) from None
 
 
 def _num(value: object, digits: int = 2) -> str:

@@ -1,7 +1,8 @@
 """How the client commands reach a cluster: over HTTP through its ingress (`--url`, a user's way,
-with `--token-file` where the ingress asks for tokens) or straight to its Redis (`--redis`, an
-operator's way). Both answer the same questions the same way (`Ingress`), so `spex submit`,
-`result`, `cancel` and `tree` print the same whichever they go through.
+with `--token-file` where the ingress asks for tokens; the public client, `spex.Client`) or
+straight to its Redis (`--redis`, an operator's way). Both answer the same questions the same
+way (`Ingress`), so `spex submit`, `result`, `cancel` and `tree` print the same whichever they
+go through.
 
 Every failure is a ValueError whose one line names the flag to fix: an address nothing listens
 on names `--url` and the address, a refused token names `--token-file`, and a request the
@@ -11,21 +12,21 @@ ingress refuses is what the ingress said (`spex.services.ingress`: one line of J
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
 from spex.proto import AnswerResult, ServedBy
 
 if TYPE_CHECKING:
+    from spex import Answer, Client, ClientError
     from spex.shared.runtime.client import IngressClient
+
+T = TypeVar("T")
 
 __all__ = [
     "HttpIngress",
@@ -33,13 +34,11 @@ __all__ = [
     "RedisIngress",
     "check_redis_url",
     "check_url",
-    "ingress_request",
+    "flagged",
+    "ingress_client",
     "read_token",
 ]
 
-REQUEST_TIMEOUT_S = 30.0  # one HTTP request; the ingress answers at once (it waits on nothing)
-POLL_FIRST_S = 0.1  # waiting for an answer over HTTP: the first pause between looks ...
-POLL_MOST_S = 1.0  # ... growing by half each look up to this (the ingress has no blocking read)
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
@@ -59,10 +58,13 @@ class Ingress(Protocol):
 
 
 def check_url(url: str) -> str:
-    """The ingress's base URL, or ValueError naming --url."""
-    if not url.startswith(("http://", "https://")) or not url.partition("://")[2].strip("/"):
-        raise ValueError(f"--url: give the ingress's URL, http://HOST:PORT (or https://), not {url!r}")
-    return url.rstrip("/")
+    """The ingress's base URL, or ValueError naming --url (the client's check, `url: ...`)."""
+    from spex import Client
+
+    try:
+        return Client(url).url
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
 
 
 def check_redis_url(url: str) -> str:
@@ -93,127 +95,90 @@ def read_token(token_file: str | None) -> str:
     return lines[0].strip()
 
 
-def ingress_request(
-    url: str,
-    method: str,
-    path: str,
-    token: str,
-    body: dict[str, Any] | None = None,
-    timeout_s: float = REQUEST_TIMEOUT_S,
-) -> tuple[int, dict[str, Any]]:
-    """(status, JSON object) of a 2xx answer to one request to the ingress at `url`; any other
-    answer, or none, is a ValueError saying what went wrong and which flag fixes it."""
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{url}{path}", data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            return reply.status, _json(url, reply.status, reply.read())
-    except urllib.error.HTTPError as exc:
-        status, said = exc.code, _json(url, exc.code, exc.read()).get("error")
-        if status == 401:
-            given = "refused the token" if token else "needs a token"
-            raise ValueError(
-                f"--token-file: the ingress at {url} {given}: give a file holding a valid one "
-                "(or set $SPEX_TOKEN)"
-            ) from None
-        if not isinstance(said, str):
-            raise ValueError(f"--url: {url} answered HTTP {status}") from None
-        if status >= 500:
-            raise ValueError(f"--url: the ingress at {url} answered HTTP {status}: {said}") from None
-        raise ValueError(said if status in (400, 404, 409, 413) else f"{said} (HTTP {status})") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, TimeoutError):
-            raise ValueError(f"--url: the ingress at {url} did not answer within {timeout_s:g} s") from None
-        reason = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
-        raise ValueError(f"--url: cannot reach the ingress at {url}: {reason}") from None
+def ingress_client(url: str, token: str, timeout_s: float | None = None) -> Client:
+    """The public HTTP client of the ingress at `url` (checked: ValueError naming --url)."""
+    from spex import Client
+
+    return Client(check_url(url), token) if timeout_s is None else Client(check_url(url), token, timeout_s)
 
 
-def _json(url: str, status: int, raw: bytes) -> dict[str, Any]:
-    try:
-        out = json.loads(raw)
-    except ValueError:
-        out = None
-    if not isinstance(out, dict):
-        raise ValueError(
-            f"--url: {url} answered HTTP {status}, and not in the ingress's JSON: is it the ingress?"
-        )
-    return out
+def flagged(exc: ClientError) -> ValueError:
+    """A client's error as one line naming the flag that fixes it: --token-file for a refused or
+    missing token, --url for an ingress that did not answer (or failed, or is not one); what the
+    ingress said, as it said it, for a request it refused."""
+    from spex import Unauthorized
+
+    if isinstance(exc, Unauthorized):
+        return ValueError(f"--token-file: {exc}: give a file holding a valid one (or set $SPEX_TOKEN)")
+    if exc.said is None or (exc.status or 0) >= 500:
+        return ValueError(f"--url: {exc}")
+    return ValueError(str(exc))
 
 
 class HttpIngress:
-    """The cluster through its HTTP ingress (`POST /v1/questions`, `GET`/`DELETE
-    /v1/questions/{id}`, `GET /v1/questions/{id}/tree`), with urllib as `spex top` reads it."""
+    """The cluster through its HTTP ingress, by the public client (`spex.Client`), each call in
+    a thread of its own."""
 
     def __init__(self, url: str, token: str) -> None:
-        self.url, self.token = check_url(url), token
+        self.client = ingress_client(url, token)
 
-    async def _call(
-        self, method: str, path: str, body: dict[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        return await asyncio.to_thread(ingress_request, self.url, method, path, self.token, body)
+    async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        from spex import ClientError
+
+        try:
+            return await asyncio.to_thread(method, *args, **kwargs)
+        except ClientError as exc:
+            raise flagged(exc) from None
 
     async def submit(self, question: str, fields: dict[str, Any]) -> str:
-        _, reply = await self._call("POST", "/v1/questions", {"question": question, **fields})
-        return str(reply["query_id"])
+        return await self._call(self.client.submit, question, **fields)
 
     async def answer(self, query_id: str, wait_s: float | None) -> AnswerResult | None:
-        deadline, pause = time.monotonic() + (wait_s or 0.0), POLL_FIRST_S
-        while True:
-            status, reply = await self._call("GET", f"/v1/questions/{_quoted(query_id)}")
-            if status == 200:
-                return _answer(query_id, reply)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            await asyncio.sleep(min(pause, left))
-            pause = min(POLL_MOST_S, pause * 1.5)
+        try:
+            answer = await self._call(self.client.wait, query_id, wait_s or 0.0)
+        except TimeoutError:
+            return None
+        return _answer(answer)
 
     async def cancel(self, query_id: str) -> None:
-        await self._call("DELETE", f"/v1/questions/{_quoted(query_id)}")
+        await self._call(self.client.cancel, query_id)
 
     async def tree(self, query_id: str) -> dict[str, Any]:
-        return (await self._call("GET", f"/v1/questions/{_quoted(query_id)}/tree"))[1]
+        return (await self._call(self.client.tree, query_id)).to_json()
 
     async def aclose(self) -> None:
-        return None
+        self.client.close()
 
 
-def _quoted(query_id: str) -> str:
-    return urllib.parse.quote(query_id, safe="")
-
-
-def _answer(query_id: str, reply: dict[str, Any]) -> AnswerResult:
-    """The ingress's answer (`watch.answer_json`) as the message the Redis path reads."""
+def _answer(answer: Answer) -> AnswerResult:
+    """The ingress's answer as the message the Redis path reads (one printer for both)."""
     return AnswerResult(
         msg_id="",
-        query_id=query_id,
-        answer=reply.get("answer"),
-        correct=reply.get("correct"),
-        solution=list(reply.get("solution", [])),
-        nodes=int(reply.get("nodes", 0)),
-        tokens_generated=int(reply.get("tokens_generated", 0)),
-        latency_s=float(reply.get("latency_s", 0.0)),
-        tree_digest=str(reply.get("tree_digest", "")),
-        error=str(reply.get("error", "")),
-        early_stopped=bool(reply.get("early_stopped", False)),
-        cancelled=reply.get("status") == "cancelled",
-        spec_issued=int(reply.get("speculative_issued", 0)),
-        spec_adopted=int(reply.get("speculative_adopted", 0)),
-        served_by=_served(reply.get("served_by")),
+        query_id=answer.query_id,
+        answer=answer.answer,
+        correct=answer.correct,
+        solution=list(answer.solution),
+        nodes=answer.nodes,
+        tokens_generated=answer.tokens_generated,
+        latency_s=answer.latency_s,
+        tree_digest=answer.tree_digest,
+        error=answer.error or "",
+        early_stopped=answer.early_stopped,
+        cancelled=answer.status == "cancelled",
+        spec_issued=answer.speculative_issued,
+        spec_adopted=answer.speculative_adopted,
+        served_by=_served(answer),
     )
 
 
-def _served(reply: Any) -> ServedBy | None:
-    """What answered, from the answer's `served_by` (`views.served_json`)."""
-    if not isinstance(reply, dict):
+def _served(answer: Answer) -> ServedBy | None:
+    """What answered, as the wire says it (None: not said, or not in the wire's terms)."""
+    if answer.served_by is None:
         return None
+    said = asdict(answer.served_by)
+    said.pop("demonstration")
     try:
-        return msgspec.convert({k: v or "" for k, v in reply.items() if k != "demonstration"}, ServedBy)
+        return msgspec.convert({k: v or "" for k, v in said.items()}, ServedBy)
     except msgspec.ValidationError:
         return None
 

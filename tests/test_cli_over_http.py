@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -15,8 +14,7 @@ import redis
 
 from spex.cli.main import main
 from spex.shared.runtime.redis_server import free_port
-from tests.services.cluster import Cluster
-from tests.services.helpers import wait_http
+from tests.services.cluster import threaded_cluster
 
 TOKEN = "alice-secret-token-0001"
 
@@ -42,24 +40,8 @@ def live(redis_server, tmp_path_factory):
     (tmp / "tokens").write_text(f"alice {TOKEN}\n")
     (tmp / "token").write_text(TOKEN + "\n")
     (tmp / "wrong").write_text("not-alices-token-00000\n")
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    port = free_port()
-    cluster = Cluster(redis_server.url, "inprocess", http_port=port, auth_tokens_file=str(tmp / "tokens"))
-
-    async def start():
-        await cluster.start("ingress", "ingress-0")
-        await cluster.start_all()
-
-    asyncio.run_coroutine_threadsafe(start(), loop).result(60)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/health")
-    yield url, tmp, redis_server.url, cluster, loop
-    asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(60)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    with threaded_cluster(redis_server.url, auth_tokens_file=str(tmp / "tokens")) as (url, cluster, loop):
+        yield url, tmp, redis_server.url, cluster, loop
 
 
 def test_submit_result_tree_over_http_print_what_the_redis_path_prints(live):

@@ -1,10 +1,13 @@
 """The documentation site builds with `mkdocs build --strict`: a broken link or anchor, or a page
-under docs/ that the nav leaves out, fails the build (mkdocs.yml's `validation`)."""
+under docs/ that the nav leaves out, fails the build (mkdocs.yml's `validation`); the Python
+API's reference is rendered from the docstrings in that build."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import spex
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,3 +35,6 @@ def test_the_docs_site_builds_strict_with_every_page_in_the_nav(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     for page in ("index.html", "journal/index.html", "reference/index.html", "reference/cli/index.html"):
         assert (site / page).is_file(), page
+    python = (site / "reference/python/index.html").read_text()
+    for docstring in (spex.evaluate.__doc__, spex.Client.__doc__, spex.QuestionResult.__doc__):
+        assert docstring is not None and docstring.splitlines()[0].split("`")[0] in python

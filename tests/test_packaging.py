@@ -1,6 +1,8 @@
 """The wheel installs one top-level package, `spex`, holding every module of the folders it
-maps and the shipped dataset, and carries the licence (LICENSE, Apache-2.0)."""
+maps (its own, the public Python API, from api/) and the shipped dataset, and carries the
+licence (LICENSE, Apache-2.0); installed from the wheel alone, `import spex` is the API."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -9,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {
+    "api": "spex",
     "proto": "spex/proto",
     "shared": "spex/shared",
     "services": "spex/services",
@@ -41,6 +44,7 @@ def test_the_wheel_has_one_top_level_package_with_every_module(tmp_path):
         for folder, package in FOLDERS.items()
         for path in (ROOT / folder).rglob("*.py")
     }
+    assert "spex/__init__.py" in expected  # a real package, not a namespace
     assert expected - modules == set(), "modules missing from the wheel (pyproject.toml's packages list)"
     assert modules - expected == set()
     assert "spex/data/math500.jsonl" in names  # the shipped dataset
@@ -49,3 +53,23 @@ def test_the_wheel_has_one_top_level_package_with_every_module(tmp_path):
     (info,) = {name.split("/")[0] for name in names if name.split("/")[0].endswith(".dist-info")}
     assert any(n.startswith(f"{info}/") and n.endswith("LICENSE") for n in names)  # the Apache-2.0 text
     assert "Apache-2.0" in zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
+    # The wheel's own files, ahead of the editable install: `import spex` is the API and its
+    # subpackages are the wheel's, and an evaluation runs from them.
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = (
+        "import spex; r = spex.evaluate(questions=2, target=2, progress=False); "
+        "import spex.bench; print(spex.__file__, spex.bench.__file__, len(r))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    api, bench, count = done.stdout.split()
+    assert api == str(site / "spex" / "__init__.py") and bench == str(site / "spex" / "bench" / "__init__.py")
+    assert count == "2"

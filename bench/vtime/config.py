@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from spex.proto import CONTENTS, SPLITS, Content, Split, SubmitQuestionRequest, submission
+from spex.shared.content.datasets import DatasetQuestion
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.ids import derived_int
 from spex.shared.core.machine import REWARDS, Reward
@@ -14,7 +15,7 @@ from spex.shared.core.search import SearchConfig, make_algorithm
 from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.tree import Tree
-from spex.shared.engine.api import ENGINES, SERVERS, EngineName
+from spex.shared.engine.api import ENGINES, SERVERS, EngineName, ServerName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
 from spex.shared.roofline.hardware import Profile, parse_profile
 from spex.shared.roofline.measured import load_measured, measured_sim_profile
@@ -55,9 +56,12 @@ class BenchConfig:
     model: str | None = None  # hf: the generator's local model directory (a server: its tokenizer)
     prm: str | None = None  # a local reward-model directory (else the simulated PRM)
     engine_url: str | None = None  # vllm, sglang: the generator's server
-    prm_url: str | None = None  # vllm, sglang: a reward server (SGLang --is-embedding)
+    prm_url: str | None = None  # vllm, sglang: a reward server
+    prm_engine: ServerName = "sglang"  # what serves prm_url: SGLang's /classify or vLLM's /pooling
     content: Content = "synthetic"  # the workload's tree, or the model's text
     dataset: str | None = None  # real content: a JSONL file or a shipped name (math500, easy)
+    # real content: the questions themselves (the Python API's dataset), in place of `dataset`
+    dataset_questions: tuple[DatasetQuestion, ...] = ()
     level: int | None = None  # real content: only the dataset's questions of this level
     deterministic: bool = False  # hf: batch-invariant outputs (lossless on a real model)
     max_running: int = 16  # hf: sequences decoded together; also the static speculative pool
@@ -172,7 +176,7 @@ class BenchConfig:
         if self.content == "real":
             if self.backend == "sim":
                 raise ValueError("content: real content needs a real engine (--engine hf, vllm, sglang)")
-            if not self.dataset:
+            if not (self.dataset or self.dataset_questions):
                 raise ValueError("dataset: real content needs --dataset FILE (or math500, easy)")
             if self.reward == "prm" and not (self.prm or self.prm_url):
                 raise ValueError("prm: the prm reward on real content needs --prm DIR (or --reward logprob)")
@@ -200,6 +204,8 @@ class BenchConfig:
         for name in ("engine_url", "prm_url"):
             if getattr(self, name) is not None:
                 check_url(getattr(self, name), name)
+        if self.prm_engine not in SERVERS:
+            raise ValueError(f"prm_engine: must be one of {', '.join(SERVERS)}, not {self.prm_engine!r}")
         if not self.engine_url:
             raise ValueError(f"engine_url: --engine {self.backend} needs --engine-url URL (its server)")
         if self.reward == "prm" and not self.prm_url:

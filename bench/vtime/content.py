@@ -163,9 +163,9 @@ def _hf_generator(cfg: BenchConfig) -> Engine:
 
 
 def _serving_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
-    """A live server's engine, and a reward server's (SGLang's /classify) with --prm-url; both
-    on one wall clock. The generator's prompts go through the chat template of `cfg.model`
-    (the served model's directory), or plain text without one."""
+    """A live server's engine, and with --prm-url a reward server's (SGLang's /classify or vLLM's
+    /pooling, by `prm_engine`); both on one wall clock. The generator's prompts go through the
+    chat template of `cfg.model` (the served model's directory), or plain text without one."""
     from spex.bench.vtime.wallclock import WallClock
     from spex.shared.serving import open_engine
 
@@ -178,7 +178,7 @@ def _serving_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
         gen = _wall_engine(live, clock, "engine_url")
         if cfg.reward != "prm":
             return gen, None
-        scorer = open_engine("sglang", str(cfg.prm_url), reward=True, tokenizer_dir=cfg.prm or "")
+        scorer = open_engine(cfg.prm_engine, str(cfg.prm_url), reward=True, tokenizer_dir=cfg.prm or "")
         return gen, _wall_engine(scorer, clock, "prm_url")
     except BaseException:
         clock.close()
@@ -232,9 +232,12 @@ class SyntheticContent:
 
     def __init__(self, cfg: BenchConfig, gen: Engine, prm: Engine | None) -> None:
         self.workload = SyntheticWorkload(cfg.knobs, cfg.seed, SEARCHES[cfg.algorithm].family)
-        self.questions: list[SyntheticQuestion] = [
-            self.workload.query(cfg.first_question + i) for i in range(cfg.questions)
+        # The workload's question for each id: the given questions' (their text is not read, as
+        # the pipeline's synthetic steps do not read it), else first_question, first_question + 1, ...
+        ids = [q.query_id for q in cfg.dataset_questions[: cfg.questions]] or [
+            f"q{cfg.first_question + i:05d}" for i in range(cfg.questions)
         ]
+        self.questions: list[SyntheticQuestion] = [self.workload.question(qid) for qid in ids]
         # A mixed workload writes each question's steps in its own search's style.
         styles = {style: SyntheticWorkload(cfg.knobs, cfg.seed, style) for style in ("bfs", "dfs")}
         self._workload_of = {
@@ -291,7 +294,8 @@ class RealContent:
         self._prm_text = _template(prm)
         count = gen.count_tokens or len  # a server without --model: characters
         self.questions: list[Question] = []
-        for q in load_questions(str(cfg.dataset), cfg.questions, level=cfg.level):
+        given = list(cfg.dataset_questions[: cfg.questions])
+        for q in given or load_questions(str(cfg.dataset), cfg.questions, level=cfg.level):
             head = prompt_pieces(q.text, [], self._gen_text, cfg.step_split)[0]
             self.questions.append(Question(q.query_id, q.text, count(head), q.reference_answer))
 

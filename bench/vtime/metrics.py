@@ -32,6 +32,9 @@ class QueryRecord:
     rewards: dict[str, float]  # node id -> reward
     step_tokens: tuple[int, ...]  # each generated step's tokens
     capped_steps: int  # steps that ended at the token cap
+    solution: tuple[str, ...]  # the steps of the solution the answer came from (the pipeline's, too)
+    spec_issued: int  # speculative jobs issued for it
+    spec_adopted: int  # ... that its search used
 
 
 @dataclass
@@ -169,6 +172,9 @@ class RunMetrics:
             rewards=machine.tree.rewards(),
             step_tokens=tuple(n.tokens for n in steps),
             capped_steps=sum(n.finish_reason == "length" for n in steps),
+            solution=tuple(machine.solution_steps()),
+            spec_issued=st.spec_issued,
+            spec_adopted=st.spec_adopted,
         )
 
     def level_batches(self, trace: Trace | None) -> list[tuple[int, float, float]]:

@@ -47,7 +47,6 @@ from spex.shared.core.commands import (
 from spex.shared.core.ids import digest
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SEARCHES
-from spex.shared.core.search.answers import normalize_answer
 from spex.shared.core.tree import Node
 
 __all__ = [
@@ -233,7 +232,7 @@ def finish(q: Outgoing, cmd: FinishCommand) -> list[Effect]:
         trace_id=req.trace_id,
         epoch=q.epoch,
         answer=cmd.answer,
-        solution=_solution(m),
+        solution=m.solution_steps(),
         nodes=len(m.tree) - 1,
         tokens_generated=m.stats.tokens_generated,
         tree_digest=digest(m.tree.digest(rewards=q.content == "synthetic"), m.answer),  # as the bench's
@@ -272,18 +271,6 @@ def _synthetic(q: Outgoing) -> Synthetic | None:
 def _texts(node: Node | None) -> list[str]:
     """The text of every step from the root's child down to `node`."""
     return [n.text for n in node.path()] if node is not None else []
-
-
-def _solution(m: QueryMachine) -> list[str]:
-    """The steps of the highest-reward solution that gives the chosen answer; with no answer,
-    of the deepest, then highest-reward, step the search reached (to show what it wrote)."""
-    chosen = [n for n in m.solutions if n.answer is not None and normalize_answer(n.answer) == m.answer]
-    if m.answer is not None and chosen:
-        return _texts(max(chosen, key=lambda n: n.reward or 0.0))
-    reached = [n for n in m.tree if n.parent is not None and n.generated]
-    if not reached:
-        return []
-    return _texts(max(reached, key=lambda n: (n.depth, n.reward or 0.0)))
 
 
 COMMAND_HANDLERS: dict[type, Callable[[Outgoing, Any], list[Effect]]] = {

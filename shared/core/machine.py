@@ -38,7 +38,7 @@ from spex.shared.core.commands import (
 from spex.shared.core.ids import digest
 from spex.shared.core.machine_spec import MachineSpeculation
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
-from spex.shared.core.search.answers import Equivalence, extract_answer, select_answer
+from spex.shared.core.search.answers import Equivalence, extract_answer, normalize_answer, select_answer
 from spex.shared.core.spec.early_stop import EarlyStop, answer_weight, should_stop
 from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy, algorithm_predictor
 from spex.shared.core.tree import Node, Tree
@@ -113,6 +113,18 @@ class QueryMachine(MachineSpeculation):
         self._priors = {}  # speculative node issued -> its prior
         self._prior_sum = 0.0  # Σ prior of every speculative job issued
         self._extended = set()  # nodes whose step a job of one of their children has in its prompt
+
+    def solution_steps(self) -> list[str]:
+        """The steps of the highest-reward solution that gives the chosen answer; with no answer,
+        of the deepest, then highest-reward, step the search reached (to show what it wrote)."""
+        answer = self.answer
+        chosen = [n for n in self.solutions if n.answer is not None and normalize_answer(n.answer) == answer]
+        if answer is not None and chosen:
+            return [n.text for n in max(chosen, key=lambda n: n.reward or 0.0).path()]
+        reached = [n for n in self.tree if n.parent is not None and n.generated]
+        if not reached:
+            return []
+        return [n.text for n in max(reached, key=lambda n: (n.depth, n.reward or 0.0)).path()]
 
     # ------------------------------------------------------------------ what the search waits on
     @property

@@ -9,8 +9,11 @@ failed test's report. (In-process services log to this process: pytest captures 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -131,3 +134,33 @@ class Cluster:
 
     def service(self, name: str) -> Any:
         return self.tasks[name][2]
+
+
+@contextlib.contextmanager
+def threaded_cluster(url: str, **settings: Any) -> Iterator[tuple[str, Cluster, asyncio.AbstractEventLoop]]:
+    """An in-process cluster with its HTTP ingress, on an event loop in a thread of its own, so
+    a test's blocking clients (and `spex` processes) call it meanwhile: (the ingress's URL, the
+    cluster, its loop: `asyncio.run_coroutine_threadsafe(..., loop)` reaches it)."""
+    from spex.shared.runtime.redis_server import free_port
+    from tests.services.helpers import wait_http
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    port = free_port()
+    cluster = Cluster(url, "inprocess", http_port=port, **settings)
+
+    async def start() -> None:
+        await cluster.start("ingress", "ingress-0")
+        await cluster.start_all()
+
+    try:
+        asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+        base = f"http://127.0.0.1:{port}"
+        wait_http(f"{base}/health")
+        yield base, cluster, loop
+    finally:
+        asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -39,6 +39,21 @@ THRESHOLDS = ("artifact", "quarter")
 
 @dataclass(frozen=True)
 class EarlyStop:
+    """Adaptive early termination (T3), the rule of this module's docstring: off unless
+    `enabled`. It changes what the search explores, and so may change its answer.
+
+    Attributes:
+        enabled: Stop a search once its leading answer cannot be overturned.
+        alpha: The margin's scale α.
+        min_answers: Stop only after this many answers (`None`: the search family's rule, more
+            than N/4 answers breadth-first or N/2 rollouts depth-first).
+        median_gate: The released code's gate, median(w_1st) > θ (`None`: off, as the paper).
+        weight: An answer's weight: `"min"`, its path's lowest step reward, or `"last"`, its own.
+        runner_up: avg(w_2nd) with no runner-up: `"zero"` or the `"leader"`'s mean weight.
+        threshold: How far a search must have gone: `"artifact"` (the family's rule) or
+            `"quarter"` (at least ⌈N/4⌉ answers, any search).
+    """
+
     enabled: bool = False
     alpha: float = 0.5  # the paper's α (the artifact's DFS default; its BFS script runs 1.0)
     min_answers: int | None = None  # t as a count of answers; None: the family's rule (above)

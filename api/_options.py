@@ -1,0 +1,161 @@
+"""What an offline evaluation runs on: the generator (`Engine`), the step reward (`Reward`) and how
+steps are written and read (`Prompt`). Each is a frozen value with a constructor per kind;
+`spex.evaluate` turns them into the benchmark's configuration (`_evaluate.bench_config`), the
+one place each field reaches the engines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, SPLITS, Split
+
+__all__ = ["PRM_KINDS", "Engine", "EngineKind", "Prompt", "Reward", "RewardKind", "ServerKind"]
+
+EngineKind = Literal["sim", "hf", "vllm", "sglang"]
+ServerKind = Literal["vllm", "sglang"]
+RewardKind = Literal["prm", "logprob"]
+# The reward-model families the engines read today: a two-label token classifier, scored at a
+# step's last token (`spex.shared.hf.reward`, vLLM's `token_classify`, SGLang's `/classify`).
+PRM_KINDS = ("token-classification",)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The generator: the simulated GPU, a model in process, or a vLLM or SGLang server.
+
+    Build one with `Engine.sim()`, `Engine.hf(...)`, `Engine.vllm(...)` or `Engine.sglang(...)`.
+    On `sim` the questions' trees are the synthetic workload's (the text is not read); every
+    other engine writes the model's own steps for the questions' text.
+
+    Attributes:
+        kind: `"sim"`, `"hf"`, `"vllm"` or `"sglang"`.
+        model: `hf`: the model's local directory (Hugging Face layout). A server: the served
+            model's directory, for its tokenizer and chat template (without one, prompts are
+            plain text and tokens are counted as characters).
+        url: A server's base URL (`http://HOST:PORT`).
+        profile: `sim`: the simulated GPU, `MODEL@GPU` (`spex bench --list-profiles`).
+        device: `hf`: the torch device (`cpu`, `cuda`).
+        dtype: `hf`: the weights' and KV's dtype (`float32`, `bfloat16`; `""`: as saved).
+        deterministic: Batch-invariant outputs, so SPEX's trees are the baseline's on a real
+            model (`hf`; `sglang` started with `--enable-deterministic-inference`).
+        max_running: `hf`: sequences decoded together (also the speculative pool's size where
+            no measured profile budgets it).
+    """
+
+    kind: EngineKind = "sim"
+    model: str | None = None
+    url: str | None = None
+    profile: str = "Llemma-7B@A6000"
+    device: str = "cpu"
+    dtype: str = ""
+    deterministic: bool = False
+    max_running: int = 16
+
+    @classmethod
+    def sim(cls, profile: str = "Llemma-7B@A6000") -> Engine:
+        """The simulated GPU of `profile` (`MODEL@GPU`), on the synthetic workload."""
+        return cls("sim", profile=profile)
+
+    @classmethod
+    def hf(
+        cls,
+        model: str,
+        *,
+        device: str = "cpu",
+        dtype: str = "",
+        deterministic: bool = False,
+        max_running: int = 16,
+    ) -> Engine:
+        """SPEX's in-process PyTorch engine on the model in the local directory `model`."""
+        return cls("hf", model=model, device=device, dtype=dtype, deterministic=deterministic,
+                   max_running=max_running)  # fmt: skip
+
+    @classmethod
+    def vllm(cls, url: str, *, model: str | None = None) -> Engine:
+        """A vLLM server at `url` (its OpenAI-compatible API); `model`: the served model's
+        directory, for its chat template and tokenizer."""
+        return cls("vllm", model=model, url=url)
+
+    @classmethod
+    def sglang(cls, url: str, *, model: str | None = None, deterministic: bool = False) -> Engine:
+        """An SGLang server at `url` (its native `/generate`); `model`: the served model's
+        directory, for its chat template and tokenizer."""
+        return cls("sglang", model=model, url=url, deterministic=deterministic)
+
+
+@dataclass(frozen=True)
+class Reward:
+    """How a step is scored: a process reward model (simulated, in process, or served by vLLM
+    or SGLang) or the generator's own log-probabilities.
+
+    Build one with `Reward.simulated()`, `Reward.logprob()`, `Reward.prm(...)` or
+    `Reward.served(...)`.
+
+    Attributes:
+        kind: `"prm"` (a process reward model) or `"logprob"` (the step's mean token
+            log-probability, from the generation itself).
+        model: A PRM's local directory: run in process, or with `url` its tokenizer and chat
+            template. `None` with `kind="prm"` and no `url`: the simulated PRM (the `sim`
+            engine only).
+        url: A PRM server's base URL.
+        server: What serves `url`: `"vllm"` (`/pooling`, started with `--runner pooling`) or
+            `"sglang"` (`/classify`, started with `--is-embedding`).
+        prm_kind: The PRM's family; `None` is the default family, which is the only one read
+            today: `"token-classification"` (a two-label token classifier scored at the step's
+            last token).
+    """
+
+    kind: RewardKind = "prm"
+    model: str | None = None
+    url: str | None = None
+    server: ServerKind = "vllm"
+    prm_kind: str | None = None
+
+    @classmethod
+    def simulated(cls) -> Reward:
+        """The simulated PRM: a noisy signal of whether a synthetic step is on track (`sim`)."""
+        return cls("prm")
+
+    @classmethod
+    def logprob(cls) -> Reward:
+        """The generator's own mean token log-probability of the step (no reward model)."""
+        return cls("logprob")
+
+    @classmethod
+    def prm(cls, model: str, *, prm_kind: str | None = None) -> Reward:
+        """The process reward model in the local directory `model`, run in process."""
+        return cls("prm", model=model, prm_kind=prm_kind)
+
+    @classmethod
+    def served(
+        cls, url: str, *, server: ServerKind = "vllm", model: str | None = None, prm_kind: str | None = None
+    ) -> Reward:
+        """A process reward model served at `url` by `server` (`"vllm"` or `"sglang"`); `model`:
+        its local directory, for its tokenizer and chat template."""
+        return cls("prm", model=model, url=url, server=server, prm_kind=prm_kind)
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.kind == "prm" and self.model is None and self.url is None
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """How a real model's steps are written and read (the `sim` engine writes none).
+
+    Attributes:
+        step_split: Where a step ends, for the prompt's worked example, the delimiter between
+            the path's steps and the generation's stop strings: `"newline"` (a step is a line),
+            `"blank-line"` (a paragraph) or `"numbered"` (a numbered line and what follows it).
+        min_step_tokens: A stop string met before a step has this many tokens does not end it.
+        temperature: The generator's sampling temperature (0: greedy).
+    """
+
+    step_split: Split = DEFAULT_SPLIT
+    min_step_tokens: int = 0
+    temperature: float = DEFAULT_TEMPERATURE
+
+    def __post_init__(self) -> None:
+        if self.step_split not in SPLITS:
+            raise ValueError(f"step_split: one of {', '.join(SPLITS)}, not {self.step_split!r}")
