@@ -217,11 +217,14 @@ def test_each_request_pays_its_cost_once_when_a_planned_step_is_cut_short(tmp_pa
     assert costly - free == pytest.approx(2 * 0.030)
 
 
+BF16 = "bfloat16"
+
+
 @pytest.mark.parametrize(
     ("meta", "run", "message"),
     [
         ({"deterministic": False}, {"deterministic": True}, "deterministic kernels off"),
-        ({"deterministic": True, "dtype": "float32"}, {"deterministic": True, "dtype": "bfloat16"}, "float32"),
+        ({"deterministic": True, "dtype": "float32"}, {"deterministic": True, "dtype": BF16}, "in float32"),
     ],
 )
 def test_a_curve_of_another_mode_is_refused_in_one_line(tmp_path, tiny_model, meta, run, message):
