@@ -87,7 +87,7 @@ class TpotGovernor:
     gain_down: float = 1.0  # lowering it: over the target is corrected faster than under
     window: int = 32
     max_slack: float = 4.0
-    min_slack: float = -0.25  # (1 + slack) × the primaries' step: below 0, no room at all
+    min_slack: float = -0.05  # below 0 no room at all; deeper would only keep it shut longer
     _measured_s: float = 0.0
     _alone_s: float = 0.0
     _steps: int = 0
