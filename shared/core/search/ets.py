@@ -152,6 +152,7 @@ ETS_PRESETS: dict[str, dict[str, float]] = {
 @register
 class Ets(LevelSearch):
     name = "ets"
+    parameters = EtsParams
     presets = ETS_PRESETS
 
     def __init__(self, tree: Tree, config: SearchConfig, embed: Embedder = trigram_embedder) -> None:

@@ -179,3 +179,4 @@ class LevelSearch(SearchAlgorithm):
 @register
 class Rebase(LevelSearch):
     name = "rebase"
+    parameters = RebaseParams

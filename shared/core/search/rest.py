@@ -55,6 +55,7 @@ class Rest(SearchAlgorithm):
     name = "rest"
     family = "dfs"
     default_selection = "weighted"
+    parameters = RestParams
 
     def __init__(self, tree: Tree, config: SearchConfig) -> None:
         super().__init__(tree, config)
