@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # The folders that install as subpackages of `spex` (pyproject.toml's package-dir).
-PACKAGES := proto shared services bench cli data
+PACKAGES := proto search shared services bench cli data
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -4,7 +4,7 @@ and is split along its seams."""
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("proto", "shared", "services", "bench", "cli", "data")
+PACKAGES = ("proto", "search", "shared", "services", "bench", "cli", "data")
 MAX_LINES = 400
 
 

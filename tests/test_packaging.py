@@ -10,6 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {
     "proto": "spex/proto",
+    "search": "spex/search",
     "shared": "spex/shared",
     "services": "spex/services",
     "bench": "spex/bench",

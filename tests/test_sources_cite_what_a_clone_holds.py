@@ -5,7 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTSIDE = ("../shared/", "DESIGN §", "DESIGN.md")
-PACKAGES = ("proto", "shared", "services", "bench", "cli", "data", "tests")
+PACKAGES = ("proto", "search", "shared", "services", "bench", "cli", "data", "tests")
 
 
 def test_no_source_cites_a_document_outside_the_repository():

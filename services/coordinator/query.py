@@ -7,11 +7,13 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from opentelemetry.trace import Span
 from structlog.typing import FilteringBoundLogger
 
 from spex.proto import QueryStatsEvent, SubmitQuestionRequest, submission
+from spex.proto.messages import AnswerSelection
 from spex.shared.content.grading import equivalent, grade
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SEARCHES, SearchConfig
@@ -78,7 +80,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
     search = SearchConfig(
         req.algorithm,
         req.target,
-        answer_selection=req.answer_selection or None,  # type: ignore[arg-type]  (checked by validate)
+        answer_selection=cast("AnswerSelection | None", req.answer_selection or None),  # validate checked it
         max_step_tokens=settings.max_step_tokens,
         params=search_params(req, settings),
     )

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spex.proto.submission import CLIENT_FIELDS, MODES
-from spex.shared.core.search import SEARCHES
 from spex.services.ingress import IngressService
+from spex.shared.core.search import SEARCHES
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import RedisServer, free_port
 from spex.shared.runtime.settings import Settings
@@ -180,7 +180,9 @@ FIELD_VALUES = {
     int: st.one_of(fz.ints(), st.integers(min_value=2**64, max_value=10**30), st.integers(-(10**30), -1)),
     float: st.one_of(st.floats(), st.integers(-(10**30), 10**30)),  # nan, ±inf, and whole numbers
     bool: st.booleans(),
-    dict: st.dictionaries(fz.strings(short=True), st.one_of(st.floats(), fz.strings(short=True)), max_size=40),
+    dict: st.dictionaries(
+        fz.strings(short=True), st.one_of(st.floats(), fz.strings(short=True)), max_size=40
+    ),
 }
 PLAUSIBLE = {
     "question": st.sampled_from(["What is 1+1?", "x", "é" * 50]),

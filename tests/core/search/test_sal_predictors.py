@@ -45,7 +45,12 @@ def test_beam_is_certain_of_the_next_round_once_every_beam_is_scored():
     view = View(tree)
     got = beam.predict(view, k=4)
     # (1) and (3) survive (equal scores: both kept); the next list is [1, 3, 1, 3].
-    assert got == [view.child(level[1], 0), view.child(level[3], 0), view.child(level[1], 1), view.child(level[3], 1)]
+    assert got == [
+        view.child(level[1], 0),
+        view.child(level[3], 0),
+        view.child(level[1], 1),
+        view.child(level[3], 1),
+    ]
     assert all(beam.spec_likelihood(n) == 1.0 for n in got)
 
 
@@ -84,7 +89,9 @@ def test_dvts_is_certain_of_a_decided_subtree_and_stops_at_an_answer():
 @pytest.mark.parametrize("search", ["beam", "dvts"])
 def test_a_prediction_dies_once_its_round_is_decided(search):
     tree = Tree("q", seed=1, question_tokens=50)
-    algo = BeamSearch(tree, SearchConfig("beam", 4)) if search == "beam" else Dvts(tree, SearchConfig("dvts", 4))
+    algo = (
+        BeamSearch(tree, SearchConfig("beam", 4)) if search == "beam" else Dvts(tree, SearchConfig("dvts", 4))
+    )
     level = [tree.child(tree.root, i) for i in range(4)]
     algo.pending = level
     view = View(tree)

@@ -53,7 +53,9 @@ def test_beam_search_grows_the_reference_tree_and_keeps_its_completed_beams(seed
 
 
 @pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize(("n", "m", "iterations", "agg"), [(8, 4, 6, "last"), (16, 4, 8, "min"), (6, 2, 4, "prod")])
+@pytest.mark.parametrize(
+    ("n", "m", "iterations", "agg"), [(8, 4, 6, "last"), (16, 4, 8, "min"), (6, 2, 4, "prod")]
+)
 def test_dvts_grows_the_reference_subtrees_and_returns_their_last_candidates(seed, n, m, iterations, agg):
     content = Content(seed, terminal=0.1)
     tree, solutions, _ = grow_by_content(
@@ -104,7 +106,11 @@ def test_equal_scores_keep_the_last_beams_and_copy_them_in_turn():
 def test_fewer_active_beams_than_kept_are_duplicated_up_to_n():
     # Three of four answer at once: the one left is copied four times (its children 0..3).
     tree, solutions, _ = grow_by_content(
-        "beam", 4, Flat(ends={(0,), (1,), (2,), (3, 0), (3, 1), (3, 2), (3, 3)}), beam_width=2, num_iterations=5
+        "beam",
+        4,
+        Flat(ends={(0,), (1,), (2,), (3, 0), (3, 1), (3, 2), (3, 3)}),
+        beam_width=2,
+        num_iterations=5,
     )
     assert [p for p in grown(tree) if len(p) == 2] == [(3, 0), (3, 1), (3, 2), (3, 3)]
     assert solutions == [(0,), (1,), (2,), (3, 0)]  # the first N completed
