@@ -43,7 +43,7 @@ class DvtsParams:
     num_iterations: int = 40  # rounds; the last generates to the end (config.py#L64)
     agg_strategy: str = "last"  # last, min or prod (config.py#L60)
     max_tokens: int = 2048  # what the last round's generation to the end may spend (#L36, #L74)
-    spec_lookahead: int = 2  # rounds speculation looks ahead
+    spec_lookahead: int = 3  # rounds speculation looks ahead
 
 
 def first_best(scores: list[float]) -> int:

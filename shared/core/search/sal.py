@@ -90,16 +90,21 @@ def to_the_end(starts: Sequence[Node], tree: Tree, max_tokens: int) -> Program:
 def survival(beaten_by: int, scored: int, unscored: int, keep: int) -> float:
     """The probability that a scored candidate is among the `keep` best of its cut, when
     `beaten_by` of the `scored` other scored candidates beat it and `unscored` are still to be
-    scored: each of those beats it as often as the scored ones do (smoothed by half a rival
-    each way), independently."""
+    scored. Scores arrive in an order that says nothing of them (a step's length), so the
+    candidates are exchangeable: where the unscored fall among the scored is a Pólya urn, and
+    the chance that j of them beat it is C(r+j, j)·C(k−r−1+u−j, u−j) / C(k+u, u), with r =
+    `beaten_by`, k the scored counting it, u = `unscored`."""
     if beaten_by >= keep:
         return 0.0
     if unscored <= 0:
         return 1.0
-    p = (beaten_by + 0.5) / (scored + 1.0)
-    room = keep - 1 - beaten_by  # unscored rivals that may beat it and leave it in
-    return sum(
-        math.comb(unscored, j) * p**j * (1.0 - p) ** (unscored - j) for j in range(min(room, unscored) + 1)
+    r, k, u = beaten_by, scored + 1, unscored
+    ways = math.comb(k + u, u)
+    return (
+        sum(
+            math.comb(r + j, j) * math.comb(k - r - 1 + u - j, u - j) for j in range(min(u, keep - 1 - r) + 1)
+        )
+        / ways
     )
 
 

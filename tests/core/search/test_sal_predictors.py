@@ -1,6 +1,8 @@
 """Beam search's and DVTS's predictions on hand-built rounds: the likely survivors grown early,
 each child as likely as its parent survives the cut; certain once the cut is decided."""
 
+import itertools
+
 import pytest
 
 from spex.shared.core.search.base import SearchConfig
@@ -11,12 +13,30 @@ from spex.shared.core.tree import Tree
 from tests.core.search.test_predict_hooks import View, done
 
 
-def test_survival_is_certain_when_decided_and_falls_with_rivals_ahead():
-    assert survival(beaten_by=0, scored=3, unscored=0, keep=1) == 1.0
-    assert survival(beaten_by=2, scored=3, unscored=5, keep=2) == 0.0
-    top, second = survival(0, 3, 4, 2), survival(1, 3, 4, 2)
-    assert 0.0 < second < top < 1.0
-    assert survival(0, 3, 8, 2) < survival(0, 3, 4, 2)  # more rivals to come, less certain
+def _brute_force_survival(beaten_by, scored, unscored, keep):
+    """Over every order of k + u distinct scores, those where the candidate (item 0) has
+    `beaten_by` of the other scored items above it: the share where fewer than `keep` items
+    in all are above it."""
+    items = 1 + scored + unscored
+    seen = kept = 0
+    for ranks in itertools.permutations(range(items)):
+        above_scored = sum(1 for i in range(1, 1 + scored) if ranks[i] > ranks[0])
+        if above_scored != beaten_by:
+            continue
+        seen += 1
+        kept += sum(1 for i in range(1, items) if ranks[i] > ranks[0]) < keep
+    return kept / seen
+
+
+@pytest.mark.parametrize(
+    ("beaten_by", "scored", "unscored", "keep"),
+    [(0, 0, 3, 1), (0, 2, 2, 1), (1, 3, 3, 2), (0, 1, 5, 3), (2, 4, 2, 4), (1, 2, 0, 2), (3, 3, 3, 2)],
+)
+def test_survival_is_the_share_of_orders_of_exchangeable_scores_that_keep_it(
+    beaten_by, scored, unscored, keep
+):
+    got = survival(beaten_by, scored, unscored, keep)
+    assert got == pytest.approx(_brute_force_survival(beaten_by, scored, unscored, keep), abs=1e-12)
 
 
 def test_beam_grows_the_likely_survivors_first_and_nothing_of_a_completed_beam():
