@@ -33,7 +33,10 @@ def check(instance, name):
 
 def test_a_question_s_body_is_the_contract_s_client_fields():
     body = schema("Question")
-    defaults = {f.name: f.default for f in msgspec.structs.fields(SubmitQuestionRequest)}
+    defaults = {
+        f.name: f.default if f.default_factory is msgspec.NODEFAULT else f.default_factory()
+        for f in msgspec.structs.fields(SubmitQuestionRequest)
+    }
     assert list(body["properties"]) == list(submission.CLIENT_FIELDS)
     assert body["required"] == ["question"] and body["additionalProperties"] is False
     for name, kind in submission.CLIENT_FIELDS.items():
