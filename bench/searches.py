@@ -26,14 +26,15 @@ from spex.bench.governor import summary as governor_summary
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.shared.core.machine import Reward
+from spex.shared.roofline.admission import OBJECTIVES
 
 __all__ = ["run_searches"]
 
 SEARCHES = [("beam", 16), ("dvts", 16), ("best_of_n", 16)]
 PROFILES: list[tuple[str, Reward]] = [("Llemma-7B@A6000", "prm"), ("R1-Qwen3-8B@A6000", "logprob")]
 BATCHES = [1, 4, 16]
-OBJECTIVES = ("slo", "throughput")
-BESIDE = ("Llemma-7B@A6000", "prm", "rebase", 16, 1)  # the comparison cell: REBASE-16, B = 1
+# The comparison cell: REBASE-16, B = 1, on Llemma-7B@A6000 with PRM rewards.
+BESIDE: tuple[str, Reward, str, int, int] = ("Llemma-7B@A6000", "prm", "rebase", 16, 1)
 
 
 def _cell(base: BenchConfig) -> dict[str, Any]:
