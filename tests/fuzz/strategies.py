@@ -497,7 +497,7 @@ def concrete_names(ids: Sequence[str] = ("x", "q0001", "{", "}", ":", "\x00", "Ã
 
 
 def same(a: Any, b: Any) -> bool:
-    """Equality that holds nan equal to nan and tells -0.0 from 0.0."""
+    """Equality that holds nan equal to nan (in a list or a map too) and tells -0.0 from 0.0."""
     if isinstance(a, msgspec.Struct) and isinstance(b, msgspec.Struct):
         if type(a) is not type(b):
             return False
@@ -508,4 +508,6 @@ def same(a: Any, b: Any) -> bool:
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b

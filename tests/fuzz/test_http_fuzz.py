@@ -198,8 +198,8 @@ PLAUSIBLE = {
     "early_stop_min_answers": st.integers(0, 8),
     "early_stop_weight": st.sampled_from(["min", "last"]),
     "baseline_twin": st.sampled_from([False, False, False, True]),  # a twin: with mode spex, no T3
-    "params": st.sampled_from([{}, {"beam_width": 4}, {"agg_strategy": "min"}, {"nope": 1}]),
-    "answer_selection": st.sampled_from(["", "majority", "weighted", "best", "vote"]),
+    "params": st.just({}),  # what every search takes (a search's own are the validator's tests)
+    "answer_selection": st.sampled_from(["", "majority", "weighted", "best"]),
 }
 
 

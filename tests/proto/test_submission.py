@@ -45,8 +45,10 @@ def test_the_search_checks_its_own_parameters():
     ("params", "problem"),
     [
         ({f"p{i}": 1.0 for i in range(33)}, "at most 32 parameters"),
-        ({"x" * 101: 1.0}, "a parameter's name is 1 to 100 characters"),
-        ({"agg": "m" * 101}, "agg: at most 100 characters of text"),
+        ({"x" * 101: 1.0}, "a parameter's name is 1 to 100 characters of text"),
+        ({"\udc80": 1.0}, "a parameter's name is 1 to 100 characters of text"),
+        ({"agg": "\udc80"}, "agg: at most 100 characters of Unicode text"),
+        ({"agg": "m" * 101}, "agg: at most 100 characters of Unicode text"),
         ({"w": float("nan")}, "w: must be finite"),
     ],
 )
