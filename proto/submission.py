@@ -233,7 +233,9 @@ def _check_search(req: SubmitQuestionRequest, limits: Limits) -> None:
         raise SubmissionError("params", f"at most {MAX_PARAMS} parameters, not {len(req.params)}")
     for name, value in req.params.items():
         if not name or len(name) > MAX_PARAM_CHARS or not _utf8(name):
-            raise SubmissionError("params", f"a parameter's name is 1 to {MAX_PARAM_CHARS} characters of text")
+            raise SubmissionError(
+                "params", f"a parameter's name is 1 to {MAX_PARAM_CHARS} characters of text"
+            )
         if isinstance(value, str) and (len(value) > MAX_PARAM_CHARS or not _utf8(value)):
             raise SubmissionError("params", f"{name}: at most {MAX_PARAM_CHARS} characters of Unicode text")
         if isinstance(value, float) and not math.isfinite(value):
