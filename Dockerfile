@@ -4,6 +4,7 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proto ./proto
+COPY search ./search
 COPY shared ./shared
 COPY services ./services
 COPY bench ./bench

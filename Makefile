@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The folders that install as subpackages of `spex` (pyproject.toml's package-dir); `api` holds
 # the top-level package's own modules (`import spex`: the public Python API).
-PACKAGES := proto shared services bench cli data
+PACKAGES := proto search shared services bench cli data
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -21,14 +21,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from spex.bench.comparison import compare
 from spex.bench.results import RunSummary, summarize
 from spex.bench.vtime import BenchConfig, run_bench
-from spex.proto import Algorithm
 from spex.shared.core.machine import Reward
 from spex.shared.core.spec.early_stop import EarlyStop
 
 __all__ = ["run_grid"]
 
 # The searches the grid runs, each at two sizes: (algorithm, target).
-GRID_SEARCHES: list[tuple[Algorithm, int]] = [
+GRID_SEARCHES: list[tuple[str, int]] = [
     ("rstar", 5),
     ("rstar", 10),
     ("rest", 5),
@@ -46,7 +45,7 @@ PROFILES: list[tuple[str, Reward]] = [
     ("R1-Qwen3-8B@A6000", "logprob"),
 ]
 BATCHES = [1, 2, 4, 8, 16]
-ABLATION: list[tuple[Algorithm, int]] = [("rstar", 10), ("rebase", 16)]
+ABLATION: list[tuple[str, int]] = [("rstar", 10), ("rebase", 16)]
 ABLATION_BATCHES = [1, 8]
 # T2 where it should matter: a mixed workload (searches, targets and difficulties in one run).
 MIX = (("rebase", 16), ("rstar", 10), ("ets", 8), ("rest", 5), ("rebase", 8), ("rstar", 5))

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
-from spex.proto import ALGORITHMS
 from spex.shared.core.machine import QueryMachine
+from spex.shared.core.search import SEARCHES
 from spex.shared.core.search.base import SearchAlgorithm, SpecView
 from spex.shared.core.speculation import Predictor
 from spex.shared.core.tree import Node
@@ -97,7 +97,7 @@ def oracle_speedup(cfg: BenchConfig) -> tuple[float, float, dict[str, float]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m spex.bench.oracle")
-    p.add_argument("algorithm", choices=ALGORITHMS)
+    p.add_argument("algorithm", choices=sorted(SEARCHES))
     p.add_argument("target", type=int)
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--questions", type=int, default=32)

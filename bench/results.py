@@ -39,7 +39,7 @@ class RunSummary:
     reward_profile: str | None  # None with the logprob reward (no PRM engine)
     reward: str
     knobs: dict[str, Any]
-    params: dict[str, float]
+    params: dict[str, float | str]
     # --- the searches
     throughput_qpm: float
     makespan_s: float

@@ -4,15 +4,15 @@ its content) and the `BenchConfig` they describe."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
 from spex.bench.vtime import BenchConfig
 from spex.bench.vtime.config import SCHEDULINGS
-from spex.proto import ALGORITHMS, CONTENTS, MODES, SPLITS
+from spex.cli.searches import parse_params
+from spex.proto import CONTENTS, MODES, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.core.machine import REWARDS
 from spex.shared.core.search.answers import SELECTIONS
-from spex.shared.core.search.base import preset_params
+from spex.shared.core.search.base import SEARCHES, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.admission import OBJECTIVES
@@ -33,7 +33,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 def _workload_args(b: argparse.ArgumentParser) -> None:
     """The search, the questions, the hardware and the workload."""
-    b.add_argument("--algorithm", choices=ALGORITHMS, default="rebase", help="the tree search")
+    b.add_argument(
+        "--algorithm", choices=sorted(SEARCHES), default="rebase", help="the tree search (`spex searches`)"
+    )
     b.add_argument("--target", type=int, default=16, help="REBASE/ETS width or MCTS rollouts")
     b.add_argument("--batch-size", type=int, default=1, help="questions in flight")
     b.add_argument("--questions", type=int, default=16, help="questions to run")
@@ -54,7 +56,13 @@ def _workload_args(b: argparse.ArgumentParser) -> None:
     )
     b.add_argument("--workload", default=None, help="TOML file of workload knobs")
     b.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="override a knob")
-    b.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="algorithm parameter")
+    b.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a parameter of the search, a number or text (`spex searches` lists each search's)",
+    )
     b.add_argument("--preset", default=None, help="named algorithm parameters (ets: ets-16, ets-64, ets-256)")
     b.add_argument(
         "--mix", default=None, metavar="ALGO-N,...", help="a mixed workload: each question runs one of these"
@@ -242,19 +250,6 @@ def _knobs(args: argparse.Namespace) -> WorkloadKnobs:
     return load_knobs(args.workload, [*(args.set or []), *cap])
 
 
-def _key_values(items: Sequence[str], what: str) -> dict[str, float]:
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"{what} {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = float(raw)
-        except ValueError:
-            raise ValueError(f"{what} {key.strip()!r}: {raw!r} is not a number") from None
-    return out
-
-
 def bench_config(args: argparse.Namespace) -> BenchConfig:
     """The run `spex bench`'s flags describe (`--mode compare`: the spex run; its baseline is a copy)."""
     return BenchConfig(
@@ -268,7 +263,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
         reward=args.reward,
         answer_selection=args.answer_selection,
         knobs=_knobs(args),
-        params=preset_params(args.algorithm, args.preset, _key_values(args.param, "--param")),
+        params=preset_params(args.algorithm, args.preset, parse_params(args.param)),
         mode="spex" if args.mode == "compare" else args.mode,
         t1=not args.no_t1,
         t2=not args.no_t2,

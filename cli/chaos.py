@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from spex.proto import ALGORITHMS, MODES
+from spex.proto import MODES
+from spex.shared.core.search import SEARCHES
 
 if TYPE_CHECKING:  # the chaos rig imports the services: only `spex chaos` loads it
     from spex.bench.chaos.run import ChaosReport
@@ -22,7 +23,7 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--duration", type=float, default=60.0, help="seconds of faults")
     c.add_argument("--questions", type=int, default=20, help="submitted evenly over the run")
     c.add_argument("--faults-per-minute", type=float, default=6.0, help="how often a fault is injected")
-    c.add_argument("--algorithm", choices=ALGORITHMS, default="rebase", help="the questions' search")
+    c.add_argument("--algorithm", choices=sorted(SEARCHES), default="rebase", help="the questions' search")
     c.add_argument("--target", type=int, default=8, help="REBASE/ETS width or MCTS rollouts")
     c.add_argument(
         "--mode", choices=list(MODES), default="spex", help="baseline: plain search; spex: with speculation"

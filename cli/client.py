@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from rich.console import Console
 
-from spex.proto import ALGORITHMS, MODES, SubmitQuestionRequest
-from spex.proto.messages import ANSWER_WEIGHTS
+from spex.cli.searches import parse_params
+from spex.proto import MODES, SubmitQuestionRequest
+from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS
 from spex.proto.submission import twin_id
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.settings_schema import flag_help
@@ -41,7 +42,8 @@ FIELD_FLAGS = {
     "question": "question", "client_key": "--client-key", "algorithm": "--algorithm", "target": "--target",
     "mode": "--mode", "reference_answer": "--reference", "early_stop": "--early-stop",
     "early_stop_alpha": "--early-stop-alpha", "early_stop_min_answers": "--early-stop-min",
-    "early_stop_weight": "--early-stop-weight", "baseline_twin": "--baseline-twin",
+    "early_stop_weight": "--early-stop-weight", "baseline_twin": "--baseline-twin", "params": "--param",
+    "answer_selection": "--answer-selection",
 }  # fmt: skip
 
 
@@ -80,8 +82,22 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
     _add_where(sb)
     # A flag left out takes the request's default (SubmitQuestionRequest's are the only ones).
     default = {f.name: f.default for f in msgspec.structs.fields(SubmitQuestionRequest)}
-    sb.add_argument("--algorithm", choices=ALGORITHMS, default=None, help=f"default {default['algorithm']}")
+    sb.add_argument(
+        "--algorithm",
+        default=None,
+        help=f"the search: a built-in or one of the cluster's plug-ins (default {default['algorithm']})",
+    )
     sb.add_argument("--target", type=int, default=None, help=f"default {default['target']}")
+    sb.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a parameter of the search, a number or text (`spex searches` lists each search's)",
+    )
+    sb.add_argument(
+        "--answer-selection", choices=ANSWER_SELECTIONS, default=None, help="default: the search's own"
+    )
     sb.add_argument("--mode", choices=list(MODES), default=None, help=f"default {default['mode']}")
     sb.add_argument(
         "--client-key",
@@ -211,6 +227,7 @@ def _asked(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     operator's limits: the cluster applies its own) so that a bad flag fails before any is sent."""
     from spex.proto import SubmissionError, submission
     from spex.shared.content.datasets import load_questions
+    from spex.shared.core.search import SEARCHES
 
     asked = [(args.question, args.reference)] if args.question else []
     if args.file:
@@ -222,12 +239,13 @@ def _asked(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
         raise ValueError("question: give one, or --file with a 'question' or 'problem' per line")
     given = {
         "algorithm": args.algorithm, "target": args.target, "mode": args.mode,
+        "params": parse_params(args.param) or None, "answer_selection": args.answer_selection,
         "early_stop": args.early_stop or None, "early_stop_alpha": args.early_stop_alpha,
         "early_stop_min_answers": args.early_stop_min, "early_stop_weight": args.early_stop_weight,
         "baseline_twin": args.baseline_twin or None,
     }  # fmt: skip
     unbounded = submission.Limits(
-        max_question_chars=submission.MAX_INT, max_target=dict.fromkeys(ALGORITHMS, submission.MAX_INT)
+        max_question_chars=submission.MAX_INT, max_target=dict.fromkeys(SEARCHES, submission.MAX_INT)
     )
     out = []
     for i, (question, reference) in enumerate(asked):

@@ -1,7 +1,7 @@
 """The docs' reference pages, generated from the code so they cannot drift from it: the command
 line walked from the `spex` parser itself, the settings from their rows (`reference`), the wire
-contract from `spex.proto` (`docs_wire`) and the HTTP API from the ingress's OpenAPI document
-(`docs_http`).
+contract from `spex.proto` (`docs_wire`), the HTTP API from the ingress's OpenAPI document
+(`docs_http`) and the built-in searches from their registry (`docs_searches`).
 
 `python -m spex.cli.docs_reference` writes them into docs/reference/; with `--check` it writes
 nothing and exits 1 naming each page that differs from what the code generates (a test runs
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from spex.cli.docs_http import http_page
+from spex.cli.docs_searches import searches_page
 from spex.cli.docs_wire import cell, wire_page
 from spex.cli.main import build_parser
 from spex.shared.runtime.settings import Settings
@@ -141,6 +142,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "settings.md": settings_page,
     "wire.md": wire_page,
     "http.md": http_page,
+    "searches.md": searches_page,
 }
 
 

@@ -1,20 +1,27 @@
 """The `spex` parser and the table of its subcommands: for each, the function of its command
-group's module that declares its arguments and the one that runs it."""
+group's module that declares its arguments and the one that runs it. The search plug-ins are
+loaded first (`spex.shared.runtime.searches`): the commands that name a search take theirs."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from rich.console import Console
 
-from spex.cli import bench, bench_args, chaos, client, model, profile, runtime, top
+from spex.cli import bench, bench_args, chaos, client, model, profile, runtime, searches, top
 from spex.cli.version import spex_version
+from spex.shared.runtime.searches import load_searches
+from spex.shared.runtime.settings import ENV
 
 __all__ = ["build_parser", "main"]
 
+# The variable naming the search plug-ins, read here before the settings (the parser's choices
+# need them); the setting's own row declares it.
+PLUGINS_ENV = next(env for env, (name, _) in ENV.items() if name == "search_plugins")
 AddParser = Callable[[argparse._SubParsersAction], None]
 Command = Callable[[argparse.Namespace, Console], int]
 
@@ -33,6 +40,7 @@ COMMANDS: dict[str, tuple[AddParser, Command]] = {
     "model": (model.add_model_parser, model.model_command),
     "profile": (profile.add_profile_parser, profile.profile_command),
     "top": (top.add_top_parser, top.top_command),
+    "searches": (searches.add_searches_parser, searches.searches_command),
 }
 
 
@@ -74,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        load_searches(os.environ.get(PLUGINS_ENV, ""))
+    except ValueError as exc:
+        print(f"spex: error: {exc}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     console = Console()
     try:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from spex.proto import ALGORITHMS, CONTENTS, SPLITS
+from spex.proto import CONTENTS, SPLITS
 from spex.proto.messages import REWARDS
+from spex.shared.core.search import SEARCHES
 from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.runtime.settings import Settings
@@ -124,7 +125,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--synthetic", action="store_true", help="the synthetic workload on the simulated GPU")
     d.add_argument("--questions", type=int, default=None, help="default 3 (the model), 6 (synthetic)")
-    d.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default rstar")
+    d.add_argument("--algorithm", choices=sorted(SEARCHES), default=None, help="default rstar")
     d.add_argument("--target", type=int, default=None, help="default 4, 10")
     d.add_argument(
         "--time-scale", type=float, default=0.05, help=flag_help(Settings, "time_scale", variable=False)

@@ -15,6 +15,7 @@ FROM ${SGLANG_IMAGE}
 WORKDIR /opt/spex
 COPY pyproject.toml README.md ./
 COPY proto ./proto
+COPY search ./search
 COPY shared ./shared
 COPY services ./services
 COPY bench ./bench

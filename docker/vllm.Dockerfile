@@ -13,6 +13,7 @@ FROM ${VLLM_IMAGE}
 WORKDIR /opt/spex
 COPY pyproject.toml README.md ./
 COPY proto ./proto
+COPY search ./search
 COPY shared ./shared
 COPY services ./services
 COPY bench ./bench

@@ -7,7 +7,6 @@ carries, `codec.py` for how bytes become messages (and how malformed bytes fail)
 
 from spex.proto.codec import ProtocolError, decode, encode
 from spex.proto.messages import (
-    ALGORITHMS,
     CONTENTS,
     FINISH_REASONS,
     JOB_KINDS,
@@ -19,7 +18,6 @@ from spex.proto.messages import (
     SIM_STYLES,
     SPECULATIVE,
     SPLITS,
-    Algorithm,
     AnswerResult,
     BudgetUpdateEvent,
     CancelRequest,
@@ -49,7 +47,6 @@ from spex.proto.messages import (
 from spex.proto.submission import Limits, SubmissionError, SubmissionTooLarge
 
 __all__ = [
-    "ALGORITHMS",
     "CONTENTS",
     "FINISH_REASONS",
     "JOB_KINDS",
@@ -61,7 +58,6 @@ __all__ = [
     "SIM_STYLES",
     "SPECULATIVE",
     "SPLITS",
-    "Algorithm",
     "AnswerResult",
     "BudgetUpdateEvent",
     "CancelRequest",

@@ -10,9 +10,10 @@ A field that takes one of a closed set of values has that set's `Literal` type (
 `SimStyle`, `FinishReason`, `JobKind`), so msgspec refuses any other value at decode and the
 codec names the field; each set's values are also a tuple (`CONTENTS`, ...) for the checks and
 the CLI's choices. A set is closed: a new value is a protocol change (deploy its readers first).
-A submission's `algorithm` and `mode` stay `str` on the wire, checked against `ALGORITHMS` and
-`MODES` by `spex.proto.submission`: a submission with a bad value must still decode to be
-answered as rejected (its client told, its in-flight place freed).
+A submission's `algorithm` and `mode` stay `str` on the wire, checked by `spex.proto.submission`
+(the search against the searches the services have registered, which plug-ins extend; the mode
+against `MODES`): a submission with a bad value must still decode to be answered as rejected
+(its client told, its in-flight place freed).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import ClassVar, Literal, get_args
 import msgspec
 
 __all__ = [
-    "ALGORITHMS",
+    "ANSWER_SELECTIONS",
     "ANSWER_WEIGHTS",
     "CONTENTS",
     "FINISH_REASONS",
@@ -37,8 +38,8 @@ __all__ = [
     "SPECULATIVE",
     "SPLITS",
     "WIRE_SPLIT",
-    "Algorithm",
     "AnswerResult",
+    "AnswerSelection",
     "AnswerWeight",
     "BudgetUpdateEvent",
     "CancelRequest",
@@ -79,21 +80,21 @@ SimStyle = Literal["bfs", "dfs"]  # the synthetic workload's step-length model: 
 FinishReason = Literal["stop", "eos", "length", "abort"]  # stop: the step delimiter (or a stop string)
 NodeFinishReason = Literal[FinishReason, ""]  # a tree node's: "" until it is generated
 JobKind = Literal["generate", "score"]  # the job a JobFailedEvent reports
-Algorithm = Literal["ets", "rebase", "rest", "rstar"]  # a search (the core registers one class each)
 Mode = Literal["baseline", "spex"]  # a query searched plainly, or with speculation
 Split = Literal["blank-line", "newline", "numbered"]  # real content: where one step ends (content.prompts)
 NodeState = Literal["root", "primary", "adopted", "speculative", "cancelled", "unused"]  # NodeEvent
 Reward = Literal["prm", "logprob"]  # a step's reward: a reward model's score, or the step's log-probability
 AnswerWeight = Literal["min", "last"]  # T3: an answer weighs its path's lowest step reward, or its own
+AnswerSelection = Literal["majority", "weighted", "best"]  # a search's final answer among its solutions
 
 CONTENTS: tuple[Content, ...] = get_args(Content)
 SIM_STYLES: tuple[SimStyle, ...] = get_args(SimStyle)
 FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 JOB_KINDS: tuple[JobKind, ...] = get_args(JobKind)
-ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 MODES: tuple[Mode, ...] = get_args(Mode)
 SPLITS: tuple[Split, ...] = get_args(Split)
 ANSWER_WEIGHTS: tuple[AnswerWeight, ...] = get_args(AnswerWeight)
+ANSWER_SELECTIONS: tuple[AnswerSelection, ...] = get_args(AnswerSelection)
 NODE_STATES: tuple[NodeState, ...] = get_args(NodeState)
 REWARDS: tuple[Reward, ...] = get_args(Reward)
 # A job's split when its message names none: what a message from before splits existed meant.
@@ -123,8 +124,12 @@ class SubmitQuestionRequest(Message, frozen=True):
 
     question: str
     client_key: str = ""  # idempotency key: the same key is answered once
-    algorithm: str = "rebase"  # one of ALGORITHMS (checked by spex.proto.submission)
+    algorithm: str = "rebase"  # a registered search's name (checked by spex.proto.submission)
     target: int = 16  # REBASE/ETS width, or MCTS rollouts
+    # The search's parameters by name (`spex searches` lists each search's, with its defaults);
+    # what a name means and allows is the search's own (checked by spex.proto.submission).
+    params: dict[str, float | str] = {}
+    answer_selection: str = ""  # "" (the search's own), or one of majority, weighted, best
     seed: int = 0
     mode: str = "spex"  # one of MODES (checked by spex.proto.submission)
     prompt_tokens: int = 0  # the question's length in tokens (0: estimated from the text)

@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_origin
 
 import msgspec
 
-from spex.proto.messages import ALGORITHMS, ANSWER_WEIGHTS, MODES, Message, SubmitQuestionRequest
+from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, MODES, Message, SubmitQuestionRequest
 
 __all__ = [
-    "ALGORITHMS",
     "CLIENT_FIELDS",
+    "DEFAULT_MAX_TARGET",
     "MAX_PROMPT_TOKENS",
     "MAX_QUESTION_CHARS",
     "MAX_REFERENCE_CHARS",
     "MODES",
+    "SEARCH_NAME",
     "Limits",
+    "SearchCheck",
     "SubmissionError",
     "SubmissionTooLarge",
     "check_query_id",
@@ -35,10 +37,10 @@ __all__ = [
     "validate",
 ]
 
-# ALGORITHMS (the searches a question may name: the core registers one class per name, and a
-# test holds the two lists equal) and MODES are the value sets of `spex.proto.messages`.
-# Every job of a search repeats the question (and the path's steps) within the 1 MiB message
-# limit, so the question itself is held well below it.
+# MODES is the value set of `spex.proto.messages`; the searches a question may name are the
+# services' (`Limits.searches`), whose plug-ins add to the built-ins. Every job of a search
+# repeats the question (and the path's steps) within the 1 MiB message limit, so the question
+# itself is held well below it.
 MAX_QUESTION_CHARS = 100_000
 MAX_REFERENCE_CHARS = 1_000
 MAX_KEY_CHARS = 200  # client keys and query ids
@@ -46,6 +48,13 @@ MAX_INT = 2**63 - 1  # what MessagePack's int64 holds
 MAX_PROMPT_TOKENS = 10_000_000  # the wire's ceiling; an engine takes far fewer (`Limits`)
 QUERY_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 TWIN_SUFFIX = ".baseline"  # a baseline twin's query id: its original's and this
+# A search's name: what `spex:<name>-<target>` (the OpenAI face's model) splits unambiguously.
+SEARCH_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+DEFAULT_MAX_TARGET = 256  # the largest target of a search the operator names no bound for
+MAX_PARAMS = 32  # parameters one question may set
+MAX_PARAM_CHARS = 100  # a parameter's name or text value
+# A search's check of a question's target and parameters: ValueError saying what is wrong.
+SearchCheck = Callable[[int, Mapping[str, float | str]], None]
 # Where no tokenizer is at hand (a question sent without `prompt_tokens`, the OpenAI face's
 # usage), a text's tokens are estimated as one per this many characters.
 CHARS_PER_TOKEN = 4
@@ -56,18 +65,25 @@ class Limits:
     """What one question may ask for; the operator's settings (`spex.shared.runtime.settings`)."""
 
     max_question_chars: int = MAX_QUESTION_CHARS
-    max_target: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(ALGORITHMS, 256))
+    max_target: Mapping[str, int] = field(default_factory=dict)  # by search; unnamed: DEFAULT_MAX_TARGET
     client_in_flight: int = 1_000
     # The longest question the generators' engine takes, in tokens (given, or estimated from
     # the text): one it cannot take would be accepted and then fail in the engine.
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
+    # The searches a question may name, each with the check of its target and parameters (the
+    # services': `spex.shared.runtime.searches`). None: any well-formed name and parameters,
+    # which a client that does not know the services' plug-ins leaves to them.
+    searches: Mapping[str, SearchCheck] | None = None
 
 
 # What a client may set, and its type: SubmitQuestionRequest's fields but the envelope's (set by
 # the client code), `client` (set by the ingress, from the token) and `twin_of` (set on a twin).
 _NOT_THE_CLIENTS = {f.name for f in msgspec.structs.fields(Message)} | {"client", "twin_of"}
+# A mapping's type is `dict` here (its values are checked by `_params`).
 CLIENT_FIELDS: dict[str, type] = {
-    f.name: f.type for f in msgspec.structs.fields(SubmitQuestionRequest) if f.name not in _NOT_THE_CLIENTS
+    f.name: get_origin(f.type) or f.type
+    for f in msgspec.structs.fields(SubmitQuestionRequest)
+    if f.name not in _NOT_THE_CLIENTS
 }
 
 
@@ -110,10 +126,31 @@ def check_fields(body: Mapping[str, Any]) -> dict[str, Any]:
             raise SubmissionError(name, f"expected {kind.__name__}")
     out = dict(body)
     for name in (k for k in body if CLIENT_FIELDS[k] is float):
-        try:
-            out[name] = float(body[name])
-        except OverflowError:  # a whole number too large for a float
-            raise SubmissionError(name, "out of range") from None
+        out[name] = _float(name, body[name])
+    if "params" in body:
+        out["params"] = _params(body["params"])
+    return out
+
+
+def _float(name: str, value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # a whole number too large for a float
+        raise SubmissionError(name, "out of range") from None
+
+
+def _params(params: Mapping[Any, Any]) -> dict[str, float | str]:
+    """A question's parameters: names to numbers (as floats) or text."""
+    out: dict[str, float | str] = {}
+    for name, value in params.items():
+        if not isinstance(name, str):
+            raise SubmissionError("params", "a parameter's name is text")
+        if isinstance(value, str):
+            out[name] = value
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = _float("params", value)
+        else:
+            raise SubmissionError("params", f"{name[:MAX_PARAM_CHARS]}: expected a number or text")
     return out
 
 
@@ -135,13 +172,7 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
         raise SubmissionError("client_key", f"at most {MAX_KEY_CHARS} characters")
     if len(req.reference_answer) > MAX_REFERENCE_CHARS:
         raise SubmissionError("reference_answer", f"at most {MAX_REFERENCE_CHARS:,} characters")
-    if req.algorithm not in ALGORITHMS:
-        raise SubmissionError("algorithm", f"unknown {req.algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    if req.target < 1:
-        raise SubmissionError("target", f"must be at least 1, not {req.target}")
-    most = limits.max_target.get(req.algorithm, 256)
-    if req.target > most:
-        raise SubmissionError("target", f"at most {most} for {req.algorithm}, not {req.target}")
+    _check_search(req, limits)
     if not 0 <= req.seed <= MAX_INT:
         raise SubmissionError("seed", f"must be from 0 to 2**63-1, not {req.seed}")
     if req.mode not in MODES:
@@ -179,6 +210,41 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
             "baseline_twin", f"the query id is too long to name a twin (at most {64 - len(TWIN_SUFFIX)})"
         )
     return req
+
+
+def _check_search(req: SubmitQuestionRequest, limits: Limits) -> None:
+    """The search a question names, its target, parameters and answer selection."""
+    known = limits.searches
+    if not SEARCH_NAME.fullmatch(req.algorithm) or (known is not None and req.algorithm not in known):
+        names = ", ".join(sorted(known)) if known is not None else "a-z, 0-9 and _, 1 to 40"
+        raise SubmissionError("algorithm", f"unknown {req.algorithm[:80]!r}; known: {names}")
+    if req.target < 1:
+        raise SubmissionError("target", f"must be at least 1, not {req.target}")
+    most = limits.max_target.get(req.algorithm, DEFAULT_MAX_TARGET)
+    if req.target > most:
+        raise SubmissionError("target", f"at most {most} for {req.algorithm}, not {req.target}")
+    if req.answer_selection and req.answer_selection not in ANSWER_SELECTIONS:
+        raise SubmissionError(
+            "answer_selection",
+            f"must be empty (the search's own) or one of {', '.join(ANSWER_SELECTIONS)}, "
+            f"not {req.answer_selection[:80]!r}",
+        )
+    if len(req.params) > MAX_PARAMS:
+        raise SubmissionError("params", f"at most {MAX_PARAMS} parameters, not {len(req.params)}")
+    for name, value in req.params.items():
+        if not name or len(name) > MAX_PARAM_CHARS or not _utf8(name):
+            raise SubmissionError(
+                "params", f"a parameter's name is 1 to {MAX_PARAM_CHARS} characters of text"
+            )
+        if isinstance(value, str) and (len(value) > MAX_PARAM_CHARS or not _utf8(value)):
+            raise SubmissionError("params", f"{name}: at most {MAX_PARAM_CHARS} characters of Unicode text")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SubmissionError("params", f"{name}: must be finite, not {value}")
+    if known is not None:
+        try:
+            known[req.algorithm](req.target, req.params)
+        except ValueError as exc:
+            raise SubmissionError("params", f"{req.algorithm}: {exc}") from None
 
 
 def twin_id(query_id: str) -> str:

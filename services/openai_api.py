@@ -29,14 +29,16 @@ import structlog
 from aiohttp import web
 from redis.exceptions import RedisClusterException, RedisError
 
-from spex.proto import ALGORITHMS, AnswerResult, SubmissionError, SubmissionTooLarge
+from spex.proto import AnswerResult, SubmissionError, SubmissionTooLarge
 from spex.services.backpressure import with_retry_after
 from spex.services.http_body import BodyRefused, read_json_object
 from spex.services.long_lived import POLL_S, Slots, SlotsFull, poll
 from spex.services.openai_params import ChatAsk, ParamError, chat_ask
+from spex.shared.core.search import SEARCHES
 from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, MemoryFull, UnknownQuery
 from spex.shared.runtime.pool import PoolBusy
+from spex.shared.runtime.searches import catalogue, check_search
 from spex.shared.runtime.views import demonstration, node_json, served_json
 
 __all__ = ["OpenAIRoutes", "openai_error", "serves"]
@@ -105,11 +107,23 @@ class OpenAIRoutes:
         return [web.get("/v1/models", self.models), web.post("/v1/chat/completions", self.chat)]
 
     async def models(self, request: web.Request) -> web.Response:
-        data = [
-            {"id": f"spex:{a}-{t}", "object": "model", "created": 0, "owned_by": "spex"}
-            for a in ALGORITHMS
-            for t in LISTED_TARGETS
-        ]
+        """Each search served at the targets of `LISTED_TARGETS` it takes, with a `spex` field
+        saying what it is: its family, default answer selection, parameters (with their
+        defaults) and where it came from (built-in, an entry point, SPEX_SEARCH_PLUGINS)."""
+        data = []
+        for entry in catalogue():
+            about = {
+                "search": entry.name,
+                "family": entry.family,
+                "answer_selection": entry.default_selection,
+                "parameters": entry.parameters,
+                "origin": entry.origin,
+                "summary": entry.summary,
+            }
+            for t in LISTED_TARGETS:
+                if _takes(entry.name, t):
+                    data.append({"id": f"spex:{entry.name}-{t}", "object": "model", "created": 0,
+                                 "owned_by": "spex", "spex": about})  # fmt: skip
         return web.json_response({"object": "list", "data": data})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -131,7 +145,7 @@ class OpenAIRoutes:
     async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         """Submit the question `body` asks and answer it: a completion, or a stream of chunks."""
         try:
-            ask = chat_ask(body, self.temperature)
+            ask = chat_ask(body, self.temperature, self.client.limits.searches or SEARCHES)
             qid = await self.client.submit(
                 ask.question, algorithm=ask.algorithm, client=self.client_of(request), **ask.fields
             )
@@ -266,3 +280,12 @@ def _completion(qid: str, model: str, answer: AnswerResult, ask: ChatAsk) -> dic
         "usage": usage,
         "spex": _spex(qid, answer),
     }
+
+
+def _takes(search: str, target: int) -> bool:
+    """Search `search` runs at `target` with its default parameters."""
+    try:
+        check_search(search, target, {})
+    except ValueError:
+        return False
+    return True

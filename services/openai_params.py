@@ -24,15 +24,16 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from spex.proto import ALGORITHMS, SubmissionError, submission
+from spex.proto import SubmissionError, submission
 from spex.shared.content.prompts import DEFAULT_TEMPERATURE
 
 __all__ = ["EXTRA_FIELDS", "HONOURED", "MODEL", "NEUTRAL", "ChatAsk", "ParamError", "chat_ask", "parse_model"]
 
-MODEL = re.compile(r"spex:(?P<algorithm>[a-z]+)(?:-(?P<target>[0-9]{1,6}))?")
+MODEL = re.compile(rf"spex:(?P<algorithm>{submission.SEARCH_NAME.pattern})(?:-(?P<target>[0-9]{{1,6}}))?")
 # SPEX's own client fields a body carries beside `model` (the algorithm and the target) and
 # `messages` (the question): the rest of the submission's, `seed` (OpenAI's own) among them,
 # but its client key, prompt tokens and baseline twin (a reply has no place for the twin's
@@ -141,12 +142,12 @@ def completion_tokens(content: str) -> int:
     return submission.estimate_tokens(content) if content else 0
 
 
-def parse_model(name: object) -> tuple[str, int | None]:
+def parse_model(name: object, searches: Collection[str]) -> tuple[str, int | None]:
     """(algorithm, target or None) of a model name; a 404 ParamError naming `model` if it is
-    not one of ours."""
+    not one of ours (`searches`: the names served)."""
     m = MODEL.fullmatch(name) if isinstance(name, str) else None
-    if m is None or m["algorithm"] not in ALGORITHMS:
-        known = ", ".join(ALGORITHMS)
+    if m is None or m["algorithm"] not in searches:
+        known = ", ".join(sorted(searches))
         problem = (
             f"no model {str(name)[:64]!r}: expected spex:<algorithm>[-<target>], algorithm one of {known}"
         )
@@ -154,9 +155,10 @@ def parse_model(name: object) -> tuple[str, int | None]:
     return m["algorithm"], int(m["target"]) if m["target"] else None
 
 
-def chat_ask(body: dict[str, Any], temperature: float) -> ChatAsk:
+def chat_ask(body: dict[str, Any], temperature: float, searches: Collection[str]) -> ChatAsk:
     """The checked request of a chat completions body; ParamError naming the first parameter
-    refused. `temperature`: the operator's sampling temperature, the one accepted."""
+    refused. `temperature`: the operator's sampling temperature, the one accepted; `searches`:
+    the names of the searches served."""
     for name in sorted(body):
         if name not in _KNOWN:
             extra = ", ".join(EXTRA_FIELDS)
@@ -173,7 +175,7 @@ def chat_ask(body: dict[str, Any], temperature: float) -> ChatAsk:
     for name in ("model", "messages"):
         if name not in given:
             raise ParamError(name, "required", "missing_required_parameter")
-    algorithm, target = parse_model(given["model"])
+    algorithm, target = parse_model(given["model"], searches)
     _check_sampling(given, temperature)
     stream = _typed(given, "stream", bool, False)
     options = _typed(given, "stream_options", dict, {})

@@ -18,7 +18,6 @@ from typing import Any
 import msgspec
 
 from spex.proto import (
-    ALGORITHMS,
     CONTENTS,
     FINISH_REASONS,
     MODES,
@@ -26,19 +25,19 @@ from spex.proto import (
     SubmitQuestionRequest,
     submission,
 )
-from spex.proto.messages import ANSWER_WEIGHTS, REWARDS
+from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, REWARDS
 from spex.proto.submission import MAX_PROMPT_TOKENS
 from spex.services.openai_params import EXTRA_FIELDS, HONOURED, MODEL, NEUTRAL
 
-__all__ = ["BOUNDS", "Schema", "client_fields", "ref", "schemas"]
+__all__ = ["BOUNDS", "SHAPES", "Schema", "client_fields", "ref", "schemas"]
 
 Schema = dict[str, Any]
 
 # A client field's JSON type, by its Python type (`CLIENT_FIELDS`'s values).
-_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
 # The value set a client field's value must be in, as `submission.validate` checks it.
 _VALUE_SETS: dict[str, tuple[str, ...]] = {
-    "algorithm": ALGORITHMS,
+    "answer_selection": ("", *ANSWER_SELECTIONS),
     "mode": MODES,
     "early_stop_weight": ANSWER_WEIGHTS,
 }
@@ -54,12 +53,27 @@ BOUNDS: dict[str, Schema] = {
     "early_stop_alpha": {"exclusiveMinimum": 0, "maximum": 1_000},
     "early_stop_min_answers": {"minimum": 0},
 }
+# The shape of the fields a bound does not say: a search's name (which search is the services'
+# to say: their plug-ins add to the built-ins) and the parameters' map.
+SHAPES: dict[str, Schema] = {
+    "algorithm": {"pattern": f"^{submission.SEARCH_NAME.pattern}$"},
+    "params": {
+        "maxProperties": submission.MAX_PARAMS,
+        "additionalProperties": {"type": ["number", "string"], "maxLength": submission.MAX_PARAM_CHARS},
+    },
+}
 # What each client field means; a field added to the contract without one fails `schemas`.
 _MEANINGS = {
     "question": "the question to search (at most SPEX_MAX_QUESTION_CHARS characters; longer: a 413)",
     "client_key": "idempotency key: one question per key (per client); another question under it: a 409",
-    "algorithm": "the search",
-    "target": "REBASE/ETS width, or MCTS rollouts (at most SPEX_MAX_TARGET for its algorithm)",
+    "algorithm": "the search: a built-in or a plug-in the services load (GET /v1/models lists them; "
+    "an unknown one: a 400 naming those known)",
+    "target": "REBASE/ETS width, beams or solutions, or MCTS rollouts (at most SPEX_MAX_TARGET for its "
+    "search)",
+    "params": "the search's parameters by name, numbers or text (GET /v1/models lists each search's, with "
+    "their defaults; an unknown name or a bad value: a 400)",
+    "answer_selection": "how the answer is chosen among the solutions: majority, weighted or best (empty: "
+    "the search's own)",
     "seed": "the search's seed (with its query id, what its random choices derive from)",
     "mode": "baseline: searched plainly; spex: with speculation",
     "prompt_tokens": "the question's length in tokens (0: estimated from the text)",
@@ -101,13 +115,16 @@ def _unnamed(pattern: str) -> str:
 def client_fields() -> dict[str, Schema]:
     """The schema of each client field: its type, value set, bounds, default and meaning."""
     defaults = {f.name: f.default for f in msgspec.structs.fields(SubmitQuestionRequest)}
+    factories = {f.name: f.default_factory for f in msgspec.structs.fields(SubmitQuestionRequest)}
     out: dict[str, Schema] = {}
     for name, kind in submission.CLIENT_FIELDS.items():
-        schema = _t(_JSON_TYPES[kind], _MEANINGS[name], **BOUNDS.get(name, {}))
+        schema = _t(_JSON_TYPES[kind], _MEANINGS[name], **BOUNDS.get(name, {}), **SHAPES.get(name, {}))
         if name in _VALUE_SETS:
             schema["enum"] = list(_VALUE_SETS[name])
         if defaults[name] is not msgspec.NODEFAULT:
             schema["default"] = defaults[name]
+        elif factories[name] is not msgspec.NODEFAULT:
+            schema["default"] = factories[name]()
         out[name] = schema
     return out
 

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "proto", "shared", "services", "bench", "cli")
+PACKAGES = ("api", "proto", "search", "shared", "services", "bench", "cli")
 DECLARED = {"prepare", "summary", "retry_once", "time_scale", "template", "count_tokens", "close"}
 
 

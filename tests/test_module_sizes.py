@@ -4,7 +4,7 @@ and is split along its seams."""
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "proto", "shared", "services", "bench", "cli", "data", "examples")
+PACKAGES = ("api", "proto", "search", "shared", "services", "bench", "cli", "data", "examples")
 MAX_LINES = 400
 
 

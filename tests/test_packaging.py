@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {
     "api": "spex",
     "proto": "spex/proto",
+    "search": "spex/search",
     "shared": "spex/shared",
     "services": "spex/services",
     "bench": "spex/bench",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTSIDE = ("../shared/", "DESIGN §", "DESIGN.md")
-PACKAGES = ("api", "proto", "shared", "services", "bench", "cli", "data", "examples", "tests")
+PACKAGES = ("api", "proto", "search", "shared", "services", "bench", "cli", "data", "examples", "tests")
 
 
 def test_no_source_cites_a_document_outside_the_repository():

@@ -50,7 +50,7 @@ class BenchConfig:
     answer_selection: AnswerSelection | None = None
     knobs: WorkloadKnobs = field(default_factory=WorkloadKnobs)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    params: dict[str, float] = field(default_factory=dict)
+    params: dict[str, float | str] = field(default_factory=dict)
     # --- engines and content
     backend: EngineName = "sim"  # the simulated GPU, in-process PyTorch, or a server
     model: str | None = None  # hf: the generator's local model directory (a server: its tokenizer)

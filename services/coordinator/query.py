@@ -7,14 +7,17 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from opentelemetry.trace import Span
 from structlog.typing import FilteringBoundLogger
 
 from spex.proto import QueryStatsEvent, SubmitQuestionRequest, submission
+from spex.proto.messages import AnswerSelection
 from spex.shared.content.grading import equivalent, grade
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import SearchConfig
+from spex.shared.core.search import SEARCHES, SearchConfig
+from spex.shared.core.search.base import parameter_defaults
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import SpecPolicy
 from spex.shared.core.view import TreeWatch
@@ -27,6 +30,7 @@ __all__ = [
     "Unpublishable",
     "graded",
     "new_machine",
+    "search_params",
     "stats",
 ]
 
@@ -73,8 +77,13 @@ class HeldQuery:
 
 def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
     speculate = req.mode == "spex"
-    params = {"max_depth": float(settings.max_depth)} if settings.max_depth else {}
-    search = SearchConfig(req.algorithm, req.target, max_step_tokens=settings.max_step_tokens, params=params)
+    search = SearchConfig(
+        req.algorithm,
+        req.target,
+        answer_selection=cast("AnswerSelection | None", req.answer_selection or None),  # validate checked it
+        max_step_tokens=settings.max_step_tokens,
+        params=search_params(req, settings),
+    )
     return QueryMachine(
         req.query_id,
         req.prompt_tokens or submission.estimate_tokens(req.question),
@@ -92,6 +101,14 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         same_answer=equivalent if settings.content == "real" else None,  # 0.5 and \frac12 vote together
         tree_key=req.twin_of,
     )
+
+
+def search_params(req: SubmitQuestionRequest, settings: Settings) -> dict[str, float | str]:
+    """The question's parameters, and the operator's SPEX_MAX_DEPTH over its `max_depth` for a
+    search that takes one (a search without one is not bounded by it)."""
+    takes_depth = "max_depth" in parameter_defaults(SEARCHES[req.algorithm])
+    depth = {"max_depth": float(settings.max_depth)} if settings.max_depth and takes_depth else {}
+    return {**req.params, **depth}
 
 
 def stats(query: HeldQuery, worker: str) -> QueryStatsEvent:

@@ -298,7 +298,10 @@ class Coordinator(Service):
             log("takeover_failed", query_id=req.query_id, error=str(exc))
         except Exception as exc:  # the question itself cannot be searched
             self.log.error("question_unsearchable", query_id=req.query_id, error=repr(exc))
-            await self._on_dead(req, "the question could not be searched")
+            # Its search's own refusal says why (a search this coordinator lacks: `unknown
+            # algorithm 'x'; known: ...`); anything else is not the client's to read.
+            why = str(exc) if isinstance(exc, ValueError) else "the question could not be searched"
+            await self._on_dead(req, why)
 
     # ------------------------------------------------------------------ recovery
     async def recover(self) -> None:

@@ -272,9 +272,8 @@ class QueryMachine(MachineSpeculation):
         self._unscored.discard(node.id)
 
     def _satisfied(self, need: Need) -> bool:
-        if need.scored:
-            return all(n.scored for n in need.nodes)
-        return all(n.generated for n in need.nodes)
+        ready = [n.scored if need.scored else n.generated for n in need.nodes]
+        return any(ready) or not ready if need.wait == "any" else all(ready)
 
     def _request(self, node: Node, commands: list[Command]) -> None:
         """The search asks for `node`: serve it from speculation, adopt a speculative job,
@@ -336,7 +335,10 @@ class QueryMachine(MachineSpeculation):
         if self._stop_with is not None and not self._unscored:
             commands.extend(self._finish(now_s, self._stop_with, early=True))
         elif self._program_done and not self._unscored:
-            answer = select_answer(self.solutions, self.algorithm.answer_selection, self.same_answer)
+            algorithm = self.algorithm
+            answer = select_answer(
+                self.solutions, algorithm.answer_selection, self.same_answer, algorithm.answer_weight
+            )
             commands.extend(self._finish(now_s, answer, early=False))
         return commands
 

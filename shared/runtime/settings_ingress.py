@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from spex.proto import MAX_MESSAGE_BYTES
 from spex.proto.submission import MAX_PROMPT_TOKENS
 from spex.shared.runtime.settings_schema import setting
-from spex.shared.runtime.settings_values import DEFAULT_MAX_TARGET, targets_ok
+from spex.shared.runtime.settings_values import DEFAULT_MAX_TARGET, plugins_ok, targets_ok
 
 __all__ = ["IngressSettings"]
 
@@ -52,10 +52,20 @@ class IngressSettings:
         help="longest question the generators' engine takes, tokens (0: on sim the profile's KV less the "
         "deepest path, else 131,072); a longer one is refused at submission (400)",
     )
+    # Before SPEX_MAX_TARGET, whose check knows the searches these add.
+    search_plugins: str = setting(
+        "",
+        env="SPEX_SEARCH_PLUGINS",
+        help="modules of search plug-ins, module[,module…] importable from the Python path, each "
+        "registering its searches with spex.search.register (the spex.searches entry points of installed "
+        "packages are loaded too); every service needs the same",
+        check=plugins_ok,
+        allowed="modules that import and register a search",
+    )
     max_target: str = setting(
         str(DEFAULT_MAX_TARGET),
         env="SPEX_MAX_TARGET",
-        help="largest target: N for every algorithm, or ALGO=N,...",
+        help="largest target: N for every search, or SEARCH=N,... (the rest 256)",
         check=lambda v, _: targets_ok(v),
     )
     client_in_flight: int = setting(

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spex.proto import ALGORITHMS, Limits
+from spex.proto import Limits, submission
+from spex.shared.core.search import SEARCHES
 from spex.shared.core.search.rebase import RebaseParams
 from spex.shared.roofline.hardware import parse_profile
+from spex.shared.runtime.searches import load_searches, search_checks
 
 if TYPE_CHECKING:
     from spex.shared.runtime.settings import Settings
@@ -20,13 +22,14 @@ __all__ = [
     "http",
     "limits_of",
     "parse_targets",
+    "plugins_ok",
     "reward_ok",
     "targets_ok",
     "urls",
     "without_password",
 ]
 
-DEFAULT_MAX_TARGET = 256
+DEFAULT_MAX_TARGET = submission.DEFAULT_MAX_TARGET
 # A served engine's (hf, vllm, sglang) bound on a question's tokens, unless SPEX_MAX_PROMPT_TOKENS
 # names the model's: a long served context (a model's own is often shorter).
 SERVED_PROMPT_TOKENS = 131_072
@@ -36,7 +39,11 @@ DEEPEST_PATH_STEPS = RebaseParams().max_depth  # the deepest default search path
 def limits_of(s: Settings) -> Limits:
     """The submission limits `s` sets (`Settings.limits`)."""
     return Limits(
-        s.max_question_chars, parse_targets(s.max_target), s.client_in_flight, engine_prompt_tokens(s)
+        s.max_question_chars,
+        parse_targets(s.max_target),
+        s.client_in_flight,
+        engine_prompt_tokens(s),
+        search_checks(),
     )
 
 
@@ -60,17 +67,25 @@ def without_password(url: str) -> str:
 
 
 def parse_targets(raw: str) -> dict[str, int]:
-    """`256` (every algorithm) or `rebase=256,rstar=64` (the rest unbounded by name: 256)."""
+    """`256` (every search) or `rebase=256,rstar=64` (the rest unbounded by name: 256); each
+    name a registered search's (plug-ins loaded first)."""
     raw = raw.strip()
     if "=" not in raw:
-        return dict.fromkeys(ALGORITHMS, int(raw))
-    out: dict[str, int] = dict.fromkeys(ALGORITHMS, DEFAULT_MAX_TARGET)
+        return dict.fromkeys(SEARCHES, int(raw))
+    out: dict[str, int] = dict.fromkeys(SEARCHES, DEFAULT_MAX_TARGET)
     for item in raw.split(","):
         name, _, value = item.partition("=")
-        if name.strip() not in ALGORITHMS:
+        if name.strip() not in SEARCHES:
             raise ValueError(name)
         out[name.strip()] = int(value)
     return out
+
+
+def plugins_ok(modules: str, _: Settings) -> bool:
+    """Load the search plug-ins (`spex.shared.runtime.searches`): the entry points, and the
+    modules SPEX_SEARCH_PLUGINS names; one that fails raises its own one-line error."""
+    load_searches(modules)
+    return True
 
 
 def urls(raw: str) -> list[str]:

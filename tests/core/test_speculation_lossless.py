@@ -1,6 +1,6 @@
 """With T3 off, SPEX returns exactly the baseline's trees and answers (the lossless promise).
 
-Every algorithm, 50 seeds each, small sizes; half the seeds on the 34B profile, whose small
+Every algorithm, 10 to 50 seeds each, small sizes; half the seeds on the 34B profile, whose small
 KV pool forces evictions and retractions, and with generous speculation budgets so that many
 predictions miss, get cancelled or stay cached."""
 
@@ -9,14 +9,24 @@ import pytest
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 
-CASES = [("rebase", 6), ("ets", 6), ("rstar", 5), ("rest", 4)]
+# (algorithm, target, seeds): search-and-learn's searches grow deep trees of N nodes a level,
+# slower to run; fewer seeds keep the file near a minute.
+CASES = [
+    ("rebase", 6, 50),
+    ("ets", 6, 50),
+    ("rstar", 5, 50),
+    ("rest", 4, 50),
+    ("beam", 4, 20),
+    ("dvts", 8, 20),
+    ("best_of_n", 4, 10),
+]
 
 
-@pytest.mark.parametrize(("algorithm", "target"), CASES)
-def test_spex_equals_baseline_for_50_seeds(algorithm, target):
+@pytest.mark.parametrize(("algorithm", "target", "seeds"), CASES)
+def test_spex_equals_baseline_for_every_seed(algorithm, target, seeds):
     mismatches = []
     speculated = 0
-    for seed in range(50):
+    for seed in range(seeds):
         profile = "Llemma-7B@A6000" if seed % 2 == 0 else "Llemma-34B@A100-80GB"
         base = BenchConfig(
             algorithm=algorithm, target=target, batch_size=2, questions=2, seed=seed, profile=profile
@@ -27,7 +37,8 @@ def test_spex_equals_baseline_for_50_seeds(algorithm, target):
         if (b.trees_digest, b.answers) != (s.trees_digest, s.answers):
             mismatches.append(seed)
     assert not mismatches, f"SPEX changed the search for seeds {mismatches}"
-    assert speculated > 50 * 2  # the check is only meaningful if speculation ran
+    # The check is only meaningful if speculation ran (best-of-N has nothing to speculate).
+    assert speculated > seeds * 2 or algorithm == "best_of_n"
 
 
 def test_early_stop_is_the_one_switch_that_changes_the_search():

@@ -20,7 +20,7 @@ from tests.deploy.manifests import (
     render,
 )
 
-PACKAGES = ("proto", "shared", "services", "bench", "data")
+PACKAGES = ("proto", "search", "shared", "services", "bench", "data")
 
 
 def test_compose_runs_every_service_with_registered_settings():

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from spex.proto import CONTENTS, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, SIM_STYLES, Message, Synthetic
 from spex.proto.names import KEYS, STREAMS, Name
-from spex.proto.submission import ALGORITHMS, MODES
+from spex.proto.submission import MODES
+from spex.shared.core.search import SEARCHES
 
 __all__ = [
     "ALL_MESSAGES",
@@ -68,7 +69,7 @@ ODD_IDS = (
 )
 # Words the services act on, so fuzzed messages also reach the paths past validation.
 VOCABULARY = (
-    *ALGORITHMS,
+    *SEARCHES,
     *MODES,
     *CONTENTS,
     *("bfs", "dfs", "stop", "eos", "length", "abort", "error", "generate", "score", "prm", "sim"),
@@ -217,7 +218,7 @@ def message(
 _counts = weighted((12, st.integers(1, 2_000)), (1, st.sampled_from([0, 1, 4_096, 2**31, INT64_MAX])))
 PLAUSIBLE_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "content": weighted((3, st.just("synthetic")), (1, st.sampled_from(CONTENTS))),
-    "algorithm": st.sampled_from(ALGORITHMS),
+    "algorithm": st.sampled_from(sorted(SEARCHES)),
     "mode": st.sampled_from(MODES),
     "finish_reason": st.sampled_from(["stop", "eos", "length", "abort"]),
     "kind": st.sampled_from(["generate", "score"]),
@@ -496,7 +497,7 @@ def concrete_names(ids: Sequence[str] = ("x", "q0001", "{", "}", ":", "\x00", "Ã
 
 
 def same(a: Any, b: Any) -> bool:
-    """Equality that holds nan equal to nan and tells -0.0 from 0.0."""
+    """Equality that holds nan equal to nan (in a list or a map too) and tells -0.0 from 0.0."""
     if isinstance(a, msgspec.Struct) and isinstance(b, msgspec.Struct):
         if type(a) is not type(b):
             return False
@@ -507,4 +508,6 @@ def same(a: Any, b: Any) -> bool:
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b

@@ -20,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spex.proto.submission import ALGORITHMS, CLIENT_FIELDS, MODES
+from spex.proto.submission import CLIENT_FIELDS, MODES
 from spex.services.ingress import IngressService
+from spex.shared.core.search import SEARCHES
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import RedisServer, free_port
 from spex.shared.runtime.settings import Settings
@@ -179,10 +180,13 @@ FIELD_VALUES = {
     int: st.one_of(fz.ints(), st.integers(min_value=2**64, max_value=10**30), st.integers(-(10**30), -1)),
     float: st.one_of(st.floats(), st.integers(-(10**30), 10**30)),  # nan, ±inf, and whole numbers
     bool: st.booleans(),
+    dict: st.dictionaries(
+        fz.strings(short=True), st.one_of(st.floats(), fz.strings(short=True)), max_size=40
+    ),
 }
 PLAUSIBLE = {
     "question": st.sampled_from(["What is 1+1?", "x", "é" * 50]),
-    "algorithm": st.sampled_from(ALGORITHMS),
+    "algorithm": st.sampled_from(sorted(SEARCHES)),
     "mode": st.sampled_from(MODES),
     "target": st.integers(1, 8),
     "seed": st.integers(0, 2**63 - 1),
@@ -194,6 +198,8 @@ PLAUSIBLE = {
     "early_stop_min_answers": st.integers(0, 8),
     "early_stop_weight": st.sampled_from(["min", "last"]),
     "baseline_twin": st.sampled_from([False, False, False, True]),  # a twin: with mode spex, no T3
+    "params": st.just({}),  # what every search takes (a search's own are the validator's tests)
+    "answer_selection": st.sampled_from(["", "majority", "weighted", "best"]),
 }
 
 

@@ -3,16 +3,73 @@
 import pytest
 
 from spex.proto import SubmissionError, SubmitQuestionRequest
-from spex.proto.submission import ALGORITHMS, CLIENT_FIELDS, check_fields, validate
-from spex.shared.core.search import SEARCHES as IMPLEMENTED
+from spex.proto.submission import CLIENT_FIELDS, Limits, check_fields, validate
 
 
 def request(**fields):
     return SubmitQuestionRequest(msg_id="m", query_id="q", **{"question": "1+1?", **fields})
 
 
-def test_the_contract_names_exactly_the_algorithms_the_core_implements():
-    assert set(ALGORITHMS) == set(IMPLEMENTED)
+def _takes_width(target, params):
+    if set(params) - {"width"}:
+        raise ValueError(f"unknown parameter {sorted(set(params) - {'width'})[0]!r}")
+    if params.get("width", 1) > target:
+        raise ValueError("width: at most the target")
+
+
+SERVED = Limits(searches={"rebase": _takes_width, "beam": _takes_width})
+
+
+def test_a_search_the_services_do_not_serve_is_refused_naming_those_they_do():
+    with pytest.raises(SubmissionError, match=r"^algorithm: unknown 'greedy'; known: beam, rebase$"):
+        validate(request(algorithm="greedy"), SERVED)
+    assert validate(request(algorithm="beam"), SERVED).algorithm == "beam"
+
+
+def test_without_the_services_searches_any_well_formed_name_passes():
+    assert validate(request(algorithm="my_search2")).algorithm == "my_search2"
+    for bad in ("", "Beam", "2beam", "beam-16", "b" * 41):
+        with pytest.raises(SubmissionError, match="^algorithm: "):
+            validate(request(algorithm=bad))
+
+
+def test_the_search_checks_its_own_parameters():
+    assert validate(request(params={"width": 4.0}), SERVED).params == {"width": 4.0}
+    with pytest.raises(SubmissionError, match=r"^params: rebase: width: at most the target$"):
+        validate(request(target=2, params={"width": 4.0}), SERVED)
+    with pytest.raises(SubmissionError, match=r"^params: rebase: unknown parameter 'depth'$"):
+        validate(request(params={"depth": 3.0}), SERVED)
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        ({f"p{i}": 1.0 for i in range(33)}, "at most 32 parameters"),
+        ({"x" * 101: 1.0}, "a parameter's name is 1 to 100 characters of text"),
+        ({"\udc80": 1.0}, "a parameter's name is 1 to 100 characters of text"),
+        ({"agg": "\udc80"}, "agg: at most 100 characters of Unicode text"),
+        ({"agg": "m" * 101}, "agg: at most 100 characters of Unicode text"),
+        ({"w": float("nan")}, "w: must be finite"),
+    ],
+)
+def test_parameters_are_bounded_whatever_the_search(params, problem):
+    with pytest.raises(SubmissionError, match=f"^params: {problem}"):
+        validate(request(params=params))
+
+
+def test_a_parameter_is_a_number_or_text_and_the_selection_one_of_three():
+    assert check_fields({"question": "x", "params": {"beam_width": 4, "agg_strategy": "min"}})["params"] == {
+        "beam_width": 4.0,
+        "agg_strategy": "min",
+    }
+    for bad in ({"beam_width": True}, {"beam_width": [4]}, {"beam_width": None}):
+        with pytest.raises(SubmissionError, match="^params: beam_width: expected a number or text$"):
+            check_fields({"question": "x", "params": bad})
+    with pytest.raises(SubmissionError, match="^params: expected dict$"):
+        check_fields({"question": "x", "params": [1]})
+    assert validate(request(answer_selection="majority")).answer_selection == "majority"
+    with pytest.raises(SubmissionError, match="^answer_selection: "):
+        validate(request(answer_selection="vote"))
 
 
 def test_defaults_come_from_the_request_struct_and_are_valid():
@@ -24,7 +81,7 @@ def test_defaults_come_from_the_request_struct_and_are_valid():
     ("fields", "field"),
     [
         ({"question": ""}, "question"),
-        ({"algorithm": "bfs"}, "algorithm"),
+        ({"algorithm": "BFS"}, "algorithm"),
         ({"target": 0}, "target"),
         ({"mode": "fast"}, "mode"),
         ({"prompt_tokens": -1}, "prompt_tokens"),

@@ -88,7 +88,7 @@ def test_a_score_request_with_the_old_reward_field_still_decodes():
 
 
 def test_a_submission_with_a_bad_mode_decodes_to_be_answered_as_rejected():
-    payload = _with(SubmitQuestionRequest(**ENV, question="1+1?"), mode="fast", algorithm="bfs")
+    payload = _with(SubmitQuestionRequest(**ENV, question="1+1?"), mode="fast", algorithm="Best-First")
     req = decode(INGRESS, payload)
     with pytest.raises(submission.SubmissionError, match="^algorithm: "):
         submission.validate(req)

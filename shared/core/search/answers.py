@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Literal, get_args
 
+from spex.proto.messages import ANSWER_SELECTIONS, AnswerSelection
 from spex.shared.core.tree import Node
 
 __all__ = [
@@ -26,8 +26,7 @@ __all__ = [
     "select_answer",
 ]
 
-AnswerSelection = Literal["majority", "weighted", "best"]
-SELECTIONS: tuple[AnswerSelection, ...] = get_args(AnswerSelection)
+SELECTIONS = ANSWER_SELECTIONS  # majority, weighted, best (the wire's value set)
 Equivalence = Callable[[str, str], bool]  # do two (normalized) answers mean the same?
 
 # REBASE extracts with `The answer is:(.+) ки`; ETS also accepts "The final answer is". The
@@ -126,18 +125,22 @@ class Votes:
 
 
 def select_answer(
-    solutions: Sequence[Node], method: AnswerSelection, same: Equivalence | None = None
+    solutions: Sequence[Node],
+    method: AnswerSelection,
+    same: Equivalence | None = None,
+    weight: Callable[[Node], float] | None = None,
 ) -> str | None:
-    """Pick the final answer among solution nodes (each with `answer` and last-step `reward`).
+    """Pick the final answer among solution nodes (each with `answer`), each weighing
+    `weight(node)` (default: its last-step `reward`); a node listed twice votes twice.
 
-    majority: most votes; weighted: largest summed reward; best: the single highest reward.
-    Ties go to the larger summed reward, then to the answer first found."""
+    majority: most votes; weighted: largest summed weight; best: the single highest weight.
+    Ties go to the larger summed weight, then to the answer first found."""
     if method not in SELECTIONS:
         raise ValueError(f"answer selection must be one of {SELECTIONS}, not {method!r}")
     votes = Votes(same)
     for node in solutions:
         if node.answer is not None:
-            votes.add(node.answer, node.reward or 0.0)
+            votes.add(node.answer, weight(node) if weight is not None else node.reward or 0.0)
     if not votes.groups:
         return None
     order = list(votes.groups)

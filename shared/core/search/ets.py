@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spex.shared.core.search.base import SearchConfig, apply_params, register
+from spex.shared.core.search.base import ParamValue, SearchConfig, apply_params, register
 from spex.shared.core.search.embed import Embedder, trigram_embedder
 from spex.shared.core.search.rebase import LevelSearch, RebaseParams, ceil_softmax_widths
 from spex.shared.core.tree import Node, Tree
@@ -141,7 +141,7 @@ def solve_ets_ilp(
     return [bool(v > 0.5) for v in res.x[:n]]
 
 
-ETS_PRESETS: dict[str, dict[str, float]] = {
+ETS_PRESETS: dict[str, dict[str, ParamValue]] = {
     "artifact": {"lambda_c": 2.0, "lambda_s": 0.0},
     "ets-16": {"lambda_c": 1.0, "lambda_s": 1.5},
     "ets-64": {"lambda_c": 1.0, "lambda_s": 1.4},
@@ -152,6 +152,7 @@ ETS_PRESETS: dict[str, dict[str, float]] = {
 @register
 class Ets(LevelSearch):
     name = "ets"
+    parameters = EtsParams
     presets = ETS_PRESETS
 
     def __init__(self, tree: Tree, config: SearchConfig, embed: Embedder = trigram_embedder) -> None:

@@ -35,12 +35,12 @@ __all__ = ["Rebase", "RebaseParams", "ceil_softmax_widths"]
 @dataclass(frozen=True)
 class RebaseParams:
     softmax_temperature: float = 0.2  # T_b (hype-parameters/rebase.yaml)
-    max_depth: int = 25
+    max_depth: int = 25  # the deepest level grown
     max_tokens: int = 1024  # cumulative generated tokens on a path
     # Speculation (SPEX `bfs_async.py`): provisional width = ceil(scale · finished candidates),
     # looking `spec_lookahead` levels ahead, shallow levels first.
-    spec_scale: float = 1.2
-    spec_lookahead: int = 3
+    spec_scale: float = 1.2  # speculation: provisional width per finished candidate
+    spec_lookahead: int = 3  # speculation: levels looked ahead
 
 
 def ceil_softmax_widths(rewards: Sequence[float], width: int, temperature: float) -> list[int]:
@@ -179,3 +179,4 @@ class LevelSearch(SearchAlgorithm):
 @register
 class Rebase(LevelSearch):
     name = "rebase"
+    parameters = RebaseParams

@@ -41,12 +41,12 @@ __all__ = ["Rest", "RestParams"]
 
 @dataclass(frozen=True)
 class RestParams:
-    exploration: float = 0.4
-    inf: float = 0.8
-    alpha: float = 0.5
-    branch: int = 3
-    roll_forward_steps: int = 2
-    max_depth: int = 10
+    exploration: float = 0.4  # c of V + c·sqrt(2·ln N_parent / N_child) (evaluate.py)
+    inf: float = 0.8  # the bonus of an unvisited child (evaluate.py)
+    alpha: float = 0.5  # the rollout's share of a child's value (MCTS_Task)
+    branch: int = 3  # children per expansion (MCTS_Task)
+    roll_forward_steps: int = 2  # greedy rollout steps after an expansion (evaluate.py)
+    max_depth: int = 10  # the deepest step
     end_gate: float = 0.0  # reference 0.9; 0 = never stop early
 
 
@@ -55,6 +55,7 @@ class Rest(SearchAlgorithm):
     name = "rest"
     family = "dfs"
     default_selection = "weighted"
+    parameters = RestParams
 
     def __init__(self, tree: Tree, config: SearchConfig) -> None:
         super().__init__(tree, config)

@@ -52,6 +52,7 @@ class Rstar(SearchAlgorithm):
     name = "rstar"
     family = "dfs"
     default_selection = "majority"
+    parameters = RstarParams
 
     def __init__(self, tree: Tree, config: SearchConfig) -> None:
         super().__init__(tree, config)

@@ -20,6 +20,14 @@ def test_best_of_n_takes_the_single_best():
     assert select_answer(solutions(SOLS), "best") == "6"
 
 
+def test_a_search_s_own_weight_replaces_the_last_step_reward_and_a_repeated_solution_votes_twice():
+    sols = solutions(SOLS)
+    inverse = {id(n): 1.0 - n.reward for n in sols}  # a path score that ranks them the other way
+    assert select_answer(sols, "best", weight=lambda n: inverse[id(n)]) == "4"
+    assert select_answer(sols, "weighted", weight=lambda n: inverse[id(n)]) == "4"
+    assert select_answer([*sols, sols[5], sols[5], sols[5]], "majority") == "6"  # 4 votes to 3
+
+
 def test_equivalent_latex_answers_vote_together():
     sols = solutions([("\\frac{1}{2}", 0.5), ("\\dfrac{1}{2}", 0.5), ("3", 0.9)])
     assert normalize_answer(select_answer(sols, "weighted")) == "\\frac{1}{2}"

@@ -11,11 +11,11 @@ from spex.proto import AnswerResult, NodeEvent, ServedBy, SubmissionError, Submi
 from spex.services.ingress import OPEN_PATHS
 from spex.services.openai_params import EXTRA_FIELDS, HONOURED, NEUTRAL, ParamError, chat_ask
 from spex.services.openapi import document
-from spex.services.openapi_schemas import BOUNDS
+from spex.services.openapi_schemas import BOUNDS, SHAPES
 from spex.services.watch import answer_json
 from spex.shared.runtime.views import fold_tree, node_json, twin_json
 
-TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
 ENVELOPE = {"msg_id": "m", "query_id": "q"}
 
 
@@ -33,15 +33,30 @@ def check(instance, name):
 
 def test_a_question_s_body_is_the_contract_s_client_fields():
     body = schema("Question")
-    defaults = {f.name: f.default for f in msgspec.structs.fields(SubmitQuestionRequest)}
+    defaults = {
+        f.name: f.default if f.default_factory is msgspec.NODEFAULT else f.default_factory()
+        for f in msgspec.structs.fields(SubmitQuestionRequest)
+    }
     assert list(body["properties"]) == list(submission.CLIENT_FIELDS)
     assert body["required"] == ["question"] and body["additionalProperties"] is False
     for name, kind in submission.CLIENT_FIELDS.items():
         field = body["properties"][name]
         assert field["type"] == TYPES[kind] and field["description"], name
         assert field.get("default", msgspec.NODEFAULT) == defaults[name], name
-    assert body["properties"]["algorithm"]["enum"] == list(submission.ALGORITHMS)
+    assert body["properties"]["algorithm"]["pattern"] == f"^{submission.SEARCH_NAME.pattern}$"
     assert body["properties"]["mode"]["enum"] == list(submission.MODES)
+    assert body["properties"]["answer_selection"]["enum"] == ["", "majority", "weighted", "best"]
+
+
+def test_the_shape_of_a_search_s_name_and_parameters_is_the_validator_s():
+    submission.validate(_request("algorithm", "a" + "_9" * 19 + "z"))  # 40 characters
+    for bad in ("a" * 41, "Rebase", "9a", "rebase-16"):
+        _refused("algorithm", bad)
+    most, chars = SHAPES["params"]["maxProperties"], SHAPES["params"]["additionalProperties"]["maxLength"]
+    submission.validate(_request("params", {f"p{i}": 1.0 for i in range(most)}))
+    _refused("params", {f"p{i}": 1.0 for i in range(most + 1)})
+    submission.validate(_request("params", {"p": "x" * chars}))
+    _refused("params", {"p": "x" * (chars + 1)})
 
 
 def _request(name, value):
@@ -112,7 +127,7 @@ def test_a_chat_request_s_documented_parameters_are_the_ones_the_endpoint_reads(
     ask = {"model": "spex:rebase-4", "messages": [{"role": "user", "content": "x"}]}
     for name, prop in body["properties"].items():
         for value in prop.get("enum", ()):  # a documented neutral value is accepted
-            chat_ask({**ask, name: value}, temperature=0.3)
+            chat_ask({**ask, name: value}, temperature=0.3, searches=["rebase"])
     with pytest.raises(ParamError) as refusal:
-        chat_ask({**ask, "undocumented": 1}, temperature=0.3)
+        chat_ask({**ask, "undocumented": 1}, temperature=0.3, searches=["rebase"])
     assert refusal.value.field == "undocumented"
