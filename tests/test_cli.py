@@ -50,6 +50,13 @@ def spex(*args, check=True):
         (["up", "--objective", "latency"], "--objective"),
         (["bench", "--objective", "latency"], "--objective"),
         (["demo", "--questions", "0"], "--questions"),
+        (["model", "init", "--out", "/tmp/x", "--prm-kind", "step-tag"], "--prm-kind"),
+        (["bench", "--prompt-preset", "sal"], "--prompt-preset"),
+        (["bench", "--chat-template", "/no/such.jinja"], "chat_template"),
+        (["bench", "--prm-tokens", "+"], "prm_tokens"),
+        (["up", "--chat-template", "/no/such.jinja"], "--chat-template"),
+        (["up", "--prm-kind", "plus-minus", "--prm-url", "http://127.0.0.1:1"], "--prm-kind"),
+        (["up", "--prm-chat"], "--prm-chat"),
         (
             ["up", "--engine", "sglang", "--engine-url", "http://a:1,http://b:2", "--generators", "3"],
             "--generators",

@@ -93,7 +93,11 @@ class RewardEngine(SteppedEngine):
         if not self._waiting:
             self.clock_s = max(self.clock_s, now_s)
         self._seq += 1
-        ids = [t for piece in req.text for t in self.tokenizer.encode(piece, add_special_tokens=False)]
+        # A published family's path is tokenized whole, as its card (and a server) tokenizes it;
+        # SPEX's own classifier reads its pieces one by one, as it always has (its scores, and so
+        # the trees of runs before the families, stay what they were).
+        pieces = req.text if self.format.kind == "token-classification" else ("".join(req.text),)
+        ids = [t for piece in pieces for t in self.tokenizer.encode(piece, add_special_tokens=False)]
         s = _Score(req, self._seq, now_s, ids)
         self._by_rid[req.rid] = s
         self._waiting.append(s)
