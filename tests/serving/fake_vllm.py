@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -88,6 +88,7 @@ class FakeVLLM:
         self.wake = asyncio.Event()
         self.cached_blocks: set[str] = set()  # prompt prefixes, a block at a time
         self.queries = self.hits = 0
+        self.bodies: list[dict[str, Any]] = []  # every completion request as sent (read in process)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -133,6 +134,7 @@ class FakeVLLM:
     # ------------------------------------------------------------------ the API
     async def completions(self, req: web.Request) -> web.Response:
         body = await req.json()
+        self.bodies.append(body)
         prompt, rid = str(body["prompt"]), str(body.get("request_id") or next(self.arrivals))
         self.served += 1
         if self.fail_after and self.served > self.fail_after:
@@ -206,6 +208,22 @@ class FakeVLLM:
             f"vllm:prefix_cache_hits_total {self.hits}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+@contextlib.asynccontextmanager
+async def in_process(**options: Any) -> AsyncIterator[tuple[str, FakeVLLM]]:
+    """The server in the test's own event loop (its requests readable in `bodies`): (URL, server)."""
+    fake = FakeVLLM(**{"max_num_seqs": 8, "step_ms": 1.0, "per_seq_ms": 0.0, **options})
+    port, app = free_port(), fake.app()
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}", fake
+    finally:
+        await runner.cleanup()
+        app["stepper"].cancel()
+        await asyncio.gather(app["stepper"], return_exceptions=True)
 
 
 @contextlib.contextmanager
