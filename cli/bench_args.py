@@ -182,7 +182,9 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
         help="the reward model's family: token-classification, step-tag (Qwen2ForProcessRewardModel) or "
         "plus-minus (a causal LM's +/- logits: Math-Shepherd, RLHFlow)",
     )
-    b.add_argument("--prm-step-tag", default="", help="step-tag, plus-minus: the tag (default <extra_0>, ки)")
+    b.add_argument(
+        "--prm-step-tag", default="", help="step-tag, plus-minus: the tag (default `<extra_0>`, `ки`)"
+    )
     b.add_argument("--prm-tokens", default="+,-", help="plus-minus: the good and bad tokens, GOOD,BAD")
     b.add_argument("--prm-chat", action="store_true", help="plus-minus: RLHFlow's chat layout")
     b.add_argument(

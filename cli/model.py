@@ -54,7 +54,8 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
         choices=list(PRM_KINDS),
         default=None,
         help="init --prm: token-classification (a two-label head, the default), step-tag (a "
-        "Qwen2ForProcessRewardModel, <extra_0> added to its tokenizer) or plus-minus (a causal LM, ки added)",
+        "Qwen2ForProcessRewardModel, `<extra_0>` added to its tokenizer) or plus-minus (a causal LM, "
+        "`ки` added)",
     )
 
 

@@ -79,7 +79,8 @@ class ContentSettings:
     prm_step_tag: str = setting(
         "",
         env="SPEX_PRM_STEP_TAG",
-        help="step-tag, plus-minus: the tag written after each step (empty: the family's, <extra_0> or ки)",
+        help="step-tag, plus-minus: the tag written after each step (empty: the family's, `<extra_0>` "
+        "or `ки`)",
         check=lambda v, _: len(v) <= MAX_STEP_DELIMITER_CHARS,
         allowed=f"at most {MAX_STEP_DELIMITER_CHARS} characters",
     )
