@@ -43,6 +43,7 @@ __all__ = [
     "STEP_TAG_SYSTEM_PROMPT",
     "PrmKind",
     "RewardFormat",
+    "family_of",
 ]
 
 PrmKind = Literal["token-classification", "step-tag", "plus-minus"]
@@ -56,6 +57,18 @@ DEFAULT_STEP_TAGS: dict[PrmKind, str] = {
 DEFAULT_PRM_TOKENS = ("+", "-")  # plus-minus: the good and the bad token
 # The system turn of Qwen2.5-Math-PRM's model card.
 STEP_TAG_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def family_of(architecture: str) -> PrmKind | None:
+    """The family a model's architecture (its config's first `architectures`) belongs to (None:
+    one no family names)."""
+    if architecture == "Qwen2ForProcessRewardModel":
+        return "step-tag"
+    if architecture.endswith("ForCausalLM"):
+        return "plus-minus"
+    if architecture.endswith("ForTokenClassification"):
+        return "token-classification"
+    return None
 
 
 @dataclass(frozen=True)

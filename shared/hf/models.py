@@ -37,8 +37,8 @@ from transformers import (  # noqa: E402
 )
 
 from spex.shared.content.reward_prompts import PrmKind  # noqa: E402
-from spex.shared.hf.importing import model_dir_problem  # noqa: E402
-from spex.shared.hf.prm_models import build_prm, kind_of, prm_class  # noqa: E402
+from spex.shared.hf.importing import model_dir_problem, prm_family_problem  # noqa: E402
+from spex.shared.hf.prm_models import build_prm, prm_class  # noqa: E402
 from spex.shared.hf.shapes import RANDOM_WEIGHTS, Shape  # noqa: E402
 
 __all__ = [
@@ -177,9 +177,9 @@ def load_prm(
     `init_model` with a shape gets its random weights here, built on `device`. A directory whose
     architecture is another family's is refused, naming the family."""
     _check(path)
-    found = kind_of(path)
-    if found is not None and found != kind:
-        raise ValueError(f"prm_kind: the reward model in {path} is a {found} model, not {kind}")
+    problem = prm_family_problem(str(path), kind)
+    if problem is not None:
+        raise ValueError(f"prm_kind: {problem}")
     return _load(path, device, dtype, prm_class(kind))
 
 

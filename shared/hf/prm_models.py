@@ -15,7 +15,6 @@ here from an architecture's config, and the two logits a path's score is read fr
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,7 +30,6 @@ __all__ = [
     "PrmReader",
     "Qwen2ForProcessRewardModel",
     "build_prm",
-    "kind_of",
     "prm_class",
 ]
 
@@ -150,18 +148,3 @@ class PrmReader:
             return model(input_ids=ids, attention_mask=mask).logits[rows, last]  # [B, T, 2] -> [B, 2]
         out = model(input_ids=ids, attention_mask=mask, logits_to_keep=last[:, None]).logits  # [B, 1, V]
         return out[:, 0, self.token_ids]
-
-
-def kind_of(path: str | Path) -> PrmKind | None:
-    """The family a model directory's architecture belongs to (None: one no family names)."""
-    import json
-
-    archs = json.loads((Path(path) / "config.json").read_text()).get("architectures") or [""]
-    arch = str(archs[0])
-    if arch == STEP_TAG_ARCHITECTURE:
-        return "step-tag"
-    if arch.endswith("ForCausalLM"):
-        return "plus-minus"
-    if arch.endswith("ForTokenClassification"):
-        return "token-classification"
-    return None

@@ -6,6 +6,8 @@ each `ки`; search-and-learn's RLHFlow scorer: the same where the assistant's `
 lies in (0, 1) and depends on the text; a batch scores as each path alone; a directory of another
 family is refused naming it."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,10 +128,28 @@ def test_the_step_tag_is_one_token_after_each_step_and_the_path_ends_at_it(model
     assert type(e.model).__name__ == "Qwen2ForProcessRewardModel"
 
 
-def test_a_model_of_another_family_is_refused_naming_its_family(models):
+def test_a_model_of_another_family_is_refused_naming_its_family(models, tmp_path):
     with pytest.raises(
         ValueError, match=r"^prm_kind: the reward model in .* is a step-tag model, not plus-minus"
     ):
         load_prm(models["step-tag"], kind="plus-minus")
     with pytest.raises(ValueError, match="is a token-classification model, not step-tag"):
         load_prm(models["token-classification"], kind="step-tag")
+    # `spex up` refuses it before anything starts, in one line naming the flag.
+    up = [
+        "up",
+        "--prm",
+        str(models["step-tag"]),
+        "--prm-kind",
+        "plus-minus",
+        "--data-dir",
+        str(tmp_path / "d"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "spex.cli", *up], capture_output=True, text=True, timeout=120
+    )
+    [line] = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and line.startswith("spex: error: --prm-kind: the reward model in "), (
+        proc.stderr
+    )
+    assert not (tmp_path / "d").exists()
