@@ -84,3 +84,19 @@ def test_a_family_is_checked_where_it_is_named():
         RewardFormat("step-tag").positive,
         RewardFormat("plus-minus").positive,
     ) == (1, 1, 0)
+
+
+class AddsStart:
+    """A tokenizer that puts its start token before what it encodes (Mistral's, Llama's)."""
+
+    bos_token, bos_token_id, chat_template = "<s>", 1, None
+
+    def encode(self, text, add_special_tokens=True):
+        return [1, 7] if add_special_tokens else [7]
+
+
+def test_math_shepherd_starts_with_the_start_token_its_tokenizer_would_add():
+    text = "".join(
+        RewardFormat("plus-minus").pieces(QUESTION, STEPS[:1], Template(AddsStart()), DEFAULT_STYLE)
+    )
+    assert text == f"<s>{QUESTION} {STEPS[0]} ки"
