@@ -164,12 +164,25 @@ class Template:
     def _render(self, turns: list[dict[str, str]], s: PromptStyle, generation_prompt: bool) -> str:
         if self.tokenizer is None:  # a template of one's own with no tokenizer: no special tokens
             return render_chat(s.chat_template, turns, generation_prompt)
-        own = {"chat_template": s.chat_template} if s.chat_template else {}
-        return str(
-            self.tokenizer.apply_chat_template(
-                turns, add_generation_prompt=generation_prompt, tokenize=False, **own
+        if not s.chat_template:
+            return str(
+                self.tokenizer.apply_chat_template(
+                    turns, add_generation_prompt=generation_prompt, tokenize=False
+                )
             )
-        )
+        from jinja2.exceptions import TemplateError
+
+        try:  # one's own through the tokenizer: its special tokens known
+            return str(
+                self.tokenizer.apply_chat_template(
+                    turns,
+                    add_generation_prompt=generation_prompt,
+                    tokenize=False,
+                    chat_template=s.chat_template,
+                )
+            )
+        except TemplateError as exc:  # a job's own template that fails: the job's fault, named
+            raise ValueError(f"chat_template: {exc}") from None
 
 
 plain_template = Template()  # no tokenizer: plain text, unless a style brings its own chat template
