@@ -40,6 +40,7 @@ VERSION = "0.32.0-fake"
 MODEL = "fake-model"
 BLOCK = 16  # tokens per KV block; prefix-cache hits come in whole blocks
 KV_BLOCKS = 4096
+STEPPER = web.AppKey("stepper", asyncio.Task)  # the engine's step loop, started with the app
 
 
 def _draw(*parts: object) -> int:
@@ -92,9 +93,9 @@ class FakeVLLM:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/health", lambda _: web.Response())
-        app.router.add_get("/version", lambda _: web.json_response({"version": VERSION}))
-        app.router.add_get("/v1/models", lambda _: web.json_response({"data": [{"id": MODEL}]}))
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/inference/v1/abort_requests", self.abort)
         app.router.add_get("/metrics", self.metrics)
@@ -102,7 +103,16 @@ class FakeVLLM:
         return app
 
     async def _start(self, app: web.Application) -> None:
-        app["stepper"] = asyncio.create_task(self._step_forever())
+        app[STEPPER] = asyncio.create_task(self._step_forever())
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response()
+
+    async def version(self, _: web.Request) -> web.Response:
+        return web.json_response({"version": VERSION})
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": MODEL}]})
 
     # ------------------------------------------------------------------ the engine
     async def _step_forever(self) -> None:
@@ -222,8 +232,8 @@ async def in_process(**options: Any) -> AsyncIterator[tuple[str, FakeVLLM]]:
         yield f"http://127.0.0.1:{port}", fake
     finally:
         await runner.cleanup()
-        app["stepper"].cancel()
-        await asyncio.gather(app["stepper"], return_exceptions=True)
+        app[STEPPER].cancel()
+        await asyncio.gather(app[STEPPER], return_exceptions=True)
 
 
 @contextlib.contextmanager

@@ -59,3 +59,11 @@ def test_a_questions_own_prompt_goes_over_the_deployments(redis_url):
     head = "Answer in French.\n\nQuestion: What is 4 + 4?\n\n"
     assert theirs and all(b["prompt"].startswith(head) for b in theirs)
     assert all(b["stop"] == ["\n"] for b in theirs)
+
+
+def test_a_questions_template_that_fails_to_render_fails_the_question_naming_it(redis_url):
+    refusing = {"chat_template": "{{ raise_exception('this template takes no question') }}"}
+    answers, bodies = asyncio.run(answered(redis_url, {}, {"What is 2 + 3?": refusing}))
+    answer = answers["What is 2 + 3?"]
+    assert answer is not None and "chat_template: this template takes no question" in answer.error
+    assert bodies == []  # nothing reached the engine
