@@ -57,8 +57,8 @@ def spex(*args, check=True):
         (["up", "--chat-template", "/no/such.jinja"], "--chat-template"),
         (["up", "--prm-kind", "plus-minus", "--prm-url", "http://127.0.0.1:1"], "--prm-kind"),
         (["up", "--prm-chat"], "--prm-chat"),
-        (["submit", "What is 2 + 3?", "--chat-template", "/no/such.jinja"], "--chat-template"),
-        (["submit", "What is 2 + 3?", "--step-delimiter", "#" * 65], "--step-delimiter"),
+        (["submit", "x", "--url", "http://127.0.0.1:1", "--chat-template", "/no/t.jinja"], "--chat-template"),
+        (["submit", "x", "--url", "http://127.0.0.1:1", "--step-delimiter", "#" * 65], "--step-delimiter"),
         (
             ["up", "--engine", "sglang", "--engine-url", "http://a:1,http://b:2", "--generators", "3"],
             "--generators",
