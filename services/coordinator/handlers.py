@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from spex.proto import (
     AnswerResult,
     BudgetUpdateEvent,
@@ -205,7 +207,8 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
         question=req.question,
         steps=_texts(cmd.node),
         split=q.split,
-        prompt=q.prompt,
+        # The reward model reads the path in its own chat template: the generator's stays here.
+        prompt=msgspec.structs.replace(q.prompt, chat_template=""),
     )
     return [Publish(SCORE_JOBS, message)]
 
