@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from spex.proto.messages import PROMPT_PRESETS, PromptFormat, PromptPreset, Split
+from spex.proto.messages import PROMPT_PRESETS, PromptFormat, PromptPreset, Split, SubmitQuestionRequest
 
 __all__ = [
     "DEFAULT_SPLIT",
@@ -129,11 +129,10 @@ def prompt_format(
     )
 
 
-def question_format(deployment: PromptFormat, question: Any) -> PromptFormat:
-    """A question's prompt (`question`: a SubmitQuestionRequest): its preset replaces the
-    deployment's prompt as a whole, then each of its texts replaces the one before."""
-    preset = str(getattr(question, "prompt_preset", "") or "")
-    base = PRESETS.get(preset, deployment)  # type: ignore[call-overload]
+def question_format(deployment: PromptFormat, question: SubmitQuestionRequest) -> PromptFormat:
+    """A question's prompt: its preset replaces the deployment's prompt as a whole, then each
+    of its texts replaces the one before."""
+    base = PRESETS.get(question.prompt_preset, deployment)  # type: ignore[call-overload]
     return PromptFormat(
         question.system_prompt or base.system_prompt,
         question.chat_template or base.chat_template,
