@@ -6,7 +6,7 @@ conversion by its good and bad tokens: `--convert classify --hf-overrides ...`).
 path is scored through the serving engine and checked against the same model in process
 (`spex.shared.hf.reward`).
 
-One server at a time (never two on two cores), each for its module fixture; launched from the
+One server at a time (never two on two cores), each for its one test; launched from the
 virtualenv SPEX_TEST_VLLM_PYTHON names (`make test-vllm` builds it); skipped without it. The
 rewards and the times taken are printed."""
 
@@ -52,7 +52,7 @@ def _serve(kind: str, tmp: pytest.TempPathFactory, flags: tuple[str, ...]) -> It
         stop_vllm(server)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def step_tag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     from spex.shared.hf.models import ModelSpec, init_model, load_tokenizer
 
@@ -63,7 +63,7 @@ def step_tag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     yield from _serve("step-tag", tmp_path_factory, ("--pooler-config", json.dumps({"step_tag_id": tag_id})))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def plus_minus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
     overrides = {"classifier_from_token": ["+", "-"], "method": "no_post_processing"}
     yield from _serve(
