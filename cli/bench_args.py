@@ -8,8 +8,9 @@ import argparse
 from spex.bench.vtime import BenchConfig
 from spex.bench.vtime.config import SCHEDULINGS
 from spex.cli.searches import parse_params
-from spex.proto import CONTENTS, MODES, SPLITS
+from spex.proto import CONTENTS, MODES, PROMPT_PRESETS, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
+from spex.shared.content.reward_prompts import PRM_KINDS, RewardFormat
 from spex.shared.core.machine import REWARDS
 from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import SEARCHES, preset_params
@@ -170,13 +171,10 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
         help="sim (the simulated GPU), hf (in process), or a live vllm or sglang server (--engine-url)",
     )
     b.add_argument("--engine-url", default=None, help="vllm, sglang: the server's URL")
-    b.add_argument("--prm-url", default=None, help="vllm, sglang: a reward server (as --prm-engine says)")
     b.add_argument(
-        "--prm-engine",
-        choices=list(SERVERS),
-        default="sglang",
-        help="what serves --prm-url: sglang (/classify, launched with --is-embedding) or vllm (/pooling, "
-        "launched with --runner pooling)",
+        "--prm-url",
+        default=None,
+        help="vllm, sglang: a reward server (SGLang --is-embedding, vLLM --runner pooling: --prm-engine)",
     )
     b.add_argument(
         "--model",
@@ -184,6 +182,19 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
         help="hf: the generator's model directory; vllm, sglang: the served model's (its chat template)",
     )
     b.add_argument("--prm", default=None, help="a local reward-model directory (default: the simulated PRM)")
+    b.add_argument("--prm-engine", choices=list(SERVERS), default="sglang", help="the server at --prm-url")
+    b.add_argument(
+        "--prm-kind",
+        choices=list(PRM_KINDS),
+        default="token-classification",
+        help="the reward model's family: token-classification, step-tag (Qwen2ForProcessRewardModel) or "
+        "plus-minus (a causal LM's +/- logits: Math-Shepherd, RLHFlow)",
+    )
+    b.add_argument(
+        "--prm-step-tag", default="", help="step-tag, plus-minus: the tag (default `<extra_0>`, `ки`)"
+    )
+    b.add_argument("--prm-tokens", default="+,-", help="plus-minus: the good and bad tokens, GOOD,BAD")
+    b.add_argument("--prm-chat", action="store_true", help="plus-minus: RLHFlow's chat layout")
     b.add_argument(
         "--dataset", default=None, help="real content: a JSONL file, or a shipped set: math500, easy"
     )
@@ -221,6 +232,19 @@ def _engine_args(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--step-split", choices=list(SPLITS), default=DEFAULT_SPLIT, help="real content: where a step ends"
     )
+    b.add_argument(
+        "--prompt-preset",
+        choices=list(PROMPT_PRESETS),
+        default="spex",
+        help="real content: spex (SPEX's prompt) or search-and-learn (its system prompt, blank-line steps)",
+    )
+    b.add_argument("--system-prompt", default="", help="real content: the system turn (default the preset's)")
+    b.add_argument(
+        "--chat-template",
+        default="",
+        help="real content: the generator's chat template (Jinja, or a file of it) for its tokenizer's",
+    )
+    b.add_argument("--step-delimiter", default="", help="real content: what ends a step (default: the split)")
     b.add_argument(
         "--min-step-tokens",
         type=int,
@@ -289,6 +313,14 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
         engine_url=args.engine_url,
         prm_url=args.prm_url,
         prm_engine=args.prm_engine,
+        prm_kind=args.prm_kind,
+        prm_step_tag=args.prm_step_tag,
+        prm_tokens=RewardFormat.parse_tokens(args.prm_tokens),
+        prm_chat=args.prm_chat,
+        prompt_preset=args.prompt_preset,
+        system_prompt=args.system_prompt,
+        chat_template=args.chat_template,
+        step_delimiter=args.step_delimiter,
         content=args.content or ("real" if args.dataset else "synthetic"),
         dataset=args.dataset,
         level=args.level,

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from spex.cli.searches import parse_params
 from spex.proto import MODES, SubmitQuestionRequest
-from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS
+from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, PROMPT_PRESETS
 from spex.proto.submission import twin_id
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.settings_schema import flag_help
@@ -44,6 +44,8 @@ FIELD_FLAGS = {
     "early_stop_alpha": "--early-stop-alpha", "early_stop_min_answers": "--early-stop-min",
     "early_stop_weight": "--early-stop-weight", "baseline_twin": "--baseline-twin", "params": "--param",
     "answer_selection": "--answer-selection",
+    "prompt_preset": "--prompt-preset", "system_prompt": "--system-prompt",
+    "chat_template": "--chat-template", "step_delimiter": "--step-delimiter",
 }  # fmt: skip
 
 
@@ -127,6 +129,20 @@ def add_submit_parser(sub: argparse._SubParsersAction) -> None:
         help="also search it with speculation off (same seed and search); with --wait, print whether "
         "both trees are the same (lossless)",
     )
+    sb.add_argument(
+        "--prompt-preset",
+        choices=PROMPT_PRESETS,
+        default=None,
+        help="its prompt's preset (default: the deployment's)",
+    )
+    sb.add_argument("--system-prompt", default=None, help="its system prompt (default: the deployment's)")
+    sb.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE",
+        help="its chat template, a Jinja file (default: the deployment's)",
+    )
+    sb.add_argument("--step-delimiter", default=None, help="what ends its steps (default: the deployment's)")
 
 
 def add_result_parser(sub: argparse._SubParsersAction) -> None:
@@ -242,7 +258,9 @@ def _asked(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
         "params": parse_params(args.param) or None, "answer_selection": args.answer_selection,
         "early_stop": args.early_stop or None, "early_stop_alpha": args.early_stop_alpha,
         "early_stop_min_answers": args.early_stop_min, "early_stop_weight": args.early_stop_weight,
-        "baseline_twin": args.baseline_twin or None,
+        "baseline_twin": args.baseline_twin or None, "prompt_preset": args.prompt_preset,
+        "system_prompt": args.system_prompt, "chat_template": _template(args.chat_template),
+        "step_delimiter": args.step_delimiter,
     }  # fmt: skip
     unbounded = submission.Limits(
         max_question_chars=submission.MAX_INT, max_target=dict.fromkeys(SEARCHES, submission.MAX_INT)
@@ -262,6 +280,22 @@ def _asked(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
             raise ValueError(_flagged(str(exc))) from None
         out.append((question, fields))
     return out
+
+
+def _template(path: str | None) -> str | None:
+    """`--chat-template FILE`'s text, checked as the ingress checks a question's."""
+    if path is None:
+        return None
+    from spex.shared.content.prompt_style import check_chat_template
+
+    try:
+        text = Path(path).expanduser().read_text()
+        check_chat_template(text)
+    except OSError as exc:
+        raise ValueError(f"--chat-template: {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"--chat-template: {exc}") from None
+    return text
 
 
 def _flagged(message: str) -> str:

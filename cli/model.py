@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from spex.shared.content.reward_prompts import PRM_KINDS, PrmKind
 from spex.shared.hf.shapes import SHAPES
 
 __all__ = ["add_model_parser", "model_command"]
@@ -47,7 +48,15 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
     )
     m.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     m.add_argument("--seed", type=int, default=0, help="init: the random weights' seed")
-    m.add_argument("--prm", action="store_true", help="a reward model (token-classification head)")
+    m.add_argument("--prm", action="store_true", help="init: a process reward model (of --prm-kind)")
+    m.add_argument(
+        "--prm-kind",
+        choices=list(PRM_KINDS),
+        default=None,
+        help="init --prm: token-classification (a two-label head, the default), step-tag (a "
+        "Qwen2ForProcessRewardModel, `<extra_0>` added to its tokenizer) or plus-minus (a causal LM, "
+        "`ки` added)",
+    )
 
 
 def model_command(args: argparse.Namespace, console: Console) -> int:
@@ -75,11 +84,14 @@ def _init(args: argparse.Namespace, console: Console) -> int:
         return _init_shape(args, console)
     from spex.shared.hf.models import ModelSpec, init_model
 
+    if args.prm_kind is not None and not args.prm:
+        raise ValueError("--prm-kind: the family of a reward model; add --prm")
+    family: PrmKind = args.prm_kind or "token-classification"
     layers, hidden, vocab = (_given(args.layers, 2), _given(args.hidden, 64), _given(args.vocab, 4096))
-    spec = ModelSpec(layers, hidden, vocab, dtype=args.dtype, seed=args.seed, prm=args.prm)
+    spec = ModelSpec(layers, hidden, vocab, dtype=args.dtype, seed=args.seed, prm=args.prm, prm_kind=family)
     spec.validate()
     out = init_model(spec, args.out)
-    kind = "reward model" if args.prm else "model"
+    kind = f"reward model ({family})" if args.prm else "model"
     console.print(f"{kind}: {out} ({layers} layers, hidden {hidden}, random weights)")
     return 0
 
@@ -89,6 +101,8 @@ def _init_shape(args: argparse.Namespace, console: Console) -> int:
     if args.shape not in SHAPES:
         raise ValueError(f"--shape: one of {', '.join(SHAPES)}, not {args.shape!r}")
     given = [f"--{name}" for name in ("layers", "hidden", "vocab") if getattr(args, name) is not None]
+    if args.prm_kind is not None:
+        given.append("--prm-kind")
     if given or args.prm:
         raise ValueError(f"--shape: sets the model's dimensions itself; drop {', '.join(given) or '--prm'}")
     from spex.shared.hf.models import ModelSpec, init_model

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from spex.proto import CONTENTS, SPLITS
+from spex.proto import CONTENTS, PROMPT_PRESETS, SPLITS
 from spex.proto.messages import REWARDS
+from spex.shared.content.reward_prompts import PRM_KINDS
 from spex.shared.core.search import SEARCHES
 from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.admission import OBJECTIVES
@@ -35,7 +36,10 @@ UP_FLAGS = {
     "min_step_tokens": "--min-step-tokens", "max_depth": "--max-depth", "http_host": "--host",
     "http_port": "--port", "metrics_port": "--metrics-port", "redis_password_file": "--redis-password-file",
     "prm_url": "--prm-url", "objective": "--objective", "profile_file": "--profile-file",
-    "reward": "--reward", "prm_engine": "--prm-engine",
+    "reward": "--reward", "prm_engine": "--prm-engine", "prm_kind": "--prm-kind",
+    "prm_step_tag": "--prm-step-tag", "prm_tokens": "--prm-tokens", "prm_chat": "--prm-chat",
+    "prompt_preset": "--prompt-preset", "system_prompt": "--system-prompt",
+    "chat_template": "--chat-template", "step_delimiter": "--step-delimiter",
 }  # fmt: skip
 
 __all__ = [
@@ -101,6 +105,10 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--prm", default=None, help=_help("prm"))
     u.add_argument("--prm-url", default=None, help=_help("prm_url"))
     u.add_argument("--prm-engine", choices=list(SERVERS), default=None, help=_help("prm_engine"))
+    u.add_argument("--prm-kind", choices=list(PRM_KINDS), default=None, help=_help("prm_kind"))
+    u.add_argument("--prm-step-tag", default=None, help=_help("prm_step_tag"))
+    u.add_argument("--prm-tokens", default=None, help=_help("prm_tokens"))
+    u.add_argument("--prm-chat", action="store_true", default=None, help=_help("prm_chat"))
     u.add_argument(
         "--content",
         choices=list(CONTENTS),
@@ -112,6 +120,10 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--sampling-temperature", type=float, default=None, help=_help("sampling_temperature"))
     u.add_argument("--max-step-tokens", type=int, default=None, help=_help("max_step_tokens"))
     u.add_argument("--step-split", choices=list(SPLITS), default=None, help=_help("step_split"))
+    u.add_argument("--prompt-preset", choices=list(PROMPT_PRESETS), default=None, help=_help("prompt_preset"))
+    u.add_argument("--system-prompt", default=None, help=_help("system_prompt"))
+    u.add_argument("--chat-template", default=None, help=_help("chat_template"))
+    u.add_argument("--step-delimiter", default=None, help=_help("step_delimiter"))
     u.add_argument("--min-step-tokens", type=int, default=None, help=_help("min_step_tokens"))
     u.add_argument("--max-depth", type=int, default=None, help=_help("max_depth"))
     u.add_argument("--objective", choices=list(OBJECTIVES), default=None, help=_help("objective"))
@@ -202,12 +214,20 @@ def _up_settings(args: argparse.Namespace) -> Settings:
         prm=args.prm,
         prm_url=args.prm_url,
         prm_engine=args.prm_engine,
+        prm_kind=args.prm_kind,
+        prm_step_tag=args.prm_step_tag,
+        prm_tokens=args.prm_tokens,
+        prm_chat=args.prm_chat,
         content=content,
         sampling_temperature=args.sampling_temperature,
         deterministic=args.deterministic,
         dtype=args.dtype,
         max_step_tokens=args.max_step_tokens,
         step_split=args.step_split,
+        prompt_preset=args.prompt_preset,
+        system_prompt=args.system_prompt,
+        chat_template=args.chat_template,
+        step_delimiter=args.step_delimiter,
         min_step_tokens=args.min_step_tokens,
         max_depth=args.max_depth,
         http_host=args.host,

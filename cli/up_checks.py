@@ -19,13 +19,17 @@ __all__ = ["check_up"]
 
 def check_up(args: argparse.Namespace, settings: Settings, services: int, data_dir: Path | None) -> None:
     """ValueError naming the flag for the first thing `spex up` would fail on: its Redis URL
-    and password file, the model directory, its data directory (made here, as the launcher
+    and password file, the model directory, the reward model's directory and family, its data
+    directory (made here, as the launcher
     makes it, if it is missing; not another `spex up`'s), the ports of its `services`."""
     if args.redis is not None:
         check_redis_url(args.redis)
     check_password_file(args.redis_password_file)
     if settings.engine == "hf" and settings.model:
         _model(settings.model, "--model" if args.model else "SPEX_MODEL")
+    if settings.prm and not settings.prm_url:  # the reward model in process: of the family named
+        _model(settings.prm, "--prm" if args.prm else "SPEX_PRM")
+        _family(settings.prm, settings.prm_kind, "--prm-kind" if args.prm_kind else "SPEX_PRM_KIND")
     if data_dir is not None:  # first: another `spex up` on it holds the ports too
         _data_dir(data_dir, embedded=args.redis is None)
     _ports(settings, services)
@@ -35,6 +39,14 @@ def _model(path: str, flag: str) -> None:
     from spex.shared.hf.importing import model_dir_problem
 
     problem = model_dir_problem(path)
+    if problem is not None:
+        raise ValueError(f"{flag}: {problem}")
+
+
+def _family(path: str, kind: str, flag: str) -> None:
+    from spex.shared.hf.importing import prm_family_problem
+
+    problem = prm_family_problem(path, kind)
     if problem is not None:
         raise ValueError(f"{flag}: {problem}")
 

@@ -32,6 +32,7 @@ __all__ = [
     "MODES",
     "NODE_STATES",
     "PRIMARY",
+    "PROMPT_PRESETS",
     "PROTOCOL_VERSION",
     "REWARDS",
     "SIM_STYLES",
@@ -56,6 +57,8 @@ __all__ = [
     "NodeFinishReason",
     "NodeState",
     "PromoteRequest",
+    "PromptFormat",
+    "PromptPreset",
     "QueryStatsEvent",
     "Reward",
     "ScoreRequest",
@@ -86,6 +89,9 @@ NodeState = Literal["root", "primary", "adopted", "speculative", "cancelled", "u
 Reward = Literal["prm", "logprob"]  # a step's reward: a reward model's score, or the step's log-probability
 AnswerWeight = Literal["min", "last"]  # T3: an answer weighs its path's lowest step reward, or its own
 AnswerSelection = Literal["majority", "weighted", "best"]  # a search's final answer among its solutions
+# Real content: a named prompt (its texts are `spex.shared.content.prompt_style`'s): SPEX's own
+# instruction and worked example, or search-and-learn's system prompt and blank-line steps.
+PromptPreset = Literal["spex", "search-and-learn"]
 
 CONTENTS: tuple[Content, ...] = get_args(Content)
 SIM_STYLES: tuple[SimStyle, ...] = get_args(SimStyle)
@@ -97,6 +103,7 @@ ANSWER_WEIGHTS: tuple[AnswerWeight, ...] = get_args(AnswerWeight)
 ANSWER_SELECTIONS: tuple[AnswerSelection, ...] = get_args(AnswerSelection)
 NODE_STATES: tuple[NodeState, ...] = get_args(NodeState)
 REWARDS: tuple[Reward, ...] = get_args(Reward)
+PROMPT_PRESETS: tuple[PromptPreset, ...] = get_args(PromptPreset)
 # A job's split when its message names none: what a message from before splits existed meant.
 # Coordinators always send theirs (a run's default is DEFAULT_SPLIT, spex.shared.content.prompts).
 WIRE_SPLIT: Split = "blank-line"
@@ -145,6 +152,13 @@ class SubmitQuestionRequest(Message, frozen=True):
     # second query, `twin_id`), and the answer reports both trees' digests.
     baseline_twin: bool = False
     twin_of: str = ""  # set by the ingress on a twin: the query it twins (whose tree it grows)
+    # Real content: this question's prompt, over the deployment's (SPEX_PROMPT_PRESET and the
+    # rest): a preset replaces the deployment's prompt as a whole, then each text given replaces
+    # the preset's ("" everywhere: the deployment's prompt).
+    prompt_preset: str = ""  # one of PROMPT_PRESETS (checked by spex.proto.submission)
+    system_prompt: str = ""  # the system turn, in place of SPEX's instruction and worked example
+    chat_template: str = ""  # a Jinja chat template in place of the generator's tokenizer's
+    step_delimiter: str = ""  # what ends a step: the generation's stop string and the prompt's join
 
 
 class Synthetic(msgspec.Struct, frozen=True):
@@ -155,6 +169,16 @@ class Synthetic(msgspec.Struct, frozen=True):
     seed: int = 0
     style: SimStyle = "bfs"
     question: str = ""  # the synthetic question's key ("": the job's query id; a twin's: its original's)
+
+
+class PromptFormat(msgspec.Struct, frozen=True):
+    """Real content: how a job's question and steps are written for the model, beyond its
+    split ("" each: as the split and SPEX's own prompt have it; `spex.shared.content.prompt_style`
+    reads it). The coordinator settles it per question (the submission's over the deployment's)."""
+
+    system_prompt: str = ""  # the system turn, in place of SPEX's instruction and worked example
+    chat_template: str = ""  # the generator's chat template (Jinja), in place of its tokenizer's
+    step_delimiter: str = ""  # ends each step (the stop string; the prompt's join), in place of the split's
 
 
 class GenerateRequest(Message, frozen=True):
@@ -181,6 +205,7 @@ class GenerateRequest(Message, frozen=True):
     steps: list[str] = []  # the text of each step on the path, root's child first
     split: Split = WIRE_SPLIT  # real content: how steps are delimited (its stop strings, its prompt)
     min_tokens: int = 0  # real content: a stop string before this many tokens does not end the step
+    prompt: PromptFormat = PromptFormat()  # real content: the question's system prompt, template, delimiter
 
 
 class LogprobSummary(msgspec.Struct, frozen=True):
@@ -237,6 +262,7 @@ class ScoreRequest(Message, frozen=True):
     question: str = ""
     steps: list[str] = []  # the text of each step on the path, the scored one last
     split: Split = WIRE_SPLIT  # real content: how the steps are joined in the prompt
+    prompt: PromptFormat = PromptFormat()  # real content: the question's system prompt and delimiter
 
 
 class ScoreResult(Message, frozen=True):

@@ -16,14 +16,23 @@ from typing import Any, get_origin
 
 import msgspec
 
-from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, MODES, Message, SubmitQuestionRequest
+from spex.proto.messages import (
+    ANSWER_SELECTIONS,
+    ANSWER_WEIGHTS,
+    MODES,
+    PROMPT_PRESETS,
+    Message,
+    SubmitQuestionRequest,
+)
 
 __all__ = [
     "CLIENT_FIELDS",
     "DEFAULT_MAX_TARGET",
+    "MAX_PROMPT_TEXT_CHARS",
     "MAX_PROMPT_TOKENS",
     "MAX_QUESTION_CHARS",
     "MAX_REFERENCE_CHARS",
+    "MAX_STEP_DELIMITER_CHARS",
     "MODES",
     "SEARCH_NAME",
     "Limits",
@@ -43,6 +52,10 @@ __all__ = [
 # itself is held well below it.
 MAX_QUESTION_CHARS = 100_000
 MAX_REFERENCE_CHARS = 1_000
+# A question's own system prompt and chat template ride on every job too: a chat template of a
+# released model is a few thousand characters (Llama 3.1's about 5,000).
+MAX_PROMPT_TEXT_CHARS = 32_000
+MAX_STEP_DELIMITER_CHARS = 64
 MAX_KEY_CHARS = 200  # client keys and query ids
 MAX_INT = 2**63 - 1  # what MessagePack's int64 holds
 MAX_PROMPT_TOKENS = 10_000_000  # the wire's ceiling; an engine takes far fewer (`Limits`)
@@ -164,7 +177,7 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
         raise SubmissionTooLarge(
             "question", f"{len(req.question):,} characters; at most {limits.max_question_chars:,}"
         )
-    for name in ("question", "reference_answer", "client_key"):
+    for name in ("question", "reference_answer", "client_key", *_PROMPT_TEXTS):
         if not _utf8(getattr(req, name)):
             raise SubmissionError(name, "not valid Unicode text (a lone surrogate?)")
     check_query_id(req.query_id)
@@ -201,6 +214,7 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
         raise SubmissionError(
             "early_stop_weight", f"must be one of {', '.join(ANSWER_WEIGHTS)}, not {req.early_stop_weight!r}"
         )
+    _check_prompt(req)
     if req.baseline_twin and req.mode != "spex":
         raise SubmissionError("baseline_twin", "a twin checks speculation: the question's mode must be spex")
     if req.baseline_twin and req.early_stop:
@@ -245,6 +259,23 @@ def _check_search(req: SubmitQuestionRequest, limits: Limits) -> None:
             known[req.algorithm](req.target, req.params)
         except ValueError as exc:
             raise SubmissionError("params", f"{req.algorithm}: {exc}") from None
+
+
+_PROMPT_TEXTS = ("system_prompt", "chat_template", "step_delimiter")
+
+
+def _check_prompt(req: SubmitQuestionRequest) -> None:
+    """The question's own prompt: a known preset, texts of bounded length (a chat template's
+    syntax is checked where it is compiled, `spex.shared.content.prompt_style`)."""
+    if req.prompt_preset and req.prompt_preset not in PROMPT_PRESETS:
+        raise SubmissionError(
+            "prompt_preset", f"one of {', '.join(PROMPT_PRESETS)} (or empty), not {req.prompt_preset!r}"
+        )
+    for name in ("system_prompt", "chat_template"):
+        if len(getattr(req, name)) > MAX_PROMPT_TEXT_CHARS:
+            raise SubmissionTooLarge(name, f"at most {MAX_PROMPT_TEXT_CHARS:,} characters")
+    if len(req.step_delimiter) > MAX_STEP_DELIMITER_CHARS:
+        raise SubmissionError("step_delimiter", f"at most {MAX_STEP_DELIMITER_CHARS} characters")
 
 
 def twin_id(query_id: str) -> str:

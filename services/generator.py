@@ -157,7 +157,11 @@ class Generator(JobWorker[_GenJob]):
         )  # fmt: skip
         request.min_tokens = step.min_tokens
         if self.engine.template is not None:
-            request.text = self.prompt_text(req, prompt)
+            try:
+                request.text = self.prompt_text(req, prompt)
+            except ValueError as exc:  # the question's own chat template will not render
+                await self.bus.dead_letter(d, GENERATOR_GROUP, f"prompt: {exc}")
+                return
         await self.start(job, request)
 
     async def on_cancel(self, d: Delivery) -> None:

@@ -3,8 +3,9 @@
 OpenAI's shape whose `param` names it — none is accepted and ignored.
 
 Honoured (`HONOURED` says how): `model` names the search, the one user message is the
-question, `max_tokens` / `max_completion_tokens` cap the reply's tokens (the content is cut,
-`finish_reason: "length"`), `stop` cuts the content before the first stop string, `stream` and
+question (a system message before it, the question's system prompt), `max_tokens` /
+`max_completion_tokens` cap the reply's tokens (the content is cut, `finish_reason: "length"`),
+`stop` cuts the content before the first stop string, `stream` and
 `stream_options.include_usage` as OpenAI's, `temperature` only at the operator's sampling
 temperature (one search samples every step at it), `n` only 1 (one search gives one answer),
 `user` / `safety_identifier` go into the ingress's log line for the question, and SPEX's own
@@ -50,8 +51,8 @@ HONOURED: dict[str, tuple[str | list[str], str]] = {
     "model": ("string", "the search: spex:<algorithm>[-<target>] (GET /v1/models lists some)"),
     "messages": (
         "array",
-        "one user message: the question (a system prompt or a conversation is refused: the search's "
-        "prompt is SPEX's own)",
+        "one user message: the question, after at most one system message: the question's system prompt "
+        "(as the system_prompt field; a conversation is refused)",
     ),
     "max_tokens": ("integer", "a cap on the reply's tokens: a longer reply is cut, finish_reason length"),
     "max_completion_tokens": ("integer", "as max_tokens (both sent: the smaller)"),
@@ -193,9 +194,14 @@ def chat_ask(body: dict[str, Any], temperature: float, searches: Collection[str]
     fields = {k: given[k] for k in EXTRA_FIELDS if k in given}
     if target is not None:
         fields.setdefault("target", target)
+    question, system = _question(body.get("messages"))
+    if system is not None:
+        if "system_prompt" in fields:
+            raise ParamError("messages[0]", "a system message and system_prompt: send one", "invalid_value")
+        fields["system_prompt"] = system
     return ChatAsk(
-        algorithm, _question(body.get("messages")), submission.check_fields(fields), stream,
-        include_usage, min(caps) if caps else None, _stops(given.get("stop")), user,
+        algorithm, question, submission.check_fields(fields), stream, include_usage,
+        min(caps) if caps else None, _stops(given.get("stop")), user,
     )  # fmt: skip
 
 
@@ -252,18 +258,18 @@ def _stops(stop: object) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _question(messages: object) -> str:
-    """The text of the one user message (a string, or a list of text parts)."""
+def _question(messages: object) -> tuple[str, str | None]:
+    """The text of the one user message, and of the system message before it (None: none)."""
     if not isinstance(messages, list) or not messages:
         raise ParamError("messages", "expected a non-empty list of messages", "invalid_type")
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise ParamError(f"messages[{i}]", "expected an object: role and content", "invalid_type")
         role = message.get("role")
-        if role != "user":
+        if role != "user" and not (role == "system" and i == 0 and len(messages) > 1):
             raise ParamError(
                 f"messages[{i}]",
-                f"a {role!r} message: SPEX answers one user message (the search's prompt is its own)",
+                f"a {role!r} message: SPEX answers one user message, after at most one system message",
                 "unsupported_value",
             )
         for key in message:
@@ -271,16 +277,22 @@ def _question(messages: object) -> str:
                 raise ParamError(
                     f"messages[{i}].{key}", "unknown field (role and content are known)", "unknown_parameter"
                 )
-    if len(messages) > 1:
+    system = _text(messages[0], 0) if messages[0].get("role") == "system" else None
+    if len(messages) > (1 if system is None else 2):
         raise ParamError("messages", "a conversation: SPEX answers one user message", "unsupported_value")
-    content = messages[0].get("content")
+    return _text(messages[-1], len(messages) - 1), system
+
+
+def _text(message: dict[str, Any], i: int) -> str:
+    """A message's content: a string, or a list of text parts joined by newlines."""
+    content = message.get("content")
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise ParamError("messages[0].content", "expected text or a list of text parts", "invalid_type")
+        raise ParamError(f"messages[{i}].content", "expected text or a list of text parts", "invalid_type")
     texts = []
     for j, part in enumerate(content):
         if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-            raise ParamError(f"messages[0].content[{j}]", "only text parts are read", "unsupported_value")
+            raise ParamError(f"messages[{i}].content[{j}]", "only text parts are read", "unsupported_value")
         texts.append(part["text"])
     return "\n".join(texts)

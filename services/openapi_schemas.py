@@ -25,7 +25,7 @@ from spex.proto import (
     SubmitQuestionRequest,
     submission,
 )
-from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, REWARDS
+from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, PROMPT_PRESETS, REWARDS
 from spex.proto.submission import MAX_PROMPT_TOKENS
 from spex.services.openai_params import EXTRA_FIELDS, HONOURED, MODEL, NEUTRAL
 
@@ -40,6 +40,7 @@ _VALUE_SETS: dict[str, tuple[str, ...]] = {
     "answer_selection": ("", *ANSWER_SELECTIONS),
     "mode": MODES,
     "early_stop_weight": ANSWER_WEIGHTS,
+    "prompt_preset": ("", *PROMPT_PRESETS),
 }
 # The fixed bounds `submission.validate` holds a client field to (the operator's limits, the
 # question's length and the target's maximum, are settings: the field's meaning names them).
@@ -52,6 +53,9 @@ BOUNDS: dict[str, Schema] = {
     "prompt_tokens": {"minimum": 0, "maximum": MAX_PROMPT_TOKENS},
     "early_stop_alpha": {"exclusiveMinimum": 0, "maximum": 1_000},
     "early_stop_min_answers": {"minimum": 0},
+    "system_prompt": {"maxLength": submission.MAX_PROMPT_TEXT_CHARS},
+    "chat_template": {"maxLength": submission.MAX_PROMPT_TEXT_CHARS},
+    "step_delimiter": {"maxLength": submission.MAX_STEP_DELIMITER_CHARS},
 }
 # The shape of the fields a bound does not say: a search's name (which search is the services'
 # to say: their plug-ins add to the built-ins) and the parameters' map.
@@ -86,6 +90,16 @@ _MEANINGS = {
         "also search it with speculation off (same question, seed and search; early_stop off): "
         "the answer reports both trees' digests and whether they are the same"
     ),
+    "prompt_preset": (
+        "real content: this question's prompt preset, in place of the deployment's prompt (empty: the "
+        "deployment's): spex or search-and-learn; the texts below replace its own"
+    ),
+    "system_prompt": "real content: the system turn, for SPEX's instruction and example (empty: as set)",
+    "chat_template": (
+        "real content: a Jinja chat template for the generator, in place of its tokenizer's (empty: as set); "
+        "one that does not compile: a 400"
+    ),
+    "step_delimiter": "real content: what ends a step, its stop string and the prompt's join (empty: as set)",
 }
 
 

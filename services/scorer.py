@@ -6,13 +6,15 @@ The jobs a read brings are checked first and handed to the engine together, afte
 check (no await between the submissions), so an in-process reward model scores them in one
 padded pass rather than a pass for the first and another for the rest.
 
-Engines: with `SPEX_PRM_URL`, the reward model on a server, `SPEX_PRM_ENGINE`'s: SGLang
-(`/classify`) or vLLM (`/pooling`), whatever engine the generators use (`SPEX_ENGINE` is
-theirs), its prompts in the chat template of `SPEX_PRM`'s tokenizer where one is given; else,
-with `SPEX_PRM`, the reward model in process (`spex.shared.hf.reward`), its passes in a worker
-thread; else `sim`, the simulated PRM in scaled real time. A job's content says whose reward
-counts: `synthetic` — the workload's (the engine only times the pass); `real` — the model's
-score. (The `logprob` reward needs no scorer: the coordinator computes it from the generation.)
+The path is written as the reward model's family reads it (`SPEX_PRM_KIND`:
+`spex.shared.content.reward_prompts`). Engines: with `SPEX_PRM_URL`, the reward model on a
+server, `SPEX_PRM_ENGINE`'s: SGLang (`/classify`) or vLLM (`/pooling`), whatever engine the
+generators use (`SPEX_ENGINE` is theirs), its prompts in the chat template of `SPEX_PRM`'s
+tokenizer where one is given; else, with `SPEX_PRM`, the reward model in process
+(`spex.shared.hf.reward`), its passes in a worker thread; else `sim`, the simulated PRM in
+scaled real time. A job's content says whose reward counts: `synthetic` — the workload's (the
+engine only times the pass); `real` — the model's score. (The `logprob` reward needs no scorer:
+the coordinator computes it from the generation.)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import redis.asyncio as aioredis
 
 from spex.proto import ScoreRequest, ScoreResult, Synthetic
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, query_inbox, query_request
+from spex.shared.content.prompts import PromptStyle, Template
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.roofline.hardware import parse_profile
@@ -48,6 +51,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         super().__init__(client, settings, _engine(settings))
+        self.reward_format = settings.reward_format()
         self.handlers = {ScoreRequest: self.on_score}
         self._checked: list[tuple[Job[ScoreRequest], EngineRequest]] = []  # to start together
 
@@ -80,8 +84,18 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         rid = f"{req.job_id}:{d.entry_id}"
         request = EngineRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority)
         if self.engine.template is not None:
-            request.text = self.prompt_text(req, prompt)
+            try:
+                request.text = self.prompt_text(req, prompt)
+            except ValueError as exc:  # e.g. a chat layout for a reward model without a chat template
+                await self.bus.dead_letter(d, SCORER_GROUP, f"prompt: {exc}")
+                return
         self._checked.append((Job(d, req), request))
+
+    def path_pieces(
+        self, question: str, steps: list[str], template: Template, style: PromptStyle
+    ) -> list[str]:
+        """The path as the reward model's family reads it (`RewardFormat.pieces`)."""
+        return self.reward_format.pieces(question, steps, template, style)
 
     async def _start_checked(self) -> None:
         """Hand every checked job to the engine, back to back: one pass can take them all."""
@@ -148,7 +162,10 @@ def _engine(settings: Settings) -> LiveEngine:
     if s.prm_url:  # the reward model on a server; SPEX_PRM, if given: its tokenizer
         from spex.shared.serving import open_engine
 
-        engine = open_engine(s.prm_engine, s.prm_url, s.engine_timeout_s, s.prm, s.deterministic, reward=True)
+        engine = open_engine(
+            s.prm_engine, s.prm_url, s.engine_timeout_s, s.prm, s.deterministic, reward=True,
+            prm=s.reward_format(),
+        )  # fmt: skip
         engine.wait_s = s.engine_wait_s  # a reward model still loading answers after minutes
         return engine
     if not s.prm:
@@ -162,7 +179,7 @@ def _engine(settings: Settings) -> LiveEngine:
         device=settings.device,
         dtype=settings.dtype or None,
     )
-    return ThreadedEngine(RewardEngine.from_dir(settings.prm, config))
+    return ThreadedEngine(RewardEngine.from_dir(settings.prm, config, settings.reward_format()))
 
 
 def main() -> int:

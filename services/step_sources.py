@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from spex.proto import Content, FinishReason, GenerateRequest, LogprobSummary, Synthetic
-from spex.shared.content.prompts import stop_strings
+from spex.shared.content.prompts import PromptStyle
 from spex.shared.engine.api import UNTIL_STOP, Completion
 from spex.shared.sim.workload import Generation, SyntheticWorkload, WorkloadKnobs
 
@@ -61,7 +61,8 @@ class SyntheticSteps:
 
 class ModelSteps:
     def plan(self, req: GenerateRequest) -> Step:
-        return Step(UNTIL_STOP, tuple(req.stop) or stop_strings(req.split), req.min_tokens)
+        stop = tuple(req.stop) or PromptStyle.of(req.split, req.prompt).stop_strings()
+        return Step(UNTIL_STOP, stop, req.min_tokens)
 
     def result(self, step: Step, c: Completion) -> tuple[str, FinishReason, LogprobSummary]:
         logprobs = LogprobSummary(mean=c.logprob_mean, min=c.logprob_min, count=c.generated)

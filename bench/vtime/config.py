@@ -8,7 +8,9 @@ from urllib.parse import urlsplit
 
 from spex.proto import CONTENTS, SPLITS, Content, Split, SubmitQuestionRequest, submission
 from spex.shared.content.datasets import DatasetQuestion
+from spex.shared.content.prompt_style import PromptStyle, check_chat_template, prompt_format, template_text
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
+from spex.shared.content.reward_prompts import DEFAULT_PRM_TOKENS, PrmKind, RewardFormat
 from spex.shared.core.ids import derived_int
 from spex.shared.core.machine import REWARDS, Reward
 from spex.shared.core.search import SearchConfig, make_algorithm
@@ -56,8 +58,13 @@ class BenchConfig:
     model: str | None = None  # hf: the generator's local model directory (a server: its tokenizer)
     prm: str | None = None  # a local reward-model directory (else the simulated PRM)
     engine_url: str | None = None  # vllm, sglang: the generator's server
-    prm_url: str | None = None  # vllm, sglang: a reward server
-    prm_engine: ServerName = "sglang"  # what serves prm_url: SGLang's /classify or vLLM's /pooling
+    prm_url: str | None = None  # vllm, sglang: a reward server (SGLang --is-embedding, vLLM --runner pooling)
+    prm_engine: ServerName = "sglang"  # the server at prm_url
+    # The reward model's family and what it reads (`spex.shared.content.reward_prompts`).
+    prm_kind: PrmKind = "token-classification"
+    prm_step_tag: str = ""  # step-tag, plus-minus: "" the family's (<extra_0>, ки)
+    prm_tokens: tuple[str, str] = DEFAULT_PRM_TOKENS  # plus-minus: good, bad
+    prm_chat: bool = False  # plus-minus: RLHFlow's chat layout
     content: Content = "synthetic"  # the workload's tree, or the model's text
     dataset: str | None = None  # real content: a JSONL file or a shipped name (math500, easy)
     # real content: the questions themselves (the Python API's dataset), in place of `dataset`
@@ -67,6 +74,12 @@ class BenchConfig:
     max_running: int = 16  # hf: sequences decoded together; also the static speculative pool
     sampling_temperature: float = DEFAULT_TEMPERATURE  # real content: the generator's
     step_split: Split = DEFAULT_SPLIT  # real content: where a step ends (content.prompts)
+    # Real content: the prompt (`spex.shared.content.prompt_style`): a preset, and texts in place
+    # of its own ("": the preset's); a chat template may be the path of a file holding it.
+    prompt_preset: str = "spex"
+    system_prompt: str = ""
+    chat_template: str = ""
+    step_delimiter: str = ""
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
     device: str = "cpu"  # hf: the torch device (cuda on a GPU machine)
     dtype: str = ""  # hf: the weights' and KV's (float32, bfloat16; "": as saved, bf16 on a GPU)
@@ -194,11 +207,40 @@ class BenchConfig:
             raise ValueError(f"sampling_temperature: must be at least 0, not {self.sampling_temperature}")
         if self.step_split not in SPLITS:
             raise ValueError(f"step_split: one of {', '.join(SPLITS)}, not {self.step_split!r}")
+        self._validate_prompt()
         if self.knobs.step_token_cap >= 1 and not 0 <= self.min_step_tokens < self.knobs.step_token_cap:
             raise ValueError(
                 f"min_step_tokens: at least 0 and below the step cap ({self.knobs.step_token_cap}), "
                 f"not {self.min_step_tokens}"
             )
+
+    def _validate_prompt(self) -> None:
+        """The prompt and the reward model's family, each checked as a question's would be."""
+        style = self.prompt_style()  # a preset, a template file, the lengths
+        submission.validate(
+            SubmitQuestionRequest(
+                msg_id="bench", query_id="bench", question="bench", system_prompt=style.system_prompt,
+                step_delimiter=style.step_delimiter,
+            )
+        )  # fmt: skip
+        if style.chat_template:
+            check_chat_template(style.chat_template)
+        fmt = self.reward_format()
+        if fmt.kind == "plus-minus" and self.prm_url and self.prm_engine != "vllm":
+            raise ValueError("prm_kind: a plus-minus reward model is served by vllm only (--prm-engine vllm)")
+        if self.prm_engine not in SERVERS:
+            raise ValueError(f"prm_engine: one of {', '.join(SERVERS)}, not {self.prm_engine!r}")
+
+    def prompt_style(self) -> PromptStyle:
+        """The run's prompt: the split and the preset's texts, each given one in its place."""
+        fmt = prompt_format(
+            self.prompt_preset, self.system_prompt, template_text(self.chat_template), self.step_delimiter
+        )
+        return PromptStyle.of(self.step_split, fmt)
+
+    def reward_format(self) -> RewardFormat:
+        """How the run's reward model reads a path."""
+        return RewardFormat(self.prm_kind, self.prm_step_tag, self.prm_tokens, self.prm_chat)
 
     def _validate_servers(self) -> None:
         for name in ("engine_url", "prm_url"):

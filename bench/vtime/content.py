@@ -19,14 +19,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spex.bench.vtime.config import BenchConfig
-from spex.proto import FinishReason, Split
+from spex.proto import FinishReason
 from spex.shared.content.datasets import load_questions
 from spex.shared.content.prompts import (
+    PromptStyle,
     SizedPrompt,
     Template,
     plain_template,
     prompt_pieces,
-    stop_strings,
 )
 from spex.shared.core.commands import GenerateCommand, ScoreCommand
 from spex.shared.core.search.answers import Equivalence
@@ -125,9 +125,8 @@ def _with_reward(cfg: BenchConfig, gen: Engine) -> tuple[Engine, Engine | None]:
     if cfg.prm is not None:
         from spex.shared.hf.reward import RewardConfig, RewardEngine
 
-        return gen, RewardEngine.from_dir(
-            cfg.prm, RewardConfig(deterministic=cfg.deterministic, device=cfg.device)
-        )
+        config = RewardConfig(deterministic=cfg.deterministic, device=cfg.device)
+        return gen, RewardEngine.from_dir(cfg.prm, config, cfg.reward_format())
     return gen, SimEngine(parse_profile(cfg.reward_profile_name))
 
 
@@ -163,8 +162,8 @@ def _hf_generator(cfg: BenchConfig) -> Engine:
 
 
 def _serving_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
-    """A live server's engine, and with --prm-url a reward server's (SGLang's /classify or vLLM's
-    /pooling, by `prm_engine`); both on one wall clock. The generator's prompts go through the
+    """A live server's engine, and a reward server's with --prm-url (`cfg.prm_engine`'s: SGLang's
+    /classify, vLLM's /pooling); both on one wall clock. The generator's prompts go through the
     chat template of `cfg.model` (the served model's directory), or plain text without one."""
     from spex.bench.vtime.wallclock import WallClock
     from spex.shared.serving import open_engine
@@ -178,7 +177,8 @@ def _serving_engines(cfg: BenchConfig) -> tuple[Engine, Engine | None]:
         gen = _wall_engine(live, clock, "engine_url")
         if cfg.reward != "prm":
             return gen, None
-        scorer = open_engine(cfg.prm_engine, str(cfg.prm_url), reward=True, tokenizer_dir=cfg.prm or "")
+        prm, tokenizer = cfg.reward_format(), cfg.prm or ""
+        scorer = open_engine(cfg.prm_engine, str(cfg.prm_url), reward=True, tokenizer_dir=tokenizer, prm=prm)
         return gen, _wall_engine(scorer, clock, "prm_url")
     except BaseException:
         clock.close()
@@ -216,11 +216,11 @@ def _template(engine: Engine | None) -> Template:
     return template or plain_template
 
 
-def _sized(engine: Engine | None, split: Split) -> SizedPrompt | None:
+def _sized(engine: Engine | None, style: PromptStyle) -> SizedPrompt | None:
     """How a real engine's synthetic prompts are written (None on the simulator: no text)."""
     if engine is None or isinstance(engine, SimEngine):
         return None
-    return SizedPrompt(_template(engine), split, engine.count_tokens)
+    return SizedPrompt(_template(engine), style, engine.count_tokens)
 
 
 def _steps(node: Node) -> list[str]:
@@ -246,9 +246,9 @@ class SyntheticContent:
         self._pending: dict[tuple[str, str], Generation] = {}  # generated once, read at completion
         # A real engine reads text: the synthetic question's and steps', split and sampled as
         # the services do (the tokens are the workload's count whatever they are).
-        self._split, self._temperature = cfg.step_split, cfg.sampling_temperature
-        self._gen_text = _sized(gen, self._split)
-        self._prm_text = _sized(prm, self._split)
+        style, self._temperature = cfg.prompt_style(), cfg.sampling_temperature
+        self._gen_text = _sized(gen, style)
+        self._prm_text = _sized(prm, style.without_template())
 
     def generate(self, question: SyntheticQuestion, cmd: GenerateCommand, rid: str) -> EngineRequest:
         path = [n.id for n in cmd.node.path()]
@@ -292,11 +292,12 @@ class RealContent:
         self.same_answer: Equivalence | None = equivalent
         self._gen_text = _template(gen)
         self._prm_text = _template(prm)
+        self.style, self.reward_format = cfg.prompt_style(), cfg.reward_format()
         count = gen.count_tokens or len  # a server without --model: characters
         self.questions: list[Question] = []
         given = list(cfg.dataset_questions[: cfg.questions])
         for q in given or load_questions(str(cfg.dataset), cfg.questions, level=cfg.level):
-            head = prompt_pieces(q.text, [], self._gen_text, cfg.step_split)[0]
+            head = self._gen_text(q.text, self.style)
             self.questions.append(Question(q.query_id, q.text, count(head), q.reference_answer))
 
     def generate(self, question: Question, cmd: GenerateCommand, rid: str) -> EngineRequest:
@@ -310,10 +311,8 @@ class RealContent:
             cmd.priority,
             seed=cmd.node.seed,
             temperature=self.cfg.sampling_temperature,
-            stop=stop_strings(self.cfg.step_split),
-            text=tuple(
-                prompt_pieces(question.text, _steps(cmd.node.parent), self._gen_text, self.cfg.step_split)
-            ),
+            stop=self.style.stop_strings(),
+            text=tuple(prompt_pieces(question.text, _steps(cmd.node.parent), self._gen_text, self.style)),
             min_tokens=self.cfg.min_step_tokens,
         )
 
@@ -321,7 +320,7 @@ class RealContent:
         return Step(c.text.strip(), c.generated, c.stop_reason or "stop", c.logprob_mean)
 
     def score(self, question: Question, cmd: ScoreCommand, rid: str) -> EngineRequest:
-        pieces = tuple(prompt_pieces(question.text, _steps(cmd.node), self._prm_text, self.cfg.step_split))
+        pieces = tuple(self.reward_format.pieces(question.text, _steps(cmd.node), self._prm_text, self.style))
         return EngineRequest(rid, cmd.prompt, cmd.node.id + "/s", 0, priority=cmd.priority, text=pieces)
 
     def reward(self, question: Question, path: list[str], c: Completion) -> float:

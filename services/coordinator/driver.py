@@ -33,6 +33,7 @@ from spex.services.coordinator.observe import Observer
 from spex.services.coordinator.query import HeldQuery, Unpublishable, graded
 from spex.services.coordinator.routing import Router
 from spex.services.coordinator.store import Entries, QueryStore
+from spex.shared.content.prompt_style import question_format
 from spex.shared.core.commands import Command, FinishCommand
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, QUERIES, QUERY_LATENCY
@@ -57,6 +58,7 @@ class Driver:
         self.holdings, self.observer = holdings, observer
         self.settings = settings
         self.served_by = served_by(settings)  # what every answer says answered it
+        self.prompt = settings.prompt()  # the deployment's; a question's own goes over it
         self.log = log
         self.keep_s = keep_s  # streams trimmed by age as they are published to
         self.events = 0
@@ -258,7 +260,8 @@ class Driver:
         s = self.settings
         return Outgoing(
             query.request, query.epoch, query.machine, s.content, s.sampling_temperature, s.step_split,
-            s.min_step_tokens, latency_s, correct, self.served_by,
+            s.min_step_tokens, question_format(self.prompt, query.request), latency_s, correct,
+            self.served_by,
         )  # fmt: skip
 
     async def _finishing(self, query: HeldQuery, answer: str | None) -> Outgoing:

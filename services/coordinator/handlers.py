@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from spex.proto import (
     AnswerResult,
     BudgetUpdateEvent,
@@ -27,6 +29,7 @@ from spex.proto import (
     JobFailedEvent,
     Message,
     PromoteRequest,
+    PromptFormat,
     ScoreRequest,
     ScoreResult,
     ServedBy,
@@ -35,7 +38,7 @@ from spex.proto import (
     Synthetic,
 )
 from spex.proto.names import GEN_CONTROL, SCORE_JOBS
-from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, stop_strings
+from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, PromptStyle
 from spex.shared.core.commands import (
     CancelCommand,
     Command,
@@ -114,6 +117,7 @@ class Outgoing:
     temperature: float = DEFAULT_TEMPERATURE  # real content: the generator's sampling temperature
     split: Split = DEFAULT_SPLIT  # real content: where a step ends
     min_step_tokens: int = 0  # real content: a shorter step goes on past its delimiter
+    prompt: PromptFormat = PromptFormat()  # real content: the question's own over the deployment's
     # Measured by the service before commands that end the query become effects:
     latency_s: float = 0.0  # since the query was adopted here
     correct: bool | None = None  # the answer graded against the request's reference (None: ungraded)
@@ -175,10 +179,11 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         synthetic=_synthetic(q),
         question=req.question,
         steps=_texts(node.parent),
-        stop=list(stop_strings(q.split)) if q.content == "real" else [],
+        stop=list(PromptStyle.of(q.split, q.prompt).stop_strings()) if q.content == "real" else [],
         temperature=q.temperature,
         split=q.split,
         min_tokens=q.min_step_tokens if q.content == "real" else 0,
+        prompt=q.prompt,
     )
     return [Dispatch(message)]
 
@@ -201,6 +206,8 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
         question=req.question,
         steps=_texts(cmd.node),
         split=q.split,
+        # The reward model reads the path in its own chat template: the generator's stays here.
+        prompt=msgspec.structs.replace(q.prompt, chat_template=""),
     )
     return [Publish(SCORE_JOBS, message)]
 

@@ -41,7 +41,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from spex.proto import Message, ProtocolError, SubmissionError, SubmitQuestionRequest, submission
+from spex.proto import Message, ProtocolError, SubmitQuestionRequest, submission
 from spex.proto.codec import Envelope
 from spex.proto.names import ANSWERS, COORDINATOR_GROUP, DEFAULT_POOL, GEN_CONTROL, INGRESS, QUERY_STATS
 from spex.services.coordinator.driver import Driver
@@ -51,6 +51,7 @@ from spex.services.coordinator.query import HeldQuery, new_machine, stats
 from spex.services.coordinator.recovery import Recovery
 from spex.services.coordinator.routing import REFRESH_S, Router
 from spex.services.coordinator.store import QueryStore, Submitted
+from spex.shared.content.prompt_style import check_chat_template
 from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery
 from spex.shared.runtime.service import Service, loop_forever, run_service
@@ -212,7 +213,9 @@ class Coordinator(Service):
             return
         try:
             submission.validate(req, self.limits)
-        except SubmissionError as exc:
+            if req.chat_template:  # compiled here too: a client may write the stream directly
+                check_chat_template(req.chat_template)
+        except ValueError as exc:
             await self.bus.dead_letter(d, COORDINATOR_GROUP, str(exc))
             return
         with structlog.contextvars.bound_contextvars(query_id=req.query_id, trace_id=req.trace_id):

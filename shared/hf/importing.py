@@ -18,11 +18,26 @@ import json
 import shutil
 from pathlib import Path
 
-__all__ = ["gguf_source", "import_gguf", "model_dir_problem"]
+__all__ = ["gguf_source", "import_gguf", "model_dir_problem", "prm_family_problem"]
 
 MARK = "spex-import.json"  # what an imported directory was made from
 GGUF_MAGIC = b"GGUF"  # a GGUF file's first four bytes
 IMPORT_FORMAT = 2  # 2: config.json without the GGUF quantization entry (vLLM loads it)
+
+
+def prm_family_problem(path: str, kind: str) -> str | None:
+    """Why the reward model in the directory `path` is not of the family `kind` (None: it is,
+    or its architecture names no family), naming the family it is."""
+    from spex.shared.content.reward_prompts import family_of
+
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None  # not a model directory: `model_dir_problem` says so
+    found = family_of(str((config.get("architectures") or [""])[0]))
+    if found is None or found == kind:
+        return None
+    return f"the reward model in {path} is a {found} model, not {kind}"
 
 
 def model_dir_problem(path: str) -> str | None:

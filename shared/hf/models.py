@@ -4,7 +4,8 @@ Nothing is downloaded: a model is a local directory (`HF_HUB_OFFLINE` is set bef
 transformers loads). `init_model` builds a Llama-architecture model with random weights and a
 real byte-level BPE tokenizer trained on the shipped MATH-500 text, for tests, demos and GPU
 timing: `spex model init --layers 2 --hidden 64 --out DIR` (add `--prm` for a process reward
-model: the same body with a two-label token-classification head).
+model: the same body with a two-label token-classification head; `--prm-kind` another family's,
+`spex.shared.hf.prm_models`).
 
 `--shape NAME` writes one of the simulator catalog's models instead (`SHAPES`: its layers,
 heads, widths and vocabulary; `roofline.hardware.MODELS` holds its bytes and parameters) as a
@@ -15,6 +16,7 @@ weights where it runs — on the GPU, in bfloat16, in seconds — from the seed 
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,15 +30,15 @@ import transformers  # noqa: E402
 from transformers import (  # noqa: E402
     AutoConfig,
     AutoModelForCausalLM,
-    AutoModelForTokenClassification,
     AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
-    LlamaForTokenClassification,
     PreTrainedTokenizerFast,
 )
 
-from spex.shared.hf.importing import model_dir_problem  # noqa: E402
+from spex.shared.content.reward_prompts import PrmKind  # noqa: E402
+from spex.shared.hf.importing import model_dir_problem, prm_family_problem  # noqa: E402
+from spex.shared.hf.prm_models import build_prm, prm_class  # noqa: E402
 from spex.shared.hf.shapes import RANDOM_WEIGHTS, Shape  # noqa: E402
 
 __all__ = [
@@ -68,7 +70,8 @@ class ModelSpec:
     intermediate: int = 0  # 0: 2 × hidden
     dtype: str = "float32"
     seed: int = 0
-    prm: bool = False  # a token-classification reward model instead of a causal LM
+    prm: bool = False  # a process reward model (of `prm_kind`) instead of a causal LM
+    prm_kind: PrmKind = "token-classification"
     shape: Shape | None = None  # a catalog model's dimensions (config and tokenizer only: weights at load)
 
     def validate(self) -> None:
@@ -146,8 +149,11 @@ def init_model(spec: ModelSpec, out: str | Path, tokenizer: Any = None) -> Path:
     )
     config.num_labels = 2  # the reward model's labels: wrong, right
     torch.manual_seed(spec.seed)
-    cls: Any = LlamaForTokenClassification if spec.prm else LlamaForCausalLM
-    model = cls(config).to(getattr(torch, spec.dtype))
+    if spec.prm:  # its family's step tag joins a copy of the tokenizer (a shared one stays as it is)
+        tokenizer = copy.deepcopy(tokenizer)
+        model = build_prm(spec.prm_kind, config, tokenizer, getattr(torch, spec.dtype))
+    else:
+        model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -164,10 +170,17 @@ def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> 
     return _load(path, device, dtype, AutoModelForCausalLM)
 
 
-def load_prm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> Any:
-    """The reward model in `path`, as `load_lm` loads a causal LM; one written by `init_model`
-    with a shape gets its random weights here, built on `device`."""
-    return _load(path, device, dtype, AutoModelForTokenClassification)
+def load_prm(
+    path: str | Path, device: str = "cpu", dtype: str | None = None, kind: PrmKind = "token-classification"
+) -> Any:
+    """The reward model of family `kind` in `path`, as `load_lm` loads a causal LM; one written by
+    `init_model` with a shape gets its random weights here, built on `device`. A directory whose
+    architecture is another family's is refused, naming the family."""
+    _check(path)
+    problem = prm_family_problem(str(path), kind)
+    if problem is not None:
+        raise ValueError(f"prm_kind: {problem}")
+    return _load(path, device, dtype, prm_class(kind))
 
 
 def _load(path: str | Path, device: str, dtype: str | None, auto: Any) -> Any:

@@ -1,5 +1,9 @@
-"""A process reward model in process: a transformers token-classification model (two labels,
-"wrong" and "right") that scores a step by P(right) at the step's last token.
+"""A process reward model in process, of any family (`spex.shared.content.reward_prompts`): a
+two-label token classifier read at a step's last token (SPEX's own), a step-tag model
+(`Qwen2ForProcessRewardModel`) read at the step's tag, or a causal LM whose good and bad
+tokens' logits are read there (Math-Shepherd, RLHFlow). Each path's text ends where its score is
+read (`RewardFormat.pieces`), so a score is two logits at the path's last token
+(`prm_models.PrmReader`) and the reward the right (or good) one's softmax probability.
 
 One forward pass over a path gives a score at every position, so it scores the whole path's
 steps at once; every ready score request (up to `max_batch`, and `max_batch_tokens` padded
@@ -7,9 +11,9 @@ tokens) shares one right-padded pass, most urgent first. A row's score agrees wi
 path scored alone to float rounding (the causal mask keeps padding out of a row's real
 positions; only the kernels' summation order differs: `tests/hf/test_reward_batching.py`
 holds float32 to 1e-5). Deterministic mode scores one request per pass, so a score never
-depends on its batch mates. The model is any local directory with such a head (`spex model
-init --prm` builds a random-weight one; `init_model` with a catalog shape and `prm` writes a
-config whose weights are built where it loads).
+depends on its batch mates. The model is any local directory of the family (`spex model init
+--prm --prm-kind KIND` builds a random-weight one; `init_model` with a catalog shape and `prm`
+writes a token classifier's config whose weights are built where it loads).
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from typing import Any
 import torch
 
 from spex.proto.messages import PRIMARY
+from spex.shared.content.reward_prompts import RewardFormat
 from spex.shared.engine.api import Completion, CompletionReason, EngineLoad, EngineRequest, EngineStats
 from spex.shared.hf.models import load_prm, load_tokenizer
+from spex.shared.hf.prm_models import PrmReader
 from spex.shared.hf.stepped import SteppedEngine
 
 __all__ = ["RewardConfig", "RewardEngine"]
@@ -50,11 +56,15 @@ class _Score:
 
 
 class RewardEngine(SteppedEngine):
-    def __init__(self, model: Any, tokenizer: Any, config: RewardConfig | None = None) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, config: RewardConfig | None = None, fmt: RewardFormat | None = None
+    ) -> None:
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or RewardConfig()
+        self.format = fmt or RewardFormat()
+        self.reader = PrmReader(self.format, tokenizer)
         self.stats = EngineStats()
         self.capacity_tokens = 0
         self.trace: list[tuple[float, float, int]] | None = None  # (start, end, rows) per pass
@@ -64,9 +74,11 @@ class RewardEngine(SteppedEngine):
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     @classmethod
-    def from_dir(cls, path: str | Path, config: RewardConfig | None = None) -> RewardEngine:
-        config = config or RewardConfig()
-        return cls(load_prm(path, config.device, config.dtype), load_tokenizer(path), config)
+    def from_dir(
+        cls, path: str | Path, config: RewardConfig | None = None, fmt: RewardFormat | None = None
+    ) -> RewardEngine:
+        config, fmt = config or RewardConfig(), fmt or RewardFormat()
+        return cls(load_prm(path, config.device, config.dtype, fmt.kind), load_tokenizer(path), config, fmt)
 
     def count_tokens(self, text: str) -> int:
         """As a piece of a path is tokenized (`submit`): synthetic paths are sized by it."""
@@ -81,7 +93,11 @@ class RewardEngine(SteppedEngine):
         if not self._waiting:
             self.clock_s = max(self.clock_s, now_s)
         self._seq += 1
-        ids = [t for piece in req.text for t in self.tokenizer.encode(piece, add_special_tokens=False)]
+        # A published family's path is tokenized whole, as its card (and a server) tokenizes it;
+        # SPEX's own classifier reads its pieces one by one, as it always has (its scores, and so
+        # the trees of runs before the families, stay what they were).
+        pieces = req.text if self.format.kind == "token-classification" else ("".join(req.text),)
+        ids = [t for piece in pieces for t in self.tokenizer.encode(piece, add_special_tokens=False)]
         s = _Score(req, self._seq, now_s, ids)
         self._by_rid[req.rid] = s
         self._waiting.append(s)
@@ -178,7 +194,7 @@ class RewardEngine(SteppedEngine):
         return batch
 
     def score(self, paths: list[list[int]]) -> list[float]:
-        """P(right) at the last token of each path, in one right-padded forward pass."""
+        """P(right) (or P(good)) at the last token of each path, in one right-padded forward pass."""
         width = max(len(p) for p in paths)
         dev = self.config.device
         ids = torch.full((len(paths), width), self._pad, dtype=torch.long, device=dev)
@@ -186,10 +202,11 @@ class RewardEngine(SteppedEngine):
         for b, p in enumerate(paths):
             ids[b, : len(p)] = torch.tensor(p, device=dev)
             mask[b, : len(p)] = 1
+        last = torch.tensor([len(p) - 1 for p in paths], device=dev)
         with torch.inference_mode():
-            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()  # [B, T, 2]
-        probs = torch.softmax(logits, dim=-1)[..., 1]
-        return [float(probs[b, len(p) - 1]) for b, p in enumerate(paths)]
+            logits = self.reader.logits(self.model, ids, mask, last).float()  # [B, 2]
+        probs = torch.softmax(logits, dim=-1)[:, self.format.positive]
+        return [float(x) for x in probs]
 
     def _completion(
         self, s: _Score, now_s: float, reason: CompletionReason, reward: float | None

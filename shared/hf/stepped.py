@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from spex.proto.messages import PRIMARY
-from spex.shared.content.prompts import DEFAULT_SPLIT, Split, chat_template
+from spex.shared.content.prompts import Template
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
 
 __all__ = ["SteppedEngine"]
@@ -54,9 +54,10 @@ class SteppedEngine(ABC):
     def step(self) -> list[Completion]:
         """Run one step at `clock_s`, advancing it by the step's measured duration."""
 
-    def template(self, question: str, split: Split = DEFAULT_SPLIT, /) -> str:
-        """The prompt head for a question: through the tokenizer's chat template if it has one."""
-        return chat_template(self.tokenizer)(question, split)
+    @property
+    def template(self) -> Template:
+        """The model's prompts: through the tokenizer's chat template if it has one."""
+        return Template(self.tokenizer)
 
     def next_event_s(self) -> float | None:
         return self.clock_s if self._held else self.ready_s()

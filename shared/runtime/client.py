@@ -33,6 +33,7 @@ from spex.proto import (
     CancelRequest,
     Limits,
     ProtocolError,
+    SubmissionError,
     SubmissionTooLarge,
     SubmitQuestionRequest,
     decode,
@@ -42,6 +43,7 @@ from spex.proto import (
 )
 from spex.proto.submission import twin_id
 from spex.proto.tree_record import TreeEntries
+from spex.shared.content.prompt_style import check_chat_template
 from spex.shared.runtime.client_scripts import CANCEL, SUBMIT, SubmitOutcome
 from spex.shared.runtime.client_trees import TreeReads
 from spex.shared.runtime.durable import Durable
@@ -180,6 +182,11 @@ class IngressClient(TreeReads):
             ),
             self.limits,
         )
+        if req.chat_template:  # its syntax, before it is queued: a 400, not a failed search
+            try:
+                check_chat_template(req.chat_template)
+            except ValueError as exc:
+                raise SubmissionError("chat_template", str(exc).removeprefix("chat_template: ")) from None
         qid = await self._submit_one(req)
         if req.baseline_twin:  # its twin, under its own id and key: a retry finds both
             twin = twin_id(qid)

@@ -19,6 +19,7 @@ from spex.proto.messages import Reward
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
 from spex.shared.engine.api import ENGINES, SERVERS, EngineName, ServerName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
+from spex.shared.runtime.settings_content import ContentSettings
 from spex.shared.runtime.settings_ingress import IngressSettings
 from spex.shared.runtime.settings_schema import read_env, row, setting
 from spex.shared.runtime.settings_values import (
@@ -41,7 +42,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # is a typo that would hang or spin a service, not a setting. A check sees the value, then the
 # settings (for the few that relate two); `__post_init__` runs them in this order.
 @dataclass(frozen=True)
-class Settings(IngressSettings):
+class Settings(ContentSettings, IngressSettings):
     redis_url: str = setting(
         "redis://127.0.0.1:6379/0",
         env="SPEX_REDIS_URL",

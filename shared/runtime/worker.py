@@ -30,9 +30,8 @@ import structlog
 from opentelemetry.trace import Span
 
 from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest
-from spex.proto.messages import Split
 from spex.proto.names import spread
-from spex.shared.content.prompts import SizedPrompt, prompt_pieces
+from spex.shared.content.prompts import PromptStyle, SizedPrompt, Template, prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.runtime.availability import REDIS, unavailable
@@ -94,7 +93,7 @@ class JobWorker(Service, Generic[J]):
         self.done = 0  # results published
         self.aborted = 0  # jobs cancelled, before or while running
         self.log = structlog.get_logger().bind(service=self.service, consumer=settings.consumer)
-        self._sized: dict[Split, SizedPrompt] = {}  # synthetic prompts' pieces, by split
+        self._sized: dict[PromptStyle, SizedPrompt] = {}  # synthetic prompts' pieces, by style
 
     @property
     def reads_text(self) -> bool:
@@ -111,12 +110,22 @@ class JobWorker(Service, Generic[J]):
         template = self.engine.template
         assert template is not None
         count = self.engine.count_tokens
+        style = PromptStyle.of(req.split, req.prompt)
         if req.content != "synthetic" or count is None:
-            return tuple(prompt_pieces(req.question, list(req.steps), template, req.split))
-        sized = self._sized.get(req.split)
+            return tuple(self.path_pieces(req.question, list(req.steps), template, style))
+        sized = self._sized.get(style)
         if sized is None:
-            sized = self._sized[req.split] = SizedPrompt(template, req.split, count)
+            if len(self._sized) > 64:  # questions' own prompts: bounded
+                self._sized.clear()
+            sized = self._sized[style] = SizedPrompt(template, style, count)
         return sized.pieces(req.question, list(req.steps), prompt)
+
+    def path_pieces(
+        self, question: str, steps: list[str], template: Template, style: PromptStyle
+    ) -> list[str]:
+        """A path's real text as its engine reads it: a generator's prompt (a scorer writes its
+        reward model's layout instead)."""
+        return prompt_pieces(question, steps, template, style)
 
     async def prepare(self) -> None:
         """Before any job: the engine must answer and serve this configuration."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from spex.shared.content.prompts import chat_template
+from spex.shared.content.reward_prompts import RewardFormat
 from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
 from spex.shared.serving.sglang import SGLangBackend
@@ -20,14 +21,19 @@ def open_engine(
     tokenizer_dir: str = "",
     deterministic: bool = False,
     reward: bool = False,
+    prm: RewardFormat | None = None,
 ) -> ServingEngine:
     """A serving engine of `kind` ("vllm" | "sglang") at `url`: a generator's, or with `reward`
-    a reward model's (SGLang's `/classify`, vLLM's `/pooling`). Prompts go through the chat
-    template of the tokenizer in `tokenizer_dir` (the served model's), plain without one."""
+    a reward model's (SGLang's `/classify`, vLLM's `/pooling`) of the family `prm` says. Prompts
+    go through the chat template of the tokenizer in `tokenizer_dir` (the served model's), plain
+    without one."""
     backend: VLLMBackend | VLLMRewardBackend | SGLangBackend
+    prm = prm or RewardFormat()
     if kind == "vllm":
-        backend = VLLMRewardBackend(url) if reward else VLLMBackend(url)
+        backend = VLLMRewardBackend(url, prm=prm) if reward else VLLMBackend(url)
     elif kind == "sglang":
+        if reward and prm.kind == "plus-minus":
+            raise ValueError("SPEX_PRM_KIND: a plus-minus reward model is served by vllm only")
         backend = SGLangBackend(url, reward=reward, deterministic=deterministic)
     else:
         raise ValueError(f"SPEX_ENGINE: {kind!r} is not a serving engine (vllm, sglang)")

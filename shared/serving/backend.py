@@ -109,10 +109,11 @@ async def server_owner(session: aiohttp.ClientSession, url: str) -> str:
     return str(first.get("owned_by") or "") if isinstance(first, dict) else ""
 
 
-def reward_of(output: Any) -> float | None:
+def reward_of(output: Any, positive: int = 1) -> float | None:
     """A reward model's output as a reward in [0, 1] (None if it holds no number): one number is
-    a score (squashed by a sigmoid); two are the logits of wrong and right (P(right) by softmax);
-    a list of those, one a token, is read at its last (the scored step's last token)."""
+    a score (squashed by a sigmoid); two are logits, the reward the softmax probability of the
+    `positive` one (a classifier's (wrong, right): 1; plus-minus's (good, bad): 0); a list of
+    those, one a token or a step tag, is read at its last (where the scored step ends)."""
     if not isinstance(output, list) or not output:
         return None
     if isinstance(output[-1], list):
@@ -125,7 +126,7 @@ def reward_of(output: Any) -> float | None:
         return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
     top = max(values)
     exps = [math.exp(v - top) for v in values]
-    return exps[-1] / sum(exps)
+    return exps[positive] / sum(exps) if len(exps) == 2 else exps[-1] / sum(exps)
 
 
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

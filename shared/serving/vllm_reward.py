@@ -1,22 +1,29 @@
 """A reward model served by vLLM (0.32) through its pooling API, beside SGLang's `/classify`
 (`spex.shared.serving.sglang`): `python -m vllm.entrypoints.openai.api_server --model DIR
---runner pooling --scheduling-policy priority`.
+--runner pooling --scheduling-policy priority`, and per family (`SPEX_PRM_KIND`,
+`spex.shared.content.reward_prompts`):
+- `token-classification` (`…ForTokenClassification`, SPEX's own: `spex model init --prm`; vLLM's
+  `token_classify` task): a row of two logits (wrong, right) a token; an outcome model
+  (`…ForSequenceClassification`, `classify`) gives one row for the whole text.
+- `step-tag` (`Qwen2ForProcessRewardModel`, which vLLM serves itself with the `STEP` token pooler,
+  vllm/model_executor/models/qwen2_rm.py): a row of two logits at each token whose id is the
+  pooler's `step_tag_id` — Qwen2.5-Math-PRM's `<extra_0>`, 151651, unless
+  `--pooler-config '{"step_tag_id": N}'` names another (vllm/model_executor/models/config.py).
+- `plus-minus` (a causal LM): vLLM 0.32 pools a causal LM's hidden states, not its logits, so the
+  `STEP` pooler's `returned_token_ids` would pick hidden dimensions; the good and bad tokens'
+  logits come from its classification conversion instead, whose head is those tokens' rows of
+  the LM head (vllm/model_executor/models/adapters.py, `load_weights_no_post_processing`):
+  `--convert classify --hf-overrides '{"classifier_from_token": [GOOD, BAD], "method":
+  "no_post_processing"}'` (the tokens as the tokenizer spells them), a row (good, bad) a token.
+The text SPEX sends ends where the step's score is read, so the reward is read from the last row
+(`backend.reward_of`: one number, a sigmoid; two, the softmax probability of right, or of good).
 
-`POST /pooling` answers with rows of numbers, and what a row holds depends on the model:
-- `…ForTokenClassification` (SPEX's own, `spex model init --prm`: two labels, wrong and right;
-  vLLM's `token_classify` task) gives a row a token, and the step's reward is read at its last
-  token, as the in-process reward model reads it (`spex.shared.hf.reward`);
-- `…ForSequenceClassification` (an outcome reward model of one or two labels; `classify`,
-  pooled at the last token) gives one row for the whole text;
-- a PRM pooled at step tags (`Qwen2ForProcessRewardModel`, a step-tag pooler) gives a row at each
-  tag only; SPEX's prompts write no tag, so the start-up probe gets no row and the server is
-  refused (such models are not supported yet).
-Each row is read by `backend.reward_of` (one number: a sigmoid; two: P(right)), as SGLang's.
-
-What SPEX needs of the server, checked at start against a one-token probe:
+What SPEX needs of the server, checked at start against a probe of one step written as the
+family writes it:
 - a pooling model (`--runner pooling`; vLLM picks it for the architectures above): a model
   served for generation has no `/pooling`;
-- a score, not an embedding: one or two numbers a row.
+- a score, not an embedding: one or two numbers a row (two for a step-tag or plus-minus model),
+  and a row at the step tag (the step-tag pooler's tag is SPEX's).
 Start it with `--scheduling-policy priority` too, so a primary's score goes before a speculative
 one's: a server that refuses a priority (vLLM before 0.32) is refused, naming the flag; 0.32
 takes one without that policy and runs its requests first come, first served, which a client
@@ -36,6 +43,7 @@ from typing import Any
 
 import aiohttp
 
+from spex.shared.content.reward_prompts import RewardFormat
 from spex.shared.engine.api import EngineRequest
 from spex.shared.serving.backend import (
     EngineMisconfigured,
@@ -59,8 +67,9 @@ class VLLMRewardBackend:
 
     name = "vllm"
 
-    def __init__(self, url: str, model: str = "") -> None:
+    def __init__(self, url: str, model: str = "", prm: RewardFormat | None = None) -> None:
         self.server = VLLMBackend(url, model)
+        self.prm = prm or RewardFormat()
         self.url = self.server.url
         self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
         self.cache_salt: str | None = None  # a prefix-cache namespace of one's own (as a generator's)
@@ -71,7 +80,7 @@ class VLLMRewardBackend:
 
     async def check(self, session: aiohttp.ClientSession) -> None:
         version = await self.server.served(session)
-        probe = self._body("1", "spex-probe", priority=1)
+        probe = self._body(self.prm.probe(), "spex-probe", priority=1)
         async with session.post(self.url + POOLING_PATH, json=probe) as resp:
             text = await resp.text()  # read to the end: the connection goes back to the pool
             status = resp.status
@@ -87,11 +96,9 @@ class VLLMRewardBackend:
             raise EngineUnavailable(
                 f"vllm at {self.url}: {POOLING_PATH} answered no JSON: {text[:200]}"
             ) from None
-        if _width(rows) not in SCORE_WIDTHS or reward_of(rows) is None:
-            raise EngineMisconfigured(
-                f"vllm at {self.url}: {POOLING_PATH} gives {_width(rows)} numbers a row, not a reward: "
-                "serve a …ForTokenClassification or …ForSequenceClassification model of 1 or 2 labels"
-            )
+        problem = self._probe_problem(rows)
+        if problem:
+            raise EngineMisconfigured(f"vllm at {self.url}: {problem}")
         metrics = await self.metrics(session)  # the KV capacity, from its cache configuration
         self.server_info = {
             "engine": "vllm",
@@ -100,6 +107,32 @@ class VLLMRewardBackend:
             "runner": "pooling",
             "kv_capacity": metrics.kv_capacity,
         }
+
+    def _probe_problem(self, rows: Any) -> str:
+        """Why the probe's rows are not this family's score ("" if they are)."""
+        kind, width = self.prm.kind, _width(rows)
+        if kind == "step-tag" and rows == []:
+            flag = json.dumps({"step_tag_id": "N"}).replace('"N"', "N")
+            return (
+                f"{POOLING_PATH} gives no row at the step tag {self.prm.tag!r}: start it with "
+                f"--pooler-config '{flag}', N the tag's id in the model's tokenizer (vLLM's default is "
+                "Qwen2.5-Math-PRM's <extra_0>, 151651)"
+            )
+        if kind == "plus-minus" and width != 2:
+            tokens = list(self.prm.tokens)
+            overrides = json.dumps({"classifier_from_token": tokens, "method": "no_post_processing"})
+            return (
+                f"{POOLING_PATH} gives {width} numbers a row, not the good and bad tokens' logits: start "
+                f"it with --convert classify --hf-overrides '{overrides}' (the tokens as its tokenizer "
+                "spells them)"
+            )
+        widths = SCORE_WIDTHS if kind == "token-classification" else (2,)
+        if width not in widths or reward_of(rows) is None:
+            return (
+                f"{POOLING_PATH} gives {width} numbers a row, not a reward: serve a …ForTokenClassification "
+                "or …ForSequenceClassification model of 1 or 2 labels (of 2 for a step-tag model)"
+            )
+        return ""
 
     async def metrics(self, session: aiohttp.ClientSession) -> ServerMetrics:
         return await self.server.metrics(session)
@@ -128,7 +161,7 @@ class VLLMRewardBackend:
 
     def read(self, req: EngineRequest, body: Any) -> Reply:
         prompt = int((body.get("usage") or {}).get("prompt_tokens") or 0)
-        return Reply("", 0, prompt, 0, "length", reward=reward_of(_rows(body)))
+        return Reply("", 0, prompt, 0, "length", reward=reward_of(_rows(body), self.prm.positive))
 
     def abort(self, rid: str) -> None:
         """No call: the engine closes the request's connection, which vLLM takes as an abort."""

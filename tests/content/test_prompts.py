@@ -92,8 +92,8 @@ def test_with_a_chat_template_the_example_is_an_earlier_exchange():
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_a_child_prompt_is_its_parent_s_plus_one_piece(split):
-    parent = prompt_pieces("What is 2 + 3?", ["Two plus three."], split=split)
-    child = prompt_pieces("What is 2 + 3?", ["Two plus three.", "That is 5."], split=split)
+    parent = prompt_pieces("What is 2 + 3?", ["Two plus three."], style=split)
+    child = prompt_pieces("What is 2 + 3?", ["Two plus three.", "That is 5."], style=split)
     assert child[: len(parent)] == parent and child[-1] == "That is 5." + delimiter(split)
 
 

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -40,6 +40,7 @@ VERSION = "0.32.0-fake"
 MODEL = "fake-model"
 BLOCK = 16  # tokens per KV block; prefix-cache hits come in whole blocks
 KV_BLOCKS = 4096
+STEPPER = web.AppKey("stepper", asyncio.Task)  # the engine's step loop, started with the app
 
 
 def _draw(*parts: object) -> int:
@@ -88,12 +89,13 @@ class FakeVLLM:
         self.wake = asyncio.Event()
         self.cached_blocks: set[str] = set()  # prompt prefixes, a block at a time
         self.queries = self.hits = 0
+        self.bodies: list[dict[str, Any]] = []  # every completion request as sent (read in process)
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/health", lambda _: web.Response())
-        app.router.add_get("/version", lambda _: web.json_response({"version": VERSION}))
-        app.router.add_get("/v1/models", lambda _: web.json_response({"data": [{"id": MODEL}]}))
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/inference/v1/abort_requests", self.abort)
         app.router.add_get("/metrics", self.metrics)
@@ -101,7 +103,16 @@ class FakeVLLM:
         return app
 
     async def _start(self, app: web.Application) -> None:
-        app["stepper"] = asyncio.create_task(self._step_forever())
+        app[STEPPER] = asyncio.create_task(self._step_forever())
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response()
+
+    async def version(self, _: web.Request) -> web.Response:
+        return web.json_response({"version": VERSION})
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": MODEL}]})
 
     # ------------------------------------------------------------------ the engine
     async def _step_forever(self) -> None:
@@ -133,6 +144,7 @@ class FakeVLLM:
     # ------------------------------------------------------------------ the API
     async def completions(self, req: web.Request) -> web.Response:
         body = await req.json()
+        self.bodies.append(body)
         prompt, rid = str(body["prompt"]), str(body.get("request_id") or next(self.arrivals))
         self.served += 1
         if self.fail_after and self.served > self.fail_after:
@@ -206,6 +218,22 @@ class FakeVLLM:
             f"vllm:prefix_cache_hits_total {self.hits}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+@contextlib.asynccontextmanager
+async def in_process(**options: Any) -> AsyncIterator[tuple[str, FakeVLLM]]:
+    """The server in the test's own event loop (its requests readable in `bodies`): (URL, server)."""
+    fake = FakeVLLM(**{"max_num_seqs": 8, "step_ms": 1.0, "per_seq_ms": 0.0, **options})
+    port, app = free_port(), fake.app()
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}", fake
+    finally:
+        await runner.cleanup()
+        app[STEPPER].cancel()
+        await asyncio.gather(app[STEPPER], return_exceptions=True)
 
 
 @contextlib.contextmanager

@@ -2,12 +2,15 @@
 pooling` answers it, in the test's own event loop: `/v1/models` (`owned_by`), `/version`,
 `/metrics`, and `POST /pooling` with rows of numbers in the shape the model's task gives.
 
-Shapes (`rows`): "token" — a row of two logits a token (`token_classify`: SPEX's own PRM),
-"sequence" — one row of two (`classify`), "score" — one row of one, "embedding" — one row of
-64 (an embedding model: not a reward). A token's logits are a function of the token alone, so
-a test can say what the reward must be (`token_logits`). Misconfigurations: `pooling=False` (a
-model served for generation: no `/pooling`), `priority=False` (no `--scheduling-policy
-priority` on a vLLM that refuses a priority then: a 400), `owner="sglang"` (not vLLM at all).
+Shapes (`rows`): "token" — a row of two logits a token (`token_classify`: SPEX's own PRM, or a
+causal LM converted to classify by its good and bad tokens), "step" — a row of two at each
+`step_tag` in the text only (a `Qwen2ForProcessRewardModel` on the STEP pooler; a text without
+the tag gets no row), "sequence" — one row of two (`classify`), "score" — one row of one,
+"embedding" — one row of 64 (an embedding model: not a reward). A token's logits are a function
+of the token alone, so a test can say what the reward must be (`token_logits`).
+Misconfigurations: `pooling=False` (a model served for generation: no `/pooling`),
+`priority=False` (no `--scheduling-policy priority` on a vLLM that refuses a priority then: a
+400), `owner="sglang"` (not vLLM at all), a `step_tag` other than the client's (no row).
 A text starting `hold:` is answered only when its client goes away (recorded in `gone`).
 """
 
@@ -39,12 +42,19 @@ def token_logits(token: str) -> list[float]:
     return [(code % 7) / 3.0 - 1.0, (code % 11) / 4.0 - 1.2]
 
 
+def step_rows(text: str, tag: str) -> list[list[float]]:
+    """A row at each tag: the logits of the four characters before it (its step's last token)."""
+    ends = [i for i in range(len(text)) if text.startswith(tag, i)]
+    return [token_logits(text[max(0, i - 4) : i]) for i in ends]
+
+
 @dataclass
 class FakePooling:
     rows: str = "token"
     pooling: bool = True
     priority: bool = True
     owner: str = "vllm"
+    step_tag: str = "<extra_0>"  # rows="step": the tag the pooler rows at
     url: str = ""
     bodies: list[dict[str, Any]] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)  # request ids whose client left before the reply
@@ -89,6 +99,7 @@ class FakePooling:
         toks = tokens(text)
         data: Any = {
             "token": [token_logits(t) for t in toks],
+            "step": step_rows(text, self.step_tag),
             "sequence": token_logits(toks[-1]),
             "score": token_logits(toks[-1])[1:],
             "embedding": [0.1] * 64,

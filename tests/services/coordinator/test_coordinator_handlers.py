@@ -12,6 +12,7 @@ from spex.proto import (
     GenerateResult,
     LogprobSummary,
     PromoteRequest,
+    PromptFormat,
     ScoreRequest,
     ScoreResult,
     SubmitQuestionRequest,
@@ -155,3 +156,16 @@ def test_a_generation_carries_its_split_s_stop_strings_and_minimum_length():
     (synthetic,) = effects(outgoing(), outgoing().machine.start(0.0)[:1])
     assert synthetic.message.stop == [] and synthetic.message.min_tokens == 0
     assert message.synthetic is None  # the simulator's extension: on synthetic jobs alone
+
+
+def test_a_questions_prompt_rides_on_its_jobs_and_its_delimiter_is_the_stop():
+    prompt = PromptFormat("Be terse.", "{{ messages }}", "\n###\n")
+    q = Outgoing(REQUEST, 5, outgoing().machine, "real", prompt=prompt)
+    (publish,) = effects(q, q.machine.start(0.0)[:1])
+    message = publish.message
+    assert isinstance(message, GenerateRequest) and message.prompt == prompt and message.stop == ["\n###\n"]
+    node = q.machine.tree.nodes[message.node_id]
+    (score,) = effects(q, [ScoreCommand(node, ((q.machine.tree.root.id, 5), (node.id, 3)))])
+    # The reward model reads the path in its own chat template: the generator's stays behind.
+    assert isinstance(score.message, ScoreRequest)
+    assert score.message.prompt == PromptFormat("Be terse.", "", "\n###\n")

@@ -1,9 +1,10 @@
 """The OpenAI endpoint refuses what it cannot honour, never accepting and ignoring it: each such
-parameter (and an unknown one, n=2, a temperature other than the operator's, a system prompt)
-is a 400 in OpenAI's shape whose `param` names it; its own 401, 404, 405 and 429 are OpenAI's
-shape too, while SPEX's own routes keep their one-line errors; and a body that is not JSON says
-why, apart from JSON that is not an object, on both. A real ingress process with tokens (no
-search runs: every request here is refused before one would start), a real Redis."""
+parameter (and an unknown one, n=2, a temperature other than the operator's, a system message
+anywhere but before the one user message) is a 400 in OpenAI's shape whose `param` names it; its
+own 401, 404, 405 and 429 are OpenAI's shape too, while SPEX's own routes keep their one-line
+errors; and a body that is not JSON says why, apart from JSON that is not an object, on both. A
+real ingress process with tokens (no search runs: every request here is refused before one would
+start), a real Redis."""
 
 import asyncio
 import json
@@ -100,8 +101,12 @@ def test_a_parameter_it_cannot_honour_is_a_400_naming_it(ingress, param, value):
         ({"temperature": "hot"}, "temperature", "invalid_type"),
         ({"seed": -1}, "seed", "invalid_value"),
         ({"mode": "fast"}, "mode", "invalid_value"),
-        ({"messages": [{"role": "system", "content": "be brief"}, *USER]}, "messages[0]",
+        ({"messages": [*USER, {"role": "system", "content": "be brief"}]}, "messages[1]",
          "unsupported_value"),
+        ({"messages": [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, *USER]},
+         "messages[1]", "unsupported_value"),
+        ({"messages": [{"role": "system", "content": "be brief"}, *USER], "system_prompt": "x"},
+         "messages[0]", "invalid_value"),
         ({"messages": [*USER, {"role": "assistant", "content": "4"}]}, "messages[1]", "unsupported_value"),
         ({"messages": [*USER, *USER]}, "messages", "unsupported_value"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},

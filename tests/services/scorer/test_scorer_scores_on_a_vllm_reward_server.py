@@ -59,7 +59,7 @@ def test_each_step_gets_the_servers_reward_at_its_last_token(redis_url):
 
     results = {m.job_id: m.reward for m in asyncio.run(go()) if isinstance(m, ScoreResult)}
     for depth in (1, 2):
-        text = "".join(prompt_pieces(QUESTION, STEPS[:depth], split="newline"))  # plain: no tokenizer given
+        text = "".join(prompt_pieces(QUESTION, STEPS[:depth], style="newline"))  # plain: no tokenizer given
         wrong, right = token_logits(tokens(text)[-1])
         assert results[f"j{depth}"] == pytest.approx(1.0 / (1.0 + math.exp(wrong - right)))
 
