@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 from spex._dataset import Dataset, DatasetLike, load_dataset
-from spex._options import PRM_KINDS, Engine, Prompt, Reward
+from spex._options import Engine, Prompt, Reward
 from spex._results import Comparison, Evaluation, QuestionResult
 from spex.bench.pairs import compare_pairs
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, BenchResult, QueryRecord, run_bench
 from spex.shared.content.datasets import DatasetQuestion
+from spex.shared.content.reward_prompts import PRM_KINDS
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SEARCHES
 from spex.shared.core.spec.early_stop import EarlyStop
@@ -204,6 +205,14 @@ def bench_config(
         engine_url=eng.url,
         prm_url=rew.url,
         prm_engine=rew.server,
+        prm_kind=rew.prm_kind or "token-classification",  # type: ignore[arg-type]  # checked by Reward
+        prm_step_tag=rew.step_tag,
+        prm_tokens=rew.tokens,
+        prm_chat=rew.chat,
+        prompt_preset=prompt.preset,
+        system_prompt=prompt.system_prompt,
+        chat_template=prompt.chat_template,
+        step_delimiter=prompt.step_delimiter,
         content="synthetic" if eng.kind == "sim" else "real",
         dataset_questions=tuple(
             DatasetQuestion(q.query_id, q.text, q.reference or "") for q in (given or ())

@@ -6,18 +6,17 @@ one place each field reaches the engines."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from spex.proto.messages import PROMPT_PRESETS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, SPLITS, Split
+from spex.shared.content.reward_prompts import DEFAULT_PRM_TOKENS
 
-__all__ = ["PRM_KINDS", "Engine", "EngineKind", "Prompt", "Reward", "RewardKind", "ServerKind"]
+__all__ = ["Engine", "EngineKind", "Prompt", "Reward", "RewardKind", "ServerKind"]
 
 EngineKind = Literal["sim", "hf", "vllm", "sglang"]
 ServerKind = Literal["vllm", "sglang"]
 RewardKind = Literal["prm", "logprob"]
-# The reward-model families the engines read today: a two-label token classifier, scored at a
-# step's last token (`spex.shared.hf.reward`, vLLM's `token_classify`, SGLang's `/classify`).
-PRM_KINDS = ("token-classification",)
 
 
 @dataclass(frozen=True)
@@ -101,9 +100,16 @@ class Reward:
         url: A PRM server's base URL.
         server: What serves `url`: `"vllm"` (`/pooling`, started with `--runner pooling`) or
             `"sglang"` (`/classify`, started with `--is-embedding`).
-        prm_kind: The PRM's family; `None` is the default family, which is the only one read
-            today: `"token-classification"` (a two-label token classifier scored at the step's
-            last token).
+        prm_kind: The PRM's family (`None`: `"token-classification"`, a two-label token
+            classifier scored at the step's last token): `"step-tag"` (a
+            `Qwen2ForProcessRewardModel`-style model pooled at a step tag, Qwen2.5-Math-PRM) or
+            `"plus-minus"` (a causal LM's good/bad token logits at a step tag, Math-Shepherd and
+            RLHFlow's PRMs). The guide "Your reward model" says which published PRM is which.
+        step_tag: step-tag, plus-minus: the tag written after each step (`""`: the family's,
+            `<extra_0>` or `ки`).
+        tokens: plus-minus: the good and the bad token, e.g. `("+", "-")` or `("good", "bad")`.
+        chat: plus-minus: RLHFlow's chat layout (each step a user turn, the verdict the
+            assistant's).
     """
 
     kind: RewardKind = "prm"
@@ -111,6 +117,9 @@ class Reward:
     url: str | None = None
     server: ServerKind = "vllm"
     prm_kind: str | None = None
+    step_tag: str = ""
+    tokens: tuple[str, str] = DEFAULT_PRM_TOKENS
+    chat: bool = False
 
     @classmethod
     def simulated(cls) -> Reward:
@@ -123,17 +132,24 @@ class Reward:
         return cls("logprob")
 
     @classmethod
-    def prm(cls, model: str, *, prm_kind: str | None = None) -> Reward:
-        """The process reward model in the local directory `model`, run in process."""
-        return cls("prm", model=model, prm_kind=prm_kind)
+    def prm(cls, model: str, *, prm_kind: str | None = None, **family: Any) -> Reward:
+        """The process reward model in the local directory `model`, run in process (`family`:
+        `step_tag`, `tokens`, `chat` as the class says)."""
+        return cls("prm", model=model, prm_kind=prm_kind, **family)
 
     @classmethod
     def served(
-        cls, url: str, *, server: ServerKind = "vllm", model: str | None = None, prm_kind: str | None = None
+        cls,
+        url: str,
+        *,
+        server: ServerKind = "vllm",
+        model: str | None = None,
+        prm_kind: str | None = None,
+        **family: Any,
     ) -> Reward:
         """A process reward model served at `url` by `server` (`"vllm"` or `"sglang"`); `model`:
         its local directory, for its tokenizer and chat template."""
-        return cls("prm", model=model, url=url, server=server, prm_kind=prm_kind)
+        return cls("prm", model=model, url=url, server=server, prm_kind=prm_kind, **family)
 
     @property
     def is_simulated(self) -> bool:
@@ -144,7 +160,16 @@ class Reward:
 class Prompt:
     """How a real model's steps are written and read (the `sim` engine writes none).
 
+    The defaults are SPEX's own prompt; the guide "Prompts" states them in full.
+
     Attributes:
+        preset: A named prompt: `"spex"` (SPEX's instruction and worked example) or
+            `"search-and-learn"` (search-and-learn's system prompt and blank-line steps).
+        system_prompt: A system prompt in place of the preset's instruction (`""`: the preset's).
+        chat_template: A chat template (Jinja text, or the path of a file holding it) in place of
+            the model's own (`""`: the model's).
+        step_delimiter: What ends a step and joins the path's steps, e.g. a blank line (`""`: the
+            preset's, or `step_split`'s).
         step_split: Where a step ends, for the prompt's worked example, the delimiter between
             the path's steps and the generation's stop strings: `"newline"` (a step is a line),
             `"blank-line"` (a paragraph) or `"numbered"` (a numbered line and what follows it).
@@ -152,10 +177,16 @@ class Prompt:
         temperature: The generator's sampling temperature (0: greedy).
     """
 
+    preset: str = "spex"
+    system_prompt: str = ""
+    chat_template: str = ""
+    step_delimiter: str = ""
     step_split: Split = DEFAULT_SPLIT
     min_step_tokens: int = 0
     temperature: float = DEFAULT_TEMPERATURE
 
     def __post_init__(self) -> None:
+        if self.preset not in PROMPT_PRESETS:
+            raise ValueError(f"preset: one of {', '.join(PROMPT_PRESETS)}, not {self.preset!r}")
         if self.step_split not in SPLITS:
             raise ValueError(f"step_split: one of {', '.join(SPLITS)}, not {self.step_split!r}")

@@ -23,8 +23,8 @@ import spex
         ({"knobs": {"colour": 1}}, "colour"),
         ({"params": {"no_such_param": 1.0}}, "no_such_param"),
         (
-            {"reward": spex.Reward("prm", prm_kind="step-tag")},
-            "reward.prm_kind: a PRM's family, one of token-classification",
+            {"reward": spex.Reward("prm", prm_kind="orm")},
+            "reward.prm_kind: a PRM's family, one of token-classification, step-tag, plus-minus",
         ),
     ],
 )
