@@ -15,6 +15,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from mkdocs.plugins import event_priority
+
 __all__ = ["SOURCES", "link_tree", "on_config"]
 
 SOURCES = Path("build/docs-sources")  # under the folder of mkdocs.yml and pyproject.toml
@@ -41,7 +43,9 @@ def link_tree(root: Path, out: Path) -> Path:
     return out
 
 
+@event_priority(100)
 def on_config(config: Any) -> Any:
-    """mkdocs' hook: the tree beside mkdocs.yml, before any page is rendered."""
+    """mkdocs' hook: the tree beside mkdocs.yml, laid out before any plugin reads its config (the
+    Python handler keeps only the `paths` that exist when it is set up)."""
     link_tree(Path(config.config_file_path).parent, Path(config.config_file_path).parent / SOURCES)
     return config

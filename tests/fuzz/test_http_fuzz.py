@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from spex.proto.messages import PROMPT_PRESETS
 from spex.proto.submission import CLIENT_FIELDS, MODES
 from spex.services.ingress import IngressService
 from spex.shared.core.search import SEARCHES
@@ -200,6 +201,10 @@ PLAUSIBLE = {
     "baseline_twin": st.sampled_from([False, False, False, True]),  # a twin: with mode spex, no T3
     "params": st.just({}),  # what every search takes (a search's own are the validator's tests)
     "answer_selection": st.sampled_from(["", "majority", "weighted", "best"]),
+    "prompt_preset": st.sampled_from(["", *PROMPT_PRESETS]),
+    "system_prompt": st.sampled_from(["", "Be terse.", "é" * 50]),
+    "chat_template": st.sampled_from(["", "{{ messages[0]['content'] }}", "{% for m in messages %}"]),
+    "step_delimiter": st.sampled_from(["", "\n\n", "\n", "## Step"]),
 }
 
 

@@ -133,5 +133,7 @@ def test_a_chat_request_s_documented_parameters_are_the_ones_the_endpoint_reads(
     assert refusal.value.field == "undocumented"
     # A system message before the question is the question's own system prompt.
     system = {"role": "system", "content": [{"type": "text", "text": "Be terse."}]}
-    asked = chat_ask({**ask, "messages": [system, *ask["messages"]]}, temperature=0.3)
+    asked = chat_ask(
+        {**ask, "messages": [system, *ask["messages"]]}, temperature=0.3, searches=["rebase"]
+    )
     assert asked.question == "x" and asked.fields["system_prompt"] == "Be terse."
