@@ -135,7 +135,7 @@ class Generator(JobWorker[_GenJob]):
     async def on_generate(self, d: Delivery) -> None:
         req = d.message
         assert isinstance(req, GenerateRequest)
-        if req.job_id in self.jobs:  # our own pending entry, redelivered after a reconnect
+        if await self.held_already(d):  # our own pending entry, redelivered after a reconnect
             return
         if not await job_wanted(self.bus.r, req.query_id, req.job_id):
             # Cancelled while queued, or its query is unknown or answered: never starts.
@@ -247,6 +247,7 @@ class Generator(JobWorker[_GenJob]):
 
     async def _heartbeat_round(self) -> None:
         await asyncio.sleep(self.settings.heartbeat_s)
+        await self.loss.check()
         for stream in {job.delivery.stream for job in self.working()}:
             await self.heartbeat(stream)
         for stream in self.streams:

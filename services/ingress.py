@@ -52,6 +52,7 @@ from spex.services.watch import WatchRoutes, answer_json
 from spex.shared.runtime.availability import REDIS, REFUSING_RETRY_AFTER_S, refusal, unavailable
 from spex.shared.runtime.client import (
     Backpressure,
+    DataLost,
     IngressClient,
     KeyConflict,
     MemoryFull,
@@ -107,8 +108,9 @@ class IngressService(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.memory = admission.MemoryAdmission(client, settings.memory_headroom)  # new questions
         self.client = IngressClient(
-            client, settings.backlog_limit, settings.limits, settings.memory_per_target, self.memory.room
-        )
+            client, settings.backlog_limit, settings.limits, settings.memory_per_target, self.memory.room,
+            settings.data_loss_wait_s,
+        )  # fmt: skip
         self.host, self.port = settings.http_host, settings.http_port
         self.max_body = settings.max_message_bytes
         self.tokens = load_tokens(settings)
@@ -227,6 +229,8 @@ class IngressService(Service):
         except KeyConflict as exc:
             return _error(409, str(exc))
         except MemoryFull as exc:  # Redis has no room for its search: the platform's, a 503
+            return _error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
+        except DataLost as exc:  # its client key may be one being stored again: the platform's too
             return _error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
         except Backpressure as exc:
             return _error(429, str(exc))

@@ -65,9 +65,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
     async def on_score(self, d: Delivery) -> None:
         req = d.message
         assert isinstance(req, ScoreRequest)
-        if any(job.request.job_id == req.job_id for job in self.jobs.values()) or any(
-            job.request.job_id == req.job_id for job, _ in self._checked
-        ):
+        if any(job.request.job_id == req.job_id for job, _ in self._checked) or await self.held_already(d):
             return
         if not await job_wanted(self.bus.r, req.query_id):  # unknown or answered: nothing to score for
             await self.bus.ack(d, SCORER_GROUP)
@@ -124,6 +122,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
 
     async def _reclaim_round(self) -> None:
         await asyncio.sleep(self.settings.heartbeat_s)
+        await self.loss.check()
         await self.heartbeat(SCORE_JOBS)
         try:
             await self.reclaim(SCORE_JOBS)

@@ -56,7 +56,7 @@ from spex.shared.runtime.client import KEY_BACKSTOP_S, client_key_record
 from spex.shared.runtime.reserve import search_bytes
 from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster, read_streams
 
-__all__ = ["SEARCH_KEPT_S", "Entries", "QueryStore", "Submitted"]
+__all__ = ["SEARCH_KEPT_S", "Entries", "Fence", "QueryStore", "Submitted"]
 
 RENEW_BATCH = 1_000  # leases renewed by one script call (a few ms of Redis's time)
 # What only a query's search reads (its inbox, checkpoint, sent ids, cancel marks) is kept this
@@ -73,6 +73,14 @@ class Submitted(enum.Enum):
     MISSING = "missing"  # nothing is stored under its id
     UNREADABLE = "unreadable"  # what is stored cannot be decoded (a newer version's, say)
     OTHER = "other"  # another request holds its id
+
+
+class Fence(enum.IntEnum):
+    """What a fenced write (a checkpoint, an answer) found: what the scripts return."""
+
+    WRITTEN = 1  # the lease is ours at our epoch: written
+    NOT_OURS = 0  # another coordinator holds the query now
+    GONE = -1  # Redis has no epoch for it: it lost the query's state (nobody holds it)
 
 
 def _placed(qid: str, *names: str) -> list[str]:
@@ -104,6 +112,7 @@ class QueryStore:
         self._answer = r.register_script(scripts.ANSWER)
         self._reject = r.register_script(scripts.REJECT)
         self._recount = r.register_script(scripts.RECOUNT)
+        self._restore = r.register_script(scripts.RESTORE)
 
     # ------------------------------------------------------------------ leases
     async def acquire(self, qid: str) -> int:
@@ -193,19 +202,21 @@ class QueryStore:
         """Redis has the query's request or its answer."""
         return bool(await self.r.exists(query_request(qid), reply_key(qid)))
 
-    async def in_flight_again(self, req: SubmitQuestionRequest) -> None:
-        """A query Redis lost, about to be searched again: stored and counted in flight again,
-        and its client key kept again (a retry under the key finds this query, not a new one)."""
-        now_ms = _now_ms()
+    async def in_flight_again(self, req: SubmitQuestionRequest) -> str:
+        """A query Redis lost, about to be searched again: stored and counted in flight again, its
+        reserve held and its client key kept again (a retry under the key finds this query, not a
+        new one) — unless a question posted again under the key since holds it: that query's id
+        (the same question is searched there), else "" (`scripts.RESTORE`)."""
         qid = req.query_id
         client_key, record = client_key_record(req)
-        await self.r.set(client_key, record, nx=True, ex=KEY_BACKSTOP_S)
-        await self.r.set(query_request(qid), encode(req), nx=True)
-        await self.r.zadd(placed(INGRESS_IN_FLIGHT, qid), {qid: now_ms})
-        await self.r.zadd(placed(client_in_flight(req.client), qid), {qid: now_ms})
+        keys = [
+            client_key, query_request(qid),
+            *_placed(qid, INGRESS_IN_FLIGHT, client_in_flight(req.client), INGRESS_RESERVED,
+                     INGRESS_RESERVED_TOTAL, COORDINATORS_ACTIVE),
+        ]  # fmt: skip
         held = search_bytes(req.algorithm, req.target, self.per_target)
-        if await self.r.hsetnx(placed(INGRESS_RESERVED, qid), qid, held):  # its reserve, as submitted
-            await self.r.incrby(placed(INGRESS_RESERVED_TOTAL, qid), held)
+        args: list[str | bytes | int] = [record, encode(req), _now_ms(), held, KEY_BACKSTOP_S, qid]
+        return as_str(await self._restore(keys=keys, args=args))
 
     # ------------------------------------------------------------------ the inbox
     async def inbox(self, qid: str) -> Entries:
@@ -236,21 +247,21 @@ class QueryStore:
             await pipe.execute()
 
     # ------------------------------------------------------------------ fenced writes
-    async def checkpoint(self, qid: str, epoch: int, last_id: str, nodes: int) -> bool:
-        """Record the last inbox entry applied; False if the lease is no longer ours."""
+    async def checkpoint(self, qid: str, epoch: int, last_id: str, nodes: int) -> Fence:
+        """Record the last inbox entry applied (unless the lease is no longer ours)."""
         script, keys, args = self.checkpoint_call(qid, epoch, last_id, nodes)
-        return bool(await script(keys=keys, args=args))
+        return Fence(int(await script(keys=keys, args=args)))
 
     def checkpoint_call(self, qid: str, epoch: int, last_id: str, nodes: int) -> ScriptCall:
         """`checkpoint` as a script call, for the bus to send after a batch's publishes (it
-        returns 1, or 0 if the lease is no longer ours)."""
+        returns a `Fence`'s value)."""
         keys = [query_lease(qid), query_epoch(qid), query_checkpoint(qid)]
         return self._checkpoint, keys, [self.owner, epoch, last_id, nodes]
 
-    async def answer(self, req: SubmitQuestionRequest, epoch: int, answer: AnswerResult) -> bool:
+    async def answer(self, req: SubmitQuestionRequest, epoch: int, answer: AnswerResult) -> Fence:
         """Write the answer once and let the query go, its tree stream packed into one record
-        (`tree_record`) and what only its search read let go soon (`SEARCH_KEPT_S`); False if
-        the lease is no longer ours."""
+        (`tree_record`) and what only its search read let go soon (`SEARCH_KEPT_S`), unless the
+        lease is no longer ours."""
         qid = req.query_id
         client_key = placed(submitted_key(f"{req.client}/{req.client_key}"), qid)
         keys = [
@@ -263,7 +274,7 @@ class QueryStore:
             self.owner, epoch, encode(answer), qid, self.result_ttl_s, await self._tree_record(qid),
             self.search_kept_s,
         ]  # fmt: skip
-        return bool(await self._answer(keys=keys, args=args))
+        return Fence(int(await self._answer(keys=keys, args=args)))
 
     async def _tree_record(self, qid: str) -> bytes:
         """The query's tree stream packed into its record (b"": it has no tree stream)."""
@@ -272,11 +283,17 @@ class QueryStore:
             return b""
         return pack_tree([(as_str(entry_id), (fields or {}).get(b"e", b"")) for entry_id, fields in entries])
 
-    async def reject(self, req: SubmitQuestionRequest, reason: str) -> None:
-        """Answer a question that cannot be searched as failed, whoever holds what for it."""
+    async def reject(
+        self, req: SubmitQuestionRequest, reason: str, verdict: str = "rejected", keyed: bool = True
+    ) -> None:
+        """Answer a question that cannot be searched (or need not be: `verdict`) as failed,
+        whoever holds what for it; its client key left alone unless `keyed` (another question's
+        now)."""
         qid = req.query_id
-        answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer=None, error=f"rejected: {reason}")
-        client_key = placed(submitted_key(f"{req.client}/{req.client_key}"), qid)
+        answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer=None, error=f"{verdict}: {reason}")
+        client_key = (
+            placed(submitted_key(f"{req.client}/{req.client_key}"), qid) if keyed else query_request(qid)
+        )
         keys = [
             reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client)),
             query_request(qid), placed(COORDINATORS_ACTIVE, qid), query_lease(qid), query_epoch(qid),

@@ -37,6 +37,7 @@ from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.runtime.availability import REDIS, unavailable
 from spex.shared.runtime.bus import Bus, Delivery
+from spex.shared.runtime.data_loss import DataLoss
 from spex.shared.runtime.jobs import tell_query
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, JOB_SECONDS, JOBS, QUEUE_WAIT
 from spex.shared.runtime.service import Service, guarded
@@ -79,6 +80,10 @@ class JobWorker(Service, Generic[J]):
     def __init__(self, client: aioredis.Redis, settings: Settings, engine: LiveEngine) -> None:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.bus.on_dead = partial(tell_query, self.bus)  # a job given up on: its query hears
+        # Redis losing its data, marked if this worker is the first to see it (`data_loss`):
+        # the epoch token read every heartbeat round, and at once when a group of ours vanished.
+        self.loss = DataLoss(client, settings.consumer, settings.data_loss_wait_s)
+        self.bus.on_regroup = self.loss.check
         self.settings = settings
         self.engine = engine
         self.jobs: dict[str, J] = {}  # engine request id -> the job it runs
@@ -291,14 +296,42 @@ class JobWorker(Service, Generic[J]):
                     )
             for rid, job in list(self.jobs.items()):
                 if job.delivery.stream == part and job.delivery.entry_id in lost:
-                    del self.jobs[rid]
-                    if not self.engine.abort(rid):  # it ends at the engine's next step
-                        self._aborting[rid] = (job.request.job_id, asyncio.Event())
-                    if job.span is not None:
-                        job.span.set_attribute("spex.outcome", "taken over")
-                        job.span.end()
+                    self._stop_run(rid, job, "taken over")
                     request = job.request
                     self.log.warning("job_taken_over", job_id=request.job_id, query_id=request.query_id)
+
+    def _stop_run(self, rid: str, job: J, outcome: str) -> None:
+        """Stop running `job` here: its run is aborted (the engine holds the request id until
+        it reports the run gone: `_old_run_left`)."""
+        del self.jobs[rid]
+        if not self.engine.abort(rid):  # it ends at the engine's next step
+            self._aborting[rid] = (job.request.job_id, asyncio.Event())
+        if job.span is not None:
+            job.span.set_attribute("spex.outcome", outcome)
+            job.span.end()
+
+    async def held_already(self, d: Delivery) -> bool:
+        """Whether this worker holds `d`'s job from `d` itself (its own pending entry, read again
+        after a reconnect: nothing to do). The job held from another entry is a stale run — the
+        coordinator dispatched the job again after Redis lost its data, and the stale result has
+        nowhere to go — : it is stopped, and its leaving waited for, so that `d` runs."""
+        req = d.message
+        assert isinstance(req, GenerateRequest | ScoreRequest)
+        stale = False
+        for rid, job in [*self.jobs.items(), *self.unwritten.items()]:
+            if job.request.job_id != req.job_id:
+                continue
+            if job.delivery.entry_id == d.entry_id and job.delivery.stream == d.stream:
+                return True
+            stale = True
+            if self.unwritten.get(rid) is job:
+                del self.unwritten[rid]
+            else:
+                self._stop_run(rid, job, "dispatched again")
+            self.log.warning("job_dispatched_again", job_id=req.job_id, query_id=req.query_id)
+        if stale:
+            await self._old_run_left(req.job_id)
+        return False
 
     async def reclaim(self, stream: str, count: int = 100) -> None:
         """Jobs of a peer that stopped heartbeating (three periods) are ours now."""
