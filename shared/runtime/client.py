@@ -50,7 +50,8 @@ from spex.shared.runtime.reserve import search_bytes
 from spex.shared.runtime.streams import is_cluster
 
 __all__ = [
-    "Backpressure", "DataLost", "IngressClient", "KeyConflict", "MemoryFull", "Recovering", "SubmitOutcome",
+    "Answered", "Backpressure", "DataLost", "IngressClient", "KeyConflict", "MemoryFull", "Recovering",
+    "SubmitOutcome",
 ]  # fmt: skip
 __all__ += ["UnknownQuery", "client_key_record"]
 
@@ -86,6 +87,11 @@ class KeyConflict(ValueError):
 
 class UnknownQuery(LookupError):
     """No such query for this client (HTTP 404)."""
+
+
+class Answered(LookupError):
+    """The query is answered: it has nothing left to cancel (HTTP 409). Its answer is read as
+    any other's."""
 
 
 class Recovering(UnknownQuery):
@@ -308,11 +314,11 @@ class IngressClient(TreeReads):
 
     async def counts(self) -> tuple[int, int]:
         """(questions in flight, of those held by a coordinator)."""
-        return await self.in_flight(), await self._cards(names.COORDINATORS_ACTIVE)
+        return await self.in_flight(), await self.cards(names.COORDINATORS_ACTIVE)
 
     async def in_flight(self) -> int:
         """Questions submitted and not answered yet."""
-        return await self._cards(names.INGRESS_IN_FLIGHT)
+        return await self.cards(names.INGRESS_IN_FLIGHT)
 
     async def reserved(self) -> int:
         """Bytes Redis holds in reserve for the searches in flight (`reserve`), over its partitions."""
@@ -321,7 +327,7 @@ class IngressClient(TreeReads):
                 pipe.get(part)
             return sum(int(total or 0) for total in await pipe.execute())
 
-    async def _cards(self, name: str) -> int:
+    async def cards(self, name: str) -> int:
         """The members of the set `name`, over its partitions."""
         async with self.r.pipeline(transaction=False) as pipe:
             for part in names.spread(name):
@@ -330,17 +336,22 @@ class IngressClient(TreeReads):
 
     async def cancel(self, query_id: str) -> None:
         """Cancel a query, and its baseline twin if it has one (the twin checks nothing alone);
-        UnknownQuery if there is no such query."""
+        UnknownQuery if there is no such query, Answered if it is answered already."""
         await self._cancel_one(query_id)
-        with contextlib.suppress(UnknownQuery):  # expired meanwhile, or a twin never stored
+        with contextlib.suppress(
+            UnknownQuery, Answered
+        ):  # expired or answered meanwhile, a twin never stored
             if (await self.request(query_id)).baseline_twin:
                 await self._cancel_one(twin_id(query_id))
 
     async def _cancel_one(self, query_id: str) -> None:
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
         keys = [names.query_request(query_id), names.query_inbox(query_id), names.reply_key(query_id)]
-        if not await self._cancel(keys=keys, args=[encode(msg)]):
+        done = int(await self._cancel(keys=keys, args=[encode(msg)]))
+        if done == 0:
             raise UnknownQuery(query_id)
+        if done < 0:
+            raise Answered(f"query_id: {query_id} is answered already: nothing to cancel (read its answer)")
 
     async def aclose(self) -> None:
         await self.r.aclose()

@@ -77,11 +77,11 @@ return {NEW, ARGV[1], redis.call('GET', KEYS[6])}
 """
 )
 
-# KEYS: request, inbox, answer. ARGV: payload. -> 1, or 0 if the query is unknown. An answered
-# query has nothing to cancel (and its answer deleted its inbox: nothing re-creates it).
+# KEYS: request, inbox, answer. ARGV: payload. -> 1, 0 if the query is unknown, or -1 if it
+# is answered: it has nothing to cancel (and its answer deleted its inbox: nothing re-creates it).
 CANCEL = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('EXISTS', KEYS[3]) == 1 then return 1 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[1])
 return 1
 """

@@ -26,9 +26,10 @@ class Outcome:
     reads: list[int] = field(default_factory=list)  # statuses of the originals read while stalled
     answered: dict[str, int] = field(default_factory=dict)  # query id -> answers the answers stream holds
     unanswered: list[str] = field(default_factory=list)  # accepted ids with no answer in time
+    logs: str = ""  # the services' logs, for a failure's message
 
 
-def flush_with_a_stalled_coordinator(redis_url: str, restart_ingress: bool) -> tuple[Outcome, Cluster]:
+def flush_with_a_stalled_coordinator(redis_url: str, restart_ingress: bool) -> Outcome:
     """Post QUESTIONS under client keys, let the coordinator take them up, empty Redis and
     stall the coordinator STALL_S (restarting the ingress too, if asked), read the originals
     and post the keys again meanwhile, then wait for every id accepted to be answered."""
@@ -88,11 +89,13 @@ def flush_with_a_stalled_coordinator(redis_url: str, restart_ingress: bool) -> t
 
     async def run() -> Outcome:
         try:
-            return await go()
+            outcome = await go()
+            outcome.logs = cluster.logs()
+            return outcome
         finally:
             await cluster.stop()
 
-    return asyncio.run(run()), cluster
+    return asyncio.run(run())
 
 
 async def _held(r, questions: int) -> bool:

@@ -8,8 +8,8 @@ from tests.services.pipeline.data_loss import QUESTIONS, flush_with_a_stalled_co
 
 
 def test_a_flushall_past_a_stalled_coordinator_gives_no_key_a_second_search(redis_url):
-    outcome, cluster = flush_with_a_stalled_coordinator(redis_url, restart_ingress=False)
-    logs = cluster.logs()
+    outcome = flush_with_a_stalled_coordinator(redis_url, restart_ingress=False)
+    logs = outcome.logs
     assert outcome.reposted == outcome.originals, logs  # the same questions, not second searches
     assert all(status == 503 and retry_after for status, retry_after in outcome.refusals), outcome.refusals
     assert 404 not in outcome.reads, f"{outcome.reads.count(404)} reads of {len(outcome.reads)} said 404"

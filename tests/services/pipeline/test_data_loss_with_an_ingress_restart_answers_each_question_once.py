@@ -9,8 +9,8 @@ from tests.services.pipeline.data_loss import QUESTIONS, flush_with_a_stalled_co
 
 
 def test_a_flushall_and_an_ingress_restart_answer_every_question_once(redis_url):
-    outcome, cluster = flush_with_a_stalled_coordinator(redis_url, restart_ingress=True)
-    logs = cluster.logs()
+    outcome = flush_with_a_stalled_coordinator(redis_url, restart_ingress=True)
+    logs = outcome.logs
     assert not outcome.unanswered, logs
     assert outcome.reposted == outcome.originals, logs
     assert all(status in (0, 503) for status, _ in outcome.refusals), outcome.refusals  # 0: restarting
