@@ -157,7 +157,12 @@ class Generator(JobWorker[_GenJob]):
         )  # fmt: skip
         request.min_tokens = step.min_tokens
         if self.engine.template is not None:
-            request.text = self.prompt_text(req, prompt)
+            text = await self.prompt_text(req, prompt)
+            if text is None:  # its query is gone: nothing to generate for
+                await self.bus.ack(d, GENERATOR_GROUP)
+                self.aborted += 1
+                return
+            request.text = text
         await self.start(job, request)
 
     async def on_cancel(self, d: Delivery) -> None:
@@ -207,7 +212,7 @@ class Generator(JobWorker[_GenJob]):
         it), then our own, then the shared one; when all are empty, wait on ours and the
         shared one. (XREADGROUP counts per stream, so each read asks for what is left.)"""
         free = self.settings.worker_slots - len(self.working())
-        if free <= 0 or not self.engine.healthy:
+        if free <= 0 or not self.engine.healthy or self.unwritten:  # results first (`worker`)
             await asyncio.sleep(0.01 if free <= 0 else 0.1)
             return
         held = self.held()

@@ -108,7 +108,7 @@ def _questions() -> dict[str, dict[str, Schema]]:
     read = {
         "200": _json("answered, failed or cancelled", ref("Answer")),
         "202": _json(
-            'still being searched (or, while Redis\'s loss of its data stands, being stored again): '
+            "still being searched (or, while Redis's loss of its data stands, being stored again): "
             '{"status": "searching"}',
             ref("Status"),
         ),

@@ -78,7 +78,11 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         rid = f"{req.job_id}:{d.entry_id}"
         request = EngineRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority)
         if self.engine.template is not None:
-            request.text = self.prompt_text(req, prompt)
+            text = await self.prompt_text(req, prompt)
+            if text is None:  # its query is gone: nothing to score for
+                await self.bus.ack(d, SCORER_GROUP)
+                return
+            request.text = text
         self._checked.append((Job(d, req), request))
 
     async def _start_checked(self) -> None:
@@ -111,6 +115,9 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
 
     async def _intake_round(self) -> None:
+        if self.unwritten:  # results first (`worker`)
+            await asyncio.sleep(0.1)
+            return
         block, held = self.settings.block_ms, self.held()
         try:
             for d in await self.bus.read(

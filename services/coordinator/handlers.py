@@ -174,7 +174,7 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         priority=cmd.priority,
         content=q.content,
         synthetic=_synthetic(q),
-        question=req.question,
+        question_stored=True,
         steps=_texts(node.parent),
         stop=list(stop_strings(q.split)) if q.content == "real" else [],
         temperature=q.temperature,
@@ -199,7 +199,7 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
         priority=cmd.priority,
         content=q.content,
         synthetic=_synthetic(q),
-        question=req.question,
+        question_stored=True,
         steps=_texts(cmd.node),
         split=q.split,
     )

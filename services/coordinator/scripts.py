@@ -3,7 +3,7 @@ fenced answer. Each runs atomically on one query's keys (one hash tag, one clust
 `store.QueryStore` registers each once, runs it by SHA, and is the only caller: the KEYS and
 ARGV each comment lists are in the order it passes them."""
 
-__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "RECOUNT", "REJECT", "RELEASE", "RENEW_ALL", "RESTORE"]
+__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "RECOUNT", "REJECT", "RELEASE", "RENEW_ALL", "RESTORE", "TREE"]
 
 # The stream id of `seconds` ago, by Redis's clock: XADD's MINID for a stream kept that long.
 SINCE = """
@@ -78,12 +78,15 @@ end
 """
 
 # KEYS: lease, epoch, checkpoint. ARGV: owner, epoch, last entry id, nodes. -> 1, 0 (another
-# holds the lease) or -1 (Redis lost the query's state)
+# holds the lease) or -1 (Redis lost the query's state). Its first write is one a Redis at its
+# maxmemory allows (PERSIST of the checkpoint, which has no TTL while the query is searched: it
+# changes nothing), so that a search admitted goes on there (`publisher._PUBLISH`).
 CHECKPOINT = (
     FENCED
     + """
 local fence = fenced(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if fence ~= 1 then return fence end
+redis.call('PERSIST', KEYS[3])
 redis.call('HSET', KEYS[3], 'epoch', ARGV[2], 'last_id', ARGV[3], 'nodes', ARGV[4])
 return 1
 """
@@ -192,4 +195,13 @@ redis.call('ZADD', KEYS[4], ARGV[3], ARGV[6])
 if redis.call('HSETNX', KEYS[5], ARGV[6], ARGV[4]) == 1 then redis.call('INCRBY', KEYS[6], ARGV[4]) end
 if not redis.call('ZSCORE', KEYS[7], ARGV[6]) then redis.call('ZADD', KEYS[7], 0, ARGV[6]) end
 return ''
+"""
+
+# A query's node events appended to its tree stream (trimmed to the events a watcher reads,
+# expiring with the answer), written even by a Redis at its maxmemory: the first write is the
+# EXPIRE, which Redis allows there. KEYS: tree. ARGV: TTL s, events kept, then each event.
+TREE = """
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+for i = 3, #ARGV do redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[i]) end
+return redis.call('EXPIRE', KEYS[1], ARGV[1])
 """

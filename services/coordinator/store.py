@@ -16,6 +16,7 @@ import time
 from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from spex.proto import (
     AnswerResult,
@@ -51,9 +52,10 @@ from spex.proto.names import (
 )
 from spex.proto.tree_record import TREE_EVENTS_KEPT, pack_tree
 from spex.services.coordinator import scripts
+from spex.shared.runtime.availability import refusal
 from spex.shared.runtime.bus import DEAD_LETTER_TTL_S, DEAD_LETTERS_KEPT, dead_letter_fields
 from spex.shared.runtime.client import KEY_BACKSTOP_S, client_key_record
-from spex.shared.runtime.reserve import search_bytes
+from spex.shared.runtime.reserve import request_bytes
 from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster, read_streams
 
 __all__ = ["SEARCH_KEPT_S", "Entries", "Fence", "QueryStore", "Submitted"]
@@ -113,6 +115,7 @@ class QueryStore:
         self._reject = r.register_script(scripts.REJECT)
         self._recount = r.register_script(scripts.RECOUNT)
         self._restore = r.register_script(scripts.RESTORE)
+        self._tree = r.register_script(scripts.TREE)
 
     # ------------------------------------------------------------------ leases
     async def acquire(self, qid: str) -> int:
@@ -214,7 +217,7 @@ class QueryStore:
             *_placed(qid, INGRESS_IN_FLIGHT, client_in_flight(req.client), INGRESS_RESERVED,
                      INGRESS_RESERVED_TOTAL, COORDINATORS_ACTIVE),
         ]  # fmt: skip
-        held = search_bytes(req.algorithm, req.target, self.per_target)
+        held = request_bytes(req, self.per_target)
         args: list[str | bytes | int] = [record, encode(req), _now_ms(), held, KEY_BACKSTOP_S, qid]
         return as_str(await self._restore(keys=keys, args=args))
 
@@ -304,30 +307,32 @@ class QueryStore:
 
     # ------------------------------------------------------------------ to watchers
     async def publish_tree(self, qid: str, events: list[NodeEvent]) -> None:
-        """Append a query's node events to its tree stream, which its answer packs into a
-        record (`answer`); a write after that (a coordinator that lost the query) expires as
-        the answer does (each write moves the expiry on)."""
-        if not events:
-            return
-        stream = query_tree(qid)
-        async with self.r.pipeline(transaction=False) as pipe:
-            for event in events:
-                try:
-                    pipe.xadd(stream, {"e": encode(event)}, maxlen=TREE_EVENTS_KEPT, approximate=True)
-                except ProtocolError:  # a step's text past the message limit: not shown
-                    continue
-            pipe.expire(stream, self.result_ttl_s)
-            await pipe.execute()
+        """Append a query's node events to its tree stream (`scripts.TREE`), which its answer
+        packs into a record (`answer`); a write after that (a coordinator that lost the query)
+        expires as the answer does (each write moves the expiry on)."""
+        payloads = []
+        for event in events:
+            try:
+                payloads.append(encode(event))
+            except ProtocolError:  # a step's text past the message limit: not shown
+                continue
+        if payloads:
+            await self._tree(keys=[query_tree(qid)], args=[self.result_ttl_s, TREE_EVENTS_KEPT, *payloads])
 
     # ------------------------------------------------------------------ to the allocator
     async def publish_stats(self, events: list[QueryStatsEvent]) -> None:
+        """Telemetry for the allocator: Redis refusing it (at its maxmemory, say) skips a round."""
         if not events:
             return
-        async with self.r.pipeline(transaction=False) as pipe:
-            for event in events:
-                stream = placed(QUERY_STATS, event.query_id)
-                pipe.xadd(stream, {"e": encode(event)}, maxlen=10_000, approximate=True)
-            await pipe.execute()
+        try:
+            async with self.r.pipeline(transaction=False) as pipe:
+                for event in events:
+                    stream = placed(QUERY_STATS, event.query_id)
+                    pipe.xadd(stream, {"e": encode(event)}, maxlen=10_000, approximate=True)
+                await pipe.execute()
+        except ResponseError as exc:
+            if refusal(exc) is None:
+                raise
 
     async def trim_fan_out(self, keep_s: dict[str, float]) -> None:
         """Trim each stream of `keep_s` (no consumer group: read as it comes) to what is

@@ -46,7 +46,7 @@ from spex.shared.runtime.client_scripts import CANCEL, SUBMIT, SubmitOutcome
 from spex.shared.runtime.client_trees import TreeReads
 from spex.shared.runtime.data_loss import DataLoss
 from spex.shared.runtime.durable import Durable
-from spex.shared.runtime.reserve import search_bytes
+from spex.shared.runtime.reserve import Room, request_bytes
 from spex.shared.runtime.streams import is_cluster
 
 __all__ = [
@@ -126,7 +126,7 @@ class IngressClient(TreeReads):
         backlog_limit: int = 10_000,
         limits: Limits | None = None,
         per_target: int = 0,
-        room: Callable[[], Awaitable[int | None]] | None = None,
+        room: Callable[[], Awaitable[Room | None]] | None = None,
         loss_wait_s: float = 60.0,
     ) -> None:
         """`per_target`: SPEX_MEMORY_PER_TARGET, the bytes a search may hold a unit of target
@@ -213,8 +213,10 @@ class IngressClient(TreeReads):
             raise SubmissionTooLarge("question", f"too long: {exc}") from None
         submitted, record = client_key_record(req)
         kept = names.placed(names.DATA_KEPT, qid)
-        reserve = search_bytes(req.algorithm, req.target, self.per_target)
+        reserve = request_bytes(req, self.per_target)
         room = await self.room() if self.room is not None else None
+        if room is not None and reserve > room.total:
+            raise SubmissionTooLarge("question", _never_fits(req, reserve, room.total))
         keyed = req.client_key != qid  # a key of the client's (not its own id)
         marker, awaited, _ = DataLoss.keys(kept)
         # With partitions, all of them in the query's (one slot), each holding its share of the
@@ -241,7 +243,7 @@ class IngressClient(TreeReads):
             KEY_BACKSTOP_S,
             self._kept.get(kept, b""),
             reserve,
-            "" if room is None else room,
+            "" if room is None else room.free,
             self.loss.wait_ms,
             "1" if keyed else "",
         ]
@@ -355,6 +357,16 @@ class IngressClient(TreeReads):
 
     async def aclose(self) -> None:
         await self.r.aclose()
+
+
+def _never_fits(req: SubmitQuestionRequest, reserve: int, total: int) -> str:
+    """Why a question whose search could never be admitted is refused (413), naming the limit."""
+    return (
+        f"its search ({req.algorithm}-{req.target}, {len(req.question):,} characters) may hold about "
+        f"{reserve / 1e6:.1f} MB in Redis, more than the {total / 1e6:.1f} MB that SPEX_MEMORY_HEADROOM "
+        "of Redis's maxmemory leaves for every search together: it could never be admitted (a "
+        "shorter question, a smaller target or a larger maxmemory)"
+    )
 
 
 def _body(req: SubmitQuestionRequest) -> SubmitQuestionRequest:

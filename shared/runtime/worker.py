@@ -7,12 +7,14 @@ engine runs it → `on_complete`: an engine error dead-letters the job with the 
 hears, through `tell_query`), an abort acknowledges it, a finished job's result is published by
 the service's `publish` and then the job is acknowledged (owner-checked: a peer that took it
 over while we stalled owns it now). A result Redis will not take just now (unavailable:
-unreachable, or refusing writes — out of memory) stays with the worker, heartbeated like a
-running job, and is written again after backoff until Redis takes it: left to be redelivered,
-each try would count against `max_deliveries`, and past them its question would fail for a
-fault of the platform. A job a peer took over is stopped here; handed back before
-the engine has dropped that run, its dispatch waits for that (the engine holds the request id
-till then).
+unreachable, or refusing writes: a failed snapshot, a read-only replica) stays with the worker,
+heartbeated like a running job, and is written again after backoff until Redis takes it: left to
+be redelivered, each try would count against `max_deliveries`, and past them its question would
+fail for a fault of the platform. Meanwhile the worker takes no new job: it publishes what it
+holds before taking more. (A Redis at its maxmemory takes a result all the same: it is a
+question's admitted work, `publisher._PUBLISH`.) A job a peer took over is stopped here; handed
+back before the engine has dropped that run, its dispatch waits for that (the engine holds the
+request id till then).
 """
 
 from __future__ import annotations
@@ -20,18 +22,19 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import abstractmethod
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar, cast
 
 import redis.asyncio as aioredis
 import structlog
 from opentelemetry.trace import Span
 
-from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest
+from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest, SubmitQuestionRequest, decode
 from spex.proto.messages import Split
-from spex.proto.names import spread
+from spex.proto.names import query_request, spread
 from spex.shared.content.prompts import SizedPrompt, prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
@@ -47,6 +50,7 @@ from spex.shared.runtime.tracing import job_span
 __all__ = ["Job", "JobWorker", "NoResult"]
 
 Req = TypeVar("Req", GenerateRequest, ScoreRequest)
+QUESTIONS_KEPT = 64  # the stored questions a worker keeps, of the queries it ran jobs for last
 
 
 @dataclass(eq=False)
@@ -100,28 +104,51 @@ class JobWorker(Service, Generic[J]):
         self.aborted = 0  # jobs cancelled, before or while running
         self.log = structlog.get_logger().bind(service=self.service, consumer=settings.consumer)
         self._sized: dict[Split, SizedPrompt] = {}  # synthetic prompts' pieces, by split
+        self._questions: OrderedDict[str, str] = OrderedDict()  # query id -> its stored question
 
     @property
     def reads_text(self) -> bool:
         """A model reads the prompt's text; the simulator only its token counts."""
         return self.engine.template is not None
 
-    def prompt_text(
+    async def prompt_text(
         self, req: GenerateRequest | ScoreRequest, prompt: tuple[tuple[str, int], ...]
-    ) -> tuple[str, ...]:
+    ) -> tuple[str, ...] | None:
         """The prompt's pieces for an engine that reads text: on synthetic content sized to
         the workload's token counts where the engine counts tokens (`SizedPrompt`, as the
         virtual-time bench sizes them: both prefill and cache the same amounts), else the
-        path's texts as they are."""
+        path's texts as they are. None if the question is gone (its query answered and expired,
+        or unknown): the job has nothing to run for."""
         template = self.engine.template
         assert template is not None
+        question = await self._question(req)
+        if question is None:
+            return None
         count = self.engine.count_tokens
         if req.content != "synthetic" or count is None:
-            return tuple(prompt_pieces(req.question, list(req.steps), template, req.split))
+            return tuple(prompt_pieces(question, list(req.steps), template, req.split))
         sized = self._sized.get(req.split)
         if sized is None:
             sized = self._sized[req.split] = SizedPrompt(template, req.split, count)
-        return sized.pieces(req.question, list(req.steps), prompt)
+        return sized.pieces(question, list(req.steps), prompt)
+
+    async def _question(self, req: GenerateRequest | ScoreRequest) -> str | None:
+        """The question a job's prompt begins with: carried by the job, or its query's stored
+        request's — read once a query, and kept for its next jobs (the last `QUESTIONS_KEPT`)."""
+        if not req.question_stored:
+            return req.question
+        question = self._questions.get(req.query_id)
+        if question is None:
+            key = query_request(req.query_id)
+            blob = cast(bytes | None, await self.bus.r.get(key))
+            stored = decode(key, blob) if blob is not None else None
+            if not isinstance(stored, SubmitQuestionRequest):
+                return None
+            question = self._questions[req.query_id] = stored.question
+            while len(self._questions) > QUESTIONS_KEPT:
+                self._questions.popitem(last=False)
+        self._questions.move_to_end(req.query_id)
+        return question
 
     async def prepare(self) -> None:
         """Before any job: the engine must answer and serve this configuration."""
