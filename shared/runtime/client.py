@@ -215,7 +215,9 @@ class IngressClient(TreeReads):
         kept = names.placed(names.DATA_KEPT, qid)
         reserve = request_bytes(req, self.per_target)
         room = await self.room() if self.room is not None else None
-        if room is not None and reserve > room.total:
+        # Past the whole headroom, it could never be admitted — unless Redis is past it already
+        # (its maxmemory lowered below what it holds, for a while): then it is full, for now.
+        if room is not None and room.free > 0 and reserve > room.total:
             raise SubmissionTooLarge("question", _never_fits(req, reserve, room.total))
         keyed = req.client_key != qid  # a key of the client's (not its own id)
         marker, awaited, _ = DataLoss.keys(kept)

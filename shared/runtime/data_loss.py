@@ -119,7 +119,10 @@ class DataLoss:
         """Read the epoch tokens; a loss nobody marked (a token seen, none there now) is marked.
         True if one was. The first read of a part only remembers its token."""
         parts = names.spread(names.DATA_KEPT)
-        tokens = cast(list[bytes | None], await self.r.mget(parts))
+        async with self.r.pipeline(transaction=False) as pipe:  # each part in its own slot
+            for part in parts:
+                pipe.get(part)
+            tokens = cast(list[bytes | None], await pipe.execute())
         noticed = False
         for part, token in zip(parts, tokens, strict=True):
             if token is None and part in self._seen:

@@ -51,6 +51,7 @@ __all__ = ["Job", "JobWorker", "NoResult"]
 
 Req = TypeVar("Req", GenerateRequest, ScoreRequest)
 QUESTIONS_KEPT = 64  # the stored questions a worker keeps, of the queries it ran jobs for last
+RUNS_SLACK = 1024  # ended runs the index of runs keeps before it is rebuilt
 
 
 @dataclass(eq=False)
@@ -105,6 +106,7 @@ class JobWorker(Service, Generic[J]):
         self.log = structlog.get_logger().bind(service=self.service, consumer=settings.consumer)
         self._sized: dict[Split, SizedPrompt] = {}  # synthetic prompts' pieces, by split
         self._questions: OrderedDict[str, str] = OrderedDict()  # query id -> its stored question
+        self._runs: dict[str, str] = {}  # job id -> the request id it ran as here (`_held_run`)
 
     @property
     def reads_text(self) -> bool:
@@ -214,6 +216,9 @@ class JobWorker(Service, Generic[J]):
             await self.bus.dead_letter(job.delivery, self.group, f"{self.engine_name}: {exc}")
             return
         self.jobs[request.rid] = job
+        self._runs[job.request.job_id] = request.rid
+        if len(self._runs) > 2 * len(self.working()) + RUNS_SLACK:  # forget the runs that ended
+            self._runs = {j.request.job_id: rid for rid, j in [*self.jobs.items(), *self.unwritten.items()]}
         req = job.request
         attributes: dict[str, str | int] = {
             "spex.query_id": req.query_id, "spex.job_id": req.job_id, "spex.node_id": req.node_id,
@@ -344,21 +349,29 @@ class JobWorker(Service, Generic[J]):
         nowhere to go — : it is stopped, and its leaving waited for, so that `d` runs."""
         req = d.message
         assert isinstance(req, GenerateRequest | ScoreRequest)
-        stale = False
-        for rid, job in [*self.jobs.items(), *self.unwritten.items()]:
-            if job.request.job_id != req.job_id:
-                continue
-            if job.delivery.entry_id == d.entry_id and job.delivery.stream == d.stream:
-                return True
-            stale = True
-            if self.unwritten.get(rid) is job:
-                del self.unwritten[rid]
-            else:
-                self._stop_run(rid, job, "dispatched again")
-            self.log.warning("job_dispatched_again", job_id=req.job_id, query_id=req.query_id)
-        if stale:
-            await self._old_run_left(req.job_id)
+        held = self._held_run(req.job_id)
+        if held is None:
+            return False
+        rid, job = held
+        if job.delivery.entry_id == d.entry_id and job.delivery.stream == d.stream:
+            return True
+        if self.unwritten.get(rid) is job:
+            del self.unwritten[rid]
+        else:
+            self._stop_run(rid, job, "dispatched again")
+        self.log.warning("job_dispatched_again", job_id=req.job_id, query_id=req.query_id)
+        await self._old_run_left(req.job_id)
         return False
+
+    def _held_run(self, job_id: str) -> tuple[str, J] | None:
+        """The run of `job_id` this worker holds (running, or its result unwritten), if any: found
+        by its index, which forgets what no longer holds."""
+        rid = self._runs.get(job_id, "")
+        job = self.jobs.get(rid) or self.unwritten.get(rid)
+        if job is None or job.request.job_id != job_id:
+            self._runs.pop(job_id, None)
+            return None
+        return rid, job
 
     async def reclaim(self, stream: str, count: int = 100) -> None:
         """Jobs of a peer that stopped heartbeating (three periods) are ours now."""
