@@ -217,7 +217,7 @@ class JobWorker(Service, Generic[J]):
             return
         self.jobs[request.rid] = job
         self._runs[job.request.job_id] = request.rid
-        if len(self._runs) > 2 * len(self.working()) + RUNS_SLACK:  # forget the runs that ended
+        if len(self._runs) > 2 * (len(self.jobs) + len(self.unwritten)) + RUNS_SLACK:  # forget ended runs
             self._runs = {j.request.job_id: rid for rid, j in [*self.jobs.items(), *self.unwritten.items()]}
         req = job.request
         attributes: dict[str, str | int] = {
