@@ -7,20 +7,30 @@ its entry on the answers stream. A key that expires within `SEARCH_KEPT_S` (what
 search read, let go soon after the answer) is counted apart from what the question keeps for
 the result TTL. docs/capacity.md ("Sizing Redis") turns the figures into bytes per hour of
 traffic and a `maxmemory`.
+
+`--peak` measures instead what a question holds while it is searched, everything counted:
+`questions` of one search at a time, on a stack of their own, Redis's `used_memory` sampled
+until they are answered; the peak less what Redis held before them, a question. With `--chars`
+each question is that long (`--chars 0` beside it gives what its prompt adds: how many copies
+of it Redis holds at once). The ingress's reserve (`spex.shared.runtime.reserve`) is set from
+these figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import re
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from spex.bench.chaos.incidents import long_question
 from spex.proto.names import ANSWERS
 from spex.services.coordinator.store import SEARCH_KEPT_S
 from spex.services.launcher import up
@@ -33,6 +43,7 @@ from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 __all__ = ["SEARCHES", "main", "measure"]
 
 SEARCHES = (("rebase", 16), ("rebase", 64), ("rebase", 256), ("rstar", 10), ("ets", 16))
+PEAK_EVERY_S = 0.01  # how often `--peak` reads Redis's memory
 SETTLE_S = 1.0  # after the answers: late writes (a tree's last events, cancels) land
 _KIND = re.compile(r"^(?:\{p\d+\})?\{q:(.+?)\}:(.+)$")
 
@@ -100,11 +111,52 @@ async def one_search(
     }
 
 
-async def measure(settings: Settings, questions: int, say: Callable[[str], object]) -> list[dict[str, Any]]:
+async def peak(
+    client: IngressClient, algorithm: str, target: int, questions: int, chars: int
+) -> dict[str, Any]:
+    """What `questions` of one search hold in Redis at their peak, a question (see the module's
+    docstring); `chars`: each question's length (0: the workload's own, a line)."""
+    r = client.r
+    workload = SyntheticWorkload(WorkloadKnobs(), 0)
+    before = int((await r.info("memory"))["used_memory"])
+    high = before
+    qids = []
+    for i in range(questions):
+        q = workload.query(i)
+        text = long_question(i, chars) if chars else q.text
+        qids.append(
+            await client.submit(text, query_id=f"{q.query_id}-peak", algorithm=algorithm, target=target)
+        )
+
+    async def answered() -> list[Any]:
+        return [await client.result(q, timeout_s=600) for q in qids]
+
+    waiting = asyncio.create_task(answered())
+    while not waiting.done():
+        high = max(high, int((await r.info("memory"))["used_memory"]))
+        await asyncio.sleep(PEAK_EVERY_S)
+    answers = await waiting
+    held = (high - before) / questions
+    return {
+        "search": f"{algorithm}-{target}",
+        "chars": chars,
+        "questions": questions,
+        "answered": sum(a is not None and not a.error for a in answers),
+        "peak_bytes_per_question": round(held),
+        "peak_bytes_per_target": round(held / target),
+    }
+
+
+async def measure(
+    settings: Settings,
+    questions: int,
+    say: Callable[[str], object],
+    searches: tuple[tuple[str, int], ...] = SEARCHES,
+) -> list[dict[str, Any]]:
     client = IngressClient(redis_client(settings), settings.backlog_limit, settings.limits)
     rows = []
     try:
-        for n, (algorithm, target) in enumerate(SEARCHES):
+        for n, (algorithm, target) in enumerate(searches):
             rows.append(await one_search(client, algorithm, target, questions, n * questions))
             say(json.dumps(rows[-1]))
     finally:
@@ -117,16 +169,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--questions", type=int, default=4, help="questions of each search")
     p.add_argument("--time-scale", type=float, default=0.002)
     p.add_argument("--generators", type=int, default=2)
+    p.add_argument(
+        "--peak", action="store_true", help="what a question holds at its peak, everything counted"
+    )
+    p.add_argument(
+        "--chars", type=int, nargs="+", default=[0], help="--peak: each question's length (0: short)"
+    )
+    p.add_argument("--searches", nargs="+", default=None, help="ALGORITHM-TARGET each (default: the table's)")
     p.add_argument("--json", default="sizing.json")
     args = p.parse_args(argv)
-    if args.questions < 1 or args.time_scale <= 0 or args.generators < 1:
-        p.error("--questions, --time-scale and --generators: must be positive")
+    if args.questions < 1 or args.time_scale <= 0 or args.generators < 1 or min(args.chars) < 0:
+        p.error("--questions, --time-scale and --generators: must be positive (--chars at least 0)")
+    searches: tuple[tuple[str, int], ...] = SEARCHES
+    if args.searches:
+        try:
+            searches = tuple((a, int(t)) for a, _, t in (s.rpartition("-") for s in args.searches))
+        except ValueError:
+            p.error("--searches: ALGORITHM-TARGET each, e.g. rebase-64")
     settings = Settings(http_port=free_port(), time_scale=args.time_scale)
-    with up(settings, generators=args.generators) as live:
-        rows = asyncio.run(measure(live, args.questions, lambda m: print(m, flush=True)))
-    Path(args.json).write_text(json.dumps({"time_scale": args.time_scale, "rows": rows}, indent=1) + "\n")
+    if not args.peak:
+        with up(settings, generators=args.generators) as live:
+            rows = asyncio.run(measure(live, args.questions, lambda m: print(m, flush=True), searches))
+    else:
+        rows = []
+        for (algorithm, target), chars in itertools.product(searches, args.chars):
+            with up(replace(settings, http_port=free_port()), generators=args.generators) as live:
+                rows.append(asyncio.run(_peak_on(live, algorithm, target, args.questions, chars)))
+            print(json.dumps(rows[-1]), flush=True)
+    result = {"time_scale": args.time_scale, "peak": args.peak, "rows": rows}
+    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0
+
+
+async def _peak_on(
+    settings: Settings, algorithm: str, target: int, questions: int, chars: int
+) -> dict[str, Any]:
+    client = IngressClient(redis_client(settings), settings.backlog_limit, settings.limits)
+    try:
+        return await peak(client, algorithm, target, questions, chars)
+    finally:
+        await client.aclose()
 
 
 if __name__ == "__main__":

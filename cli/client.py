@@ -15,17 +15,16 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from rich.console import Console
 
+from spex.cli.answers import print_answer, twin_verdict
 from spex.cli.searches import parse_params
 from spex.proto import MODES, SubmitQuestionRequest
 from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, PROMPT_PRESETS
 from spex.proto.submission import twin_id
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.settings_schema import flag_help
-from spex.shared.runtime.views import demonstration
 
 if TYPE_CHECKING:
     from spex.cli.transport import Ingress
-    from spex.proto import AnswerResult
 
 __all__ = [
     "add_cancel_parser",
@@ -335,22 +334,11 @@ async def _submit(
         if answer is None:
             console.print(qid if not wait else f"{qid}: no answer within {wait} s", markup=False)
             continue
-        _print_answer(console, answer)
+        print_answer(console, answer)
         if twinned:
             twin = await ingress.answer(twin_id(qid), wait)
-            console.print(f"  baseline twin {twin_id(qid)}: {_twin_verdict(answer, twin)}", markup=False)
+            console.print(f"  baseline twin {twin_id(qid)}: {twin_verdict(answer, twin)}", markup=False)
     return 0
-
-
-def _twin_verdict(answer: AnswerResult, twin: AnswerResult | None) -> str:
-    """Whether speculation kept its promise: the same tree as its baseline twin's."""
-    if twin is None:
-        return "no answer yet"
-    if twin.error or twin.cancelled:
-        return twin.error or "cancelled"
-    same = twin.tree_digest == answer.tree_digest
-    verdict = "the same tree: lossless" if same else "a DIFFERENT tree"
-    return f"{verdict} (digest {twin.tree_digest[:12]}, answer {twin.answer})"
 
 
 async def _result(ingress: Ingress, args: argparse.Namespace, console: Console) -> int:
@@ -360,7 +348,7 @@ async def _result(ingress: Ingress, args: argparse.Namespace, console: Console) 
     if answer is None:
         console.print(f"{args.query_id}: no answer yet", markup=False)
         return 1
-    _print_answer(console, answer)
+    print_answer(console, answer)
     return 0
 
 
@@ -378,24 +366,3 @@ async def _tree(
         raise ValueError(f"{flag}: {out}: {exc.strerror}") from None
     console.print(f"tree: {len(tree['nodes'])} nodes ({tree['status']}) -> {out}", markup=False)
     return 0
-
-
-def _print_answer(console: Console, answer: AnswerResult) -> None:
-    """The query's answer, graded if it had a reference, then the steps of its solution."""
-    if answer.error or answer.cancelled:
-        console.print(f"{answer.query_id}: {answer.error or 'cancelled'}", markup=False)
-        return
-    grade = {True: " (correct)", False: " (wrong)", None: ""}[answer.correct]
-    stopped = f" (stopped early, {answer.nodes} nodes)" if answer.early_stopped else ""
-    console.print(f"{answer.query_id}: {answer.answer}{grade}{stopped}", markup=False)
-    for i, step in enumerate(answer.solution, 1):
-        console.print(f"  step {i}: {step}", markup=False, highlight=False)
-    served = answer.served_by
-    if served is not None:
-        model = f" ({served.model})" if served.model else ""
-        console.print(
-            f"  answered by: {served.engine}{model}, {served.content} content, reward {served.reward}",
-            markup=False,
-        )
-        if demonstration(served):
-            console.print(f"  note: {demonstration(served)}", markup=False)

@@ -48,10 +48,10 @@ def render(o: dict[str, Any], url: str) -> Group:
     """One frame: the headline figures, the questions in flight, the workers."""
     head = Text.assemble(
         ("SPEX ", "bold"), (url, "dim"), "   in flight ", (str(o["in_flight"]), "bold"),
-        "   backlog ", (str(o["backlog"]), "bold"),
-        f"   last {o['window_s']:.0f} s: ", (str(o["answered"]), "bold"), " answered, ",
+        "   backlog ", (_num(o["backlog"]), "bold"),
+        f"   last {o['window_s']:.0f} s: ", (_num(o["answered"]), "bold"), " answered, ",
         (_num(o["nodes_per_s"], 1), "bold"), " nodes/s, hit rate ", (_num(o["hit_rate"]), "bold"),
-        f" ({o['speculative_adopted']}/{o['speculative_issued']} speculative adopted)",
+        f" ({_num(o['speculative_adopted'])}/{_num(o['speculative_issued'])} speculative adopted)",
         "   budget granted ", (_num(o["granted"]), "bold"),
     )  # fmt: skip
     workers = Table(title="workers", title_justify="left", expand=True)

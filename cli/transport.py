@@ -210,13 +210,15 @@ class RedisIngress:
         return await self.client.result(query_id, wait_s)
 
     async def cancel(self, query_id: str) -> None:
-        from spex.shared.runtime.client import UnknownQuery
+        from spex.shared.runtime.client import Answered, UnknownQuery
 
         await self._known(query_id)
         try:
             await self.client.cancel(query_id)
         except UnknownQuery:
             raise ValueError(f"query_id: no question {query_id[:64]!r}") from None
+        except Answered as exc:
+            raise ValueError(str(exc)) from None
 
     async def tree(self, query_id: str) -> dict[str, Any]:
         from spex.shared.runtime.views import answer_status

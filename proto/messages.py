@@ -183,8 +183,10 @@ class PromptFormat(msgspec.Struct, frozen=True):
 
 class GenerateRequest(Message, frozen=True):
     """Generate one node: the step after `prompt_node_ids`, sampled with `seed`. A real
-    engine builds its prompt from `question` and `steps` (the text of every step on the path,
-    carried inline: see docs/architecture.md for the measurement behind that choice)."""
+    engine builds its prompt from the question and `steps` (the text of every step on the path,
+    carried inline); the question is the request's, stored once under the query
+    (`question_stored`), not carried by each of the jobs that can be queued at once (see
+    docs/architecture.md for the measurements behind both choices)."""
 
     job_kind: ClassVar[JobKind] = "generate"  # not on the wire: what a JobFailedEvent says of it
     job_id: str
@@ -206,6 +208,7 @@ class GenerateRequest(Message, frozen=True):
     split: Split = WIRE_SPLIT  # real content: how steps are delimited (its stop strings, its prompt)
     min_tokens: int = 0  # real content: a stop string before this many tokens does not end the step
     prompt: PromptFormat = PromptFormat()  # real content: the question's system prompt, template, delimiter
+    question_stored: bool = False  # `question` is not carried: it is the query's stored request's
 
 
 class LogprobSummary(msgspec.Struct, frozen=True):
@@ -263,6 +266,7 @@ class ScoreRequest(Message, frozen=True):
     steps: list[str] = []  # the text of each step on the path, the scored one last
     split: Split = WIRE_SPLIT  # real content: how the steps are joined in the prompt
     prompt: PromptFormat = PromptFormat()  # real content: the question's system prompt and delimiter
+    question_stored: bool = False  # `question` is not carried: it is the query's stored request's
 
 
 class ScoreResult(Message, frozen=True):

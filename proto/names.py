@@ -42,7 +42,10 @@ __all__ = [
     "ANSWERS",
     "COORDINATOR_GROUP",
     "COORDINATORS_ACTIVE",
+    "COORD_MEMBERS",
     "DATA_KEPT",
+    "DATA_LOST",
+    "DATA_LOST_AWAITED",
     "DEFAULT_POOL",
     "GENERATOR_GROUP",
     "GEN_CONTROL",
@@ -256,7 +259,12 @@ INGRESS_RESERVED_TOTAL = "ingress:reserved:total"  # the sum of ingress:reserved
 INGRESS_READY = "ingress:ready"  # written (expiring) by each /ready: Redis takes writes
 client_in_flight = ClientName("ingress:inflight:<id>")  # the same, per client (token name)
 submitted_key = ClientName("submitted:<id>")  # <client>/<client key> -> query id and body hash
-DATA_KEPT = "data:kept"  # a token the first submission leaves (no TTL): gone or another, Redis lost its data
+# The data's epoch: a token the first submission leaves, and whoever marks a loss anew (no TTL):
+# seen and then gone, Redis lost its data (`spex.shared.runtime.data_loss`).
+DATA_KEPT = "data:kept"
+DATA_LOST = "data:lost"  # hash: when a loss began (ms) and who noticed it; expires (the longest wait)
+DATA_LOST_AWAITED = "data:lost:awaited"  # set: coordinators storing again what they held at the loss
+COORD_MEMBERS = "coord:members"  # zset: coordinator -> its last lease round (ms, Redis's clock)
 query_sent = QueryName("{q:<id>}:sent")  # hash: ids of the messages published for it (idempotent publish)
 query_cancelled = QueryName("{q:<id>}:cancelled")  # hash: its jobs cancelled (a queued one never starts)
 worker_load = Name("worker:<id>:load")  # a generator's WorkerLoadEvent; its TTL is liveness

@@ -2,14 +2,16 @@
 names memory) before Redis, at its `maxmemory` with `noeviction`, would refuse the writes of
 the questions it accepted.
 
-Each submission reserves the bytes its search may hold in Redis (`reserve.search_bytes`, by its
-algorithm and target) and its answer gives them back; the submit script refuses a question
-whose reserve, with those of the searches in flight (`ingress:reserved:total`), would pass the
-room Redis has left: `SPEX_MEMORY_HEADROOM` of its `maxmemory`, less what it uses. The check
-and the reservation are one script, so concurrent submissions, from one ingress or several,
-cannot together pass the room. A reserve counts on top of what its search holds already (Redis
-cannot say which of its keys a search will still write): conservative by what the searches in
-flight hold.
+Each submission reserves the bytes its search may hold in Redis (`reserve.request_bytes`, by its
+algorithm, its target and its question's length) and its answer gives them back; the submit
+script refuses a question whose reserve, with those of the searches in flight
+(`ingress:reserved:total`), would pass the room Redis has left: `SPEX_MEMORY_HEADROOM` of its
+`maxmemory`, less what it uses. The check and the reservation are one script, so concurrent
+submissions, from one ingress or several, cannot together pass the room. A reserve counts on
+top of what its search holds already (Redis cannot say which of its keys a search will still
+write): conservative by what the searches in flight hold. A question whose reserve is more than
+the whole of the headroom (`reserve.Room.total`) could never be admitted: it is refused for good
+(HTTP 413), not told to retry.
 
 Redis reports both figures in `INFO memory` (`used_memory`, `maxmemory`: 0 is no limit, and
 then nothing is refused); they are read at most once every `READ_EVERY_S`. On a cluster every
@@ -31,6 +33,7 @@ import structlog
 from redis.exceptions import NoPermissionError
 
 from spex.proto import names
+from spex.shared.runtime.reserve import Room
 from spex.shared.runtime.streams import is_cluster
 
 __all__ = ["READ_EVERY_S", "MemoryAdmission"]
@@ -47,17 +50,19 @@ class MemoryAdmission:
     ) -> None:
         self.r, self.headroom, self.clock = r, headroom, clock
         self._read_at = -1e9
-        self._room: int | None = None
+        self._room: Room | None = None
         self._reading = asyncio.Lock()  # one read at a time; the requests behind it take its figure
         self._blind = False  # INFO denied: admit, said once
 
-    async def room(self) -> int | None:
-        """Bytes the searches in flight may reserve in all (on one partition: its share of its
-        shard's); None when nothing is refused (no maxmemory, or INFO denied)."""
+    async def room(self) -> Room | None:
+        """The room the searches have (on one partition: its share of its shard's); None when
+        nothing is refused (no maxmemory, or INFO denied)."""
         async with self._reading:
             if self.clock() - self._read_at >= READ_EVERY_S:
                 used, most = await self._read()
-                room = max(0, int(self.headroom * most) - used) // self._crowd()
+                crowd = self._crowd()
+                total = int(self.headroom * most)
+                room = Room(max(0, total - used) // crowd, total // crowd)
                 self._room, self._read_at = (room if most else None), self.clock()
         return self._room
 

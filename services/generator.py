@@ -135,7 +135,7 @@ class Generator(JobWorker[_GenJob]):
     async def on_generate(self, d: Delivery) -> None:
         req = d.message
         assert isinstance(req, GenerateRequest)
-        if req.job_id in self.jobs:  # our own pending entry, redelivered after a reconnect
+        if await self.held_already(d):  # our own pending entry, redelivered after a reconnect
             return
         if not await job_wanted(self.bus.r, req.query_id, req.job_id):
             # Cancelled while queued, or its query is unknown or answered: never starts.
@@ -158,10 +158,15 @@ class Generator(JobWorker[_GenJob]):
         request.min_tokens = step.min_tokens
         if self.engine.template is not None:
             try:
-                request.text = self.prompt_text(req, prompt)
+                text = await self.prompt_text(req, prompt)
             except ValueError as exc:  # the question's own chat template will not render
                 await self.bus.dead_letter(d, GENERATOR_GROUP, f"prompt: {exc}")
                 return
+            if text is None:  # its query is gone: nothing to generate for
+                await self.bus.ack(d, GENERATOR_GROUP)
+                self.aborted += 1
+                return
+            request.text = text
         await self.start(job, request)
 
     async def on_cancel(self, d: Delivery) -> None:
@@ -211,7 +216,7 @@ class Generator(JobWorker[_GenJob]):
         it), then our own, then the shared one; when all are empty, wait on ours and the
         shared one. (XREADGROUP counts per stream, so each read asks for what is left.)"""
         free = self.settings.worker_slots - len(self.working())
-        if free <= 0 or not self.engine.healthy:
+        if free <= 0 or not self.engine.healthy or self.unwritten:  # results first (`worker`)
             await asyncio.sleep(0.01 if free <= 0 else 0.1)
             return
         held = self.held()
@@ -251,6 +256,7 @@ class Generator(JobWorker[_GenJob]):
 
     async def _heartbeat_round(self) -> None:
         await asyncio.sleep(self.settings.heartbeat_s)
+        await self.loss.check()
         for stream in {job.delivery.stream for job in self.working()}:
             await self.heartbeat(stream)
         for stream in self.streams:

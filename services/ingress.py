@@ -6,17 +6,19 @@ OpenAI-compatible chat completions endpoint (`openai_api`); /health and /ready; 
 A thin HTTP face on the ingress client (`spex.shared.runtime.client`): the body's fields are
 checked and validated by `spex.proto.submission`, the one validator every way in shares.
 
-Security: it binds loopback unless `SPEX_HTTP_HOST` says otherwise. With tokens configured
-(`SPEX_AUTH_TOKENS` or `SPEX_AUTH_TOKENS_FILE`, never the command line) every request needs
+Security: it binds loopback unless `SPEX_HTTP_HOST` says otherwise; who calls is `callers`'. With
+tokens configured (`SPEX_AUTH_TOKENS` or `SPEX_AUTH_TOKENS_FILE`, never the command line) every request needs
 `Authorization: Bearer <token>`, and client keys and results are scoped to the token's name:
 one client can neither reuse another's key nor read or cancel another's question. Every
 refusal is a one-line JSON reason (on the OpenAI face's paths, OpenAI's error shape): 400 a
 bad field or a body that is not a JSON object (`http_body` says why), 401 no or a wrong token,
 404 no such question, 408 a body not sent in time, 409 a client key reused for a different
-question, 413 too large (a declared length is refused before the body is read), 415 a body of
-another type than JSON (none given: JSON), 429 one client's excess, 503 the ingress busy (no
-pooled Redis connection free in a moment: `backpressure`), Redis unreachable, or Redis refusing
-writes (out of memory: the reason says so); every 429 and 503 says when to retry (Retry-After).
+question (or a cancel of a question answered already), 413 too large (a declared length is
+refused before the body is read), 415 a body of another type than JSON (none given: JSON), 429
+one client's excess, 503 the ingress busy (no pooled Redis connection free in a moment:
+`backpressure`), Redis unreachable, Redis refusing writes (out of memory: the reason says so),
+or a client key not found while Redis's loss of its data stands (`data_loss`); every 429 and
+503 says when to retry (Retry-After).
 A request aiohttp's parser refuses (a malformed header) is a JSON 400 too, and neither it nor
 the log quotes the request's bytes (they may hold a token).
 A connection that has not sent a whole request within `IDLE_TIMEOUT_S` is closed.
@@ -27,12 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import os
-import re
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -45,13 +44,16 @@ from spex.proto import SubmissionError, SubmissionTooLarge, submission
 from spex.proto.submission import twin_id
 from spex.services import admission, openapi
 from spex.services.backpressure import BusyRefusals, with_retry_after
+from spex.services.callers import Callers
 from spex.services.http_body import BodyRefused, read_json_object
 from spex.services.long_lived import Slots
 from spex.services.openai_api import OpenAIRoutes, openai_error, serves
 from spex.services.watch import WatchRoutes, answer_json
 from spex.shared.runtime.availability import REDIS, REFUSING_RETRY_AFTER_S, refusal, unavailable
 from spex.shared.runtime.client import (
+    Answered,
     Backpressure,
+    DataLost,
     IngressClient,
     KeyConflict,
     MemoryFull,
@@ -64,39 +66,20 @@ from spex.shared.runtime.service import Service, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.views import served_by, twin_json
 
-__all__ = ["IngressService", "load_tokens", "main"]
+__all__ = ["IngressService", "main"]
 
-TOKEN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 IDLE_TIMEOUT_S = 15.0  # a connection without a whole request (headers) for this long is closed
 GAUGE_EVERY_S = 1.0  # how often the in-flight and backlog gauges are read
 # Served without a token: the page itself, the probes and the API's description hold nothing
 # of anyone's.
 OPEN_PATHS = frozenset({"/", "/health", "/ready", "/openapi.json"})
 CLIENT = web.RequestKey("client", str)  # the token's name ("" without auth)
+# Who holds a long-lived request open (`long_lived`): the token's name, or without tokens the
+# address the connection comes from; and whether the request bears the operator's token.
+CALLER = web.RequestKey("caller", str)
+OPERATOR = web.RequestKey("operator", bool)
+OPERATOR_PATHS = frozenset({"/v1/overview"})  # where the operator's token is honoured
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def load_tokens(settings: Settings) -> dict[str, str]:
-    """token -> client name, from `NAME=TOKEN,...` and a file of `NAME TOKEN` lines ('#'
-    comments). ValueError naming the variable on a malformed entry."""
-    entries: list[tuple[str, str, str]] = []
-    for item in filter(None, (i.strip() for i in settings.auth_tokens.split(","))):
-        name, _, token = item.partition("=")
-        entries.append(("SPEX_AUTH_TOKENS", name.strip(), token.strip()))
-    if settings.auth_tokens_file:
-        for line in Path(settings.auth_tokens_file).read_text().splitlines():
-            parts = line.split("#", 1)[0].split()
-            if parts:
-                entries.append(("SPEX_AUTH_TOKENS_FILE", parts[0], parts[1] if len(parts) == 2 else ""))
-    tokens: dict[str, str] = {}
-    for source, name, token in entries:
-        if not TOKEN_NAME.fullmatch(name) or len(token) < 16:
-            raise ValueError(f"{source}: each entry is NAME and a TOKEN of at least 16 characters")
-        tokens[token] = name
-    if (settings.auth_tokens.strip() or settings.auth_tokens_file) and not tokens:
-        # Asked for auth and given none: refuse to start rather than let everyone in.
-        raise ValueError("SPEX_AUTH_TOKENS / SPEX_AUTH_TOKENS_FILE: set, but holds no tokens")
-    return tokens
 
 
 class IngressService(Service):
@@ -107,24 +90,27 @@ class IngressService(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.memory = admission.MemoryAdmission(client, settings.memory_headroom)  # new questions
         self.client = IngressClient(
-            client, settings.backlog_limit, settings.limits, settings.memory_per_target, self.memory.room
-        )
+            client, settings.backlog_limit, settings.limits, settings.memory_per_target, self.memory.room,
+            settings.data_loss_wait_s,
+        )  # fmt: skip
         self.host, self.port = settings.http_host, settings.http_port
         self.max_body = settings.max_message_bytes
-        self.tokens = load_tokens(settings)
+        self.callers = Callers(settings)
         self.submitted = 0
-        slots = Slots(settings.http_streams_per_client)  # event streams and completions, per client
+        slots = Slots(settings.http_streams_per_client)  # event streams and completions, per caller
         self.watch = WatchRoutes(
-            self.client, self._known, CLIENT, bool(self.tokens), slots, served_by(settings)
-        )
+            self.client, self._known, (CLIENT, CALLER, OPERATOR), self.callers.scoped, slots,
+            served_by(settings),
+        )  # fmt: skip
         self.openai = OpenAIRoutes(
-            self.client, lambda request: request[CLIENT], self.max_body, settings.sampling_temperature, slots
-        )
+            self.client, lambda request: request[CLIENT], lambda request: request[CALLER], self.max_body,
+            settings.sampling_temperature, slots,
+        )  # fmt: skip
         self._runner: web.AppRunner | None = None  # listening once `prepare` ran
         self.busy = BusyRefusals()
         self.refusing = False  # Redis's last unavailability was a refusal of writes (not unreachable)
         self.log = structlog.get_logger().bind(service="ingress", consumer=settings.consumer)
-        if not self.tokens and self.host not in ("127.0.0.1", "localhost", "::1"):
+        if not self.callers.tokens and self.host not in ("127.0.0.1", "localhost", "::1"):
             self.log.warning("ingress_unauthenticated", host=self.host, hint="set SPEX_AUTH_TOKENS_FILE")
 
     def summary(self) -> dict[str, int]:
@@ -163,11 +149,13 @@ class IngressService(Service):
     async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         # The OpenAI face's refusals are OpenAI's shape, SPEX's own routes' one line.
         refuse = openai_error if serves(request.path) else _error
-        client = "" if request.path in OPEN_PATHS else self._client_of(request)
+        request[OPERATOR] = request.path in OPERATOR_PATHS and self.callers.operator(request)
+        client = "" if request.path in OPEN_PATHS or request[OPERATOR] else self.callers.client_of(request)
         if client is None:
             message = "authorization: a valid bearer token is required"
             return refuse(401, message, headers={"WWW-Authenticate": "Bearer"})
         request[CLIENT] = client
+        request[CALLER] = self.callers.caller(request, client)
         try:
             response = await handler(request)
             # Redis is back once a write goes through, or a read while it was unreachable.
@@ -195,21 +183,6 @@ class IngressService(Service):
             message = f"{request.method} {request.path[:64]}: {exc.reason.lower()}"
             return refuse(exc.status, message, headers=allow)
 
-    def _client_of(self, request: web.Request) -> str | None:
-        if not self.tokens:
-            return ""
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not given:
-            return None
-        # aiohttp decodes header bytes as UTF-8 with surrogateescape: encoding back the same way
-        # gives the bytes sent, whatever they are (a strict encode fails on non-UTF-8 bytes).
-        sent = given.strip().encode("utf-8", "surrogateescape")
-        found = None
-        for token, name in self.tokens.items():  # compare with every token, in constant time
-            if hmac.compare_digest(token.encode(), sent):
-                found = name
-        return found
-
     async def post(self, request: web.Request) -> web.Response:
         if "Content-Type" in request.headers and request.content_type != "application/json":
             return _error(415, "body: send it as application/json", close=True)  # not read
@@ -227,6 +200,8 @@ class IngressService(Service):
         except KeyConflict as exc:
             return _error(409, str(exc))
         except MemoryFull as exc:  # Redis has no room for its search: the platform's, a 503
+            return _error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
+        except DataLost as exc:  # its client key may be one being stored again: the platform's too
             return _error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
         except Backpressure as exc:
             return _error(429, str(exc))
@@ -268,6 +243,8 @@ class IngressService(Service):
             await self.client.cancel(qid)
         except UnknownQuery:
             return _error(404, f"query_id: no question {qid[:64]!r}")
+        except Answered as exc:
+            return _error(409, str(exc))
         return web.json_response({"status": "cancelling"}, status=202)
 
     async def prepare(self) -> None:

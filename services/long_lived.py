@@ -1,7 +1,12 @@
 """What the ingress's long-lived requests share — an event stream, a chat completion streamed
-or waited for: a cap per client on how many it holds open (`Slots`), so one tenant cannot
+or waited for: a cap per caller on how many it holds open (`Slots`), so one caller cannot
 starve another, and a query's progress read one poll at a time (`poll`), so none of them holds
 a pooled Redis connection for its life.
+
+A caller is a token's client name; without tokens, the address the connection comes from (a
+reverse proxy in front of the ingress makes every caller its own address: use tokens there).
+Streams (event streams, streamed completions) and waits (a completion not streamed) are capped
+apart, so no stream of anyone's ever refuses a completion that waits.
 
 A blocking XREAD per stream would hold a connection for every second it waits: a hundred open
 streams would take a hundred connections from the pool every other request shares. A poll
@@ -17,9 +22,11 @@ from spex.proto import AnswerResult, NodeEvent
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.pool import PoolBusy
 
-__all__ = ["POLL_S", "Slots", "SlotsFull", "poll"]
+__all__ = ["POLL_S", "STREAM", "WAIT", "Slots", "SlotsFull", "poll"]
 
 POLL_S = 0.1  # a long-lived request with nothing new looks again after this long
+STREAM = "event streams and streamed completions"  # what a caller holds open, by kind
+WAIT = "completions waiting"
 
 
 class SlotsFull(RuntimeError):
@@ -28,27 +35,28 @@ class SlotsFull(RuntimeError):
 
 
 class Slots:
-    """Long-lived requests open, per client; at most `per_client` each."""
+    """Long-lived requests open, per caller and kind (`STREAM`, `WAIT`); at most `per_caller` each."""
 
-    def __init__(self, per_client: int) -> None:
-        self.per_client = per_client
-        self._open: dict[str, int] = {}  # client -> requests open (absent: none)
+    def __init__(self, per_caller: int) -> None:
+        self.per_caller = per_caller
+        self._open: dict[tuple[str, str], int] = {}  # (caller, kind) -> requests open (absent: none)
 
     @contextlib.contextmanager
-    def hold(self, client: str) -> Iterator[None]:
-        """One of the client's slots for the `with` block; SlotsFull when it has none free."""
-        if self._open.get(client, 0) >= self.per_client:
+    def hold(self, caller: str, kind: str) -> Iterator[None]:
+        """One of the caller's slots of `kind` for the `with` block; SlotsFull when it has none free."""
+        key = (caller, kind)
+        if self._open.get(key, 0) >= self.per_caller:
             raise SlotsFull(
-                f"this client has {self.per_client} streams and completions open (limit {self.per_client}); "
+                f"this client has {self.per_caller} {kind} open (limit {self.per_caller}); "
                 "close one or retry later"
             )
-        self._open[client] = self._open.get(client, 0) + 1
+        self._open[key] = self._open.get(key, 0) + 1
         try:
             yield
         finally:
-            self._open[client] -= 1
-            if not self._open[client]:
-                del self._open[client]
+            self._open[key] -= 1
+            if not self._open[key]:
+                del self._open[key]
 
 
 async def poll(

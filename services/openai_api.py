@@ -10,16 +10,17 @@ choice whose message is the solution's steps and its answer (cut at `stop` and `
 answer, the tree's size and digest, and every token the search generated. `stream: true` sends
 a `chat.completion.chunk` per change of the tree (no choices; its `spex` field says what
 changed), then the content, then (with `stream_options.include_usage`) the usage, then
-`[DONE]`. A client holds at most SPEX_HTTP_STREAMS_PER_CLIENT completions (streamed or not)
-and event streams open; past that, a 429. Every refusal on these routes, the ingress's own
-(401, 503, no such route) among them, is OpenAI's shape: `{"error": {"message", "type",
-"param", "code"}}`. A client that goes away cancels its query.
+`[DONE]`. A caller holds at most SPEX_HTTP_STREAMS_PER_CLIENT streamed completions and event
+streams open, and as many completions waiting (`long_lived`); past that, a 429. Every refusal
+on these routes, the ingress's own (401, 503, no such route) among them, is OpenAI's shape:
+`{"error": {"message", "type", "param", "code"}}`. A client that goes away cancels its query.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -32,11 +33,18 @@ from redis.exceptions import RedisClusterException, RedisError
 from spex.proto import AnswerResult, SubmissionError, SubmissionTooLarge
 from spex.services.backpressure import with_retry_after
 from spex.services.http_body import BodyRefused, read_json_object
-from spex.services.long_lived import POLL_S, Slots, SlotsFull, poll
+from spex.services.long_lived import POLL_S, STREAM, WAIT, Slots, SlotsFull, poll
 from spex.services.openai_params import ChatAsk, ParamError, chat_ask
 from spex.shared.core.search import SEARCHES
 from spex.shared.runtime.availability import unavailable
-from spex.shared.runtime.client import Backpressure, IngressClient, KeyConflict, MemoryFull, UnknownQuery
+from spex.shared.runtime.client import (
+    Answered,
+    Backpressure,
+    IngressClient,
+    KeyConflict,
+    MemoryFull,
+    UnknownQuery,
+)
 from spex.shared.runtime.pool import PoolBusy
 from spex.shared.runtime.searches import catalogue, check_search
 from spex.shared.runtime.views import demonstration, node_json, served_json
@@ -92,13 +100,15 @@ class OpenAIRoutes:
         self,
         client: IngressClient,
         client_of: Callable[[web.Request], str],
+        caller_of: Callable[[web.Request], str],
         max_body: int,
         temperature: float,
         slots: Slots,
     ) -> None:
         self.client = client
-        self.slots = slots  # long-lived requests open per client, shared with the event streams
+        self.slots = slots  # long-lived requests open per caller, shared with the event streams
         self.client_of = client_of  # request -> the token's client name
+        self.caller_of = caller_of  # request -> whom its slot is counted against (`long_lived`)
         self.max_body = max_body
         self.temperature = temperature  # the operator's sampling temperature: the one accepted
         self.log = structlog.get_logger().bind(service="ingress")
@@ -136,8 +146,9 @@ class OpenAIRoutes:
             if exc.close:
                 response.force_close()
             return response
+        kind = STREAM if body.get("stream") is True else WAIT  # a wrong type is refused in `_answer`
         try:
-            with self.slots.hold(self.client_of(request)):
+            with self.slots.hold(self.caller_of(request), kind):
                 return await self._answer(request, body)
         except SlotsFull as exc:
             return openai_error(429, str(exc))
@@ -162,7 +173,7 @@ class OpenAIRoutes:
         except Backpressure as exc:
             return openai_error(429, str(exc))
         model = str(body["model"])
-        self.log.info("chat_completion_submitted", query_id=qid, model=model, user=ask.user)
+        self.log.info("chat_completion_submitted", query_id=qid, model=model, user=_digest(ask.user))
         try:
             if ask.stream:
                 return await self._stream(request, qid, model, ask)
@@ -180,7 +191,7 @@ class OpenAIRoutes:
         return web.json_response(_completion(qid, model, answer, ask))
 
     async def _cancel(self, qid: str) -> None:
-        with contextlib.suppress(UnknownQuery):  # answered and expired meanwhile
+        with contextlib.suppress(UnknownQuery, Answered):  # answered (and expired) meanwhile
             await self.client.cancel(qid)
 
     async def _wait(self, request: web.Request, qid: str) -> AnswerResult | None:
@@ -289,3 +300,9 @@ def _takes(search: str, target: int) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _digest(user: str) -> str | None:
+    """What the log keeps of an end user's id: a digest, enough to trace one user's requests by,
+    not what the client sent (None: none sent)."""
+    return hashlib.sha256(user.encode()).hexdigest()[:16] if user else None

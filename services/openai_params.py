@@ -8,7 +8,8 @@ question (a system message before it, the question's system prompt), `max_tokens
 `stop` cuts the content before the first stop string, `stream` and
 `stream_options.include_usage` as OpenAI's, `temperature` only at the operator's sampling
 temperature (one search samples every step at it), `n` only 1 (one search gives one answer),
-`user` / `safety_identifier` go into the ingress's log line for the question, and SPEX's own
+`user` / `safety_identifier` (at most `MAX_USER_CHARS` each) go into the ingress's log line for
+the question as a digest, never as sent, and SPEX's own
 client fields (`EXTRA_FIELDS`) ride beside them, `seed` (OpenAI's own: the search's seed)
 among them. The parameters SPEX cannot honour (`NEUTRAL`) are accepted only at a value that
 asks for nothing (`top_p: 1`, `logprobs: false`, `tools: []`, ...); an unknown one is refused
@@ -45,6 +46,7 @@ EXTRA_FIELDS = tuple(
     if name not in ("question", "algorithm", "client_key", "prompt_tokens", "baseline_twin")
 )
 MAX_STOPS = 4  # OpenAI's own limit on `stop`'s strings
+MAX_USER_CHARS = 256  # `user` and `safety_identifier`: an end user's id, not a document
 # The OpenAI parameters SPEX honours: each one's JSON type and how it is honoured (the
 # reference's table; the checks are `chat_ask`'s).
 HONOURED: dict[str, tuple[str | list[str], str]] = {
@@ -65,7 +67,11 @@ HONOURED: dict[str, tuple[str | list[str], str]] = {
         "samples every step at it",
     ),
     "n": ("integer", "only 1: one search gives one answer (ask n times, with n seeds, for n)"),
-    "user": ("string", "written to the ingress's log line for the question, to trace abuse by"),
+    "user": (
+        "string",
+        f"at most {MAX_USER_CHARS} characters; its digest (not the text) goes into the ingress's log line "
+        "for the question, to trace abuse by",
+    ),
     "safety_identifier": ("string", "as user"),
 }
 # The parameters SPEX cannot honour: each one's JSON type, the values that ask for nothing it
@@ -190,6 +196,9 @@ def chat_ask(body: dict[str, Any], temperature: float, searches: Collection[str]
     include_usage = _typed(options, "include_usage", bool, False, param="stream_options.include_usage")
     caps = [_cap(given, name) for name in ("max_tokens", "max_completion_tokens") if name in given]
     users = [_typed(given, name, str, "") for name in ("user", "safety_identifier")]
+    for name, given_user in zip(("user", "safety_identifier"), users, strict=True):
+        if len(given_user) > MAX_USER_CHARS:
+            raise ParamError(name, f"at most {MAX_USER_CHARS} characters", "string_above_max_length")
     user = " / ".join(u for u in users if u)
     fields = {k: given[k] for k in EXTRA_FIELDS if k in given}
     if target is not None:

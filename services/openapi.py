@@ -31,7 +31,10 @@ UNAVAILABLE = (
     "or Redis refuses writes (out of memory, a failed snapshot, a read-only replica); a new question "
     "also while Redis is near its maxmemory (SPEX_MEMORY_HEADROOM)"
 )
-OPEN_TOO_MANY = "SPEX_HTTP_STREAMS_PER_CLIENT event streams and chat completions open already (per client)"
+OPEN_TOO_MANY = (
+    "SPEX_HTTP_STREAMS_PER_CLIENT event streams and streamed completions open already, or as many "
+    "completions waiting (per caller: a token's client, or without tokens an address)"
+)
 RETRY_AFTER: Schema = {
     "description": f"seconds to wait before retrying, on every 429 and 503: at least {RETRY_AFTER_S} "
     f"({REFUSING_RETRY_AFTER_S} while Redis refuses writes, {MemoryFull.retry_after_s} while it has no room "
@@ -97,15 +100,27 @@ def _questions() -> dict[str, dict[str, Schema]]:
         "413": _refused("the body (or the question) is too large"),
         "415": _refused("a body of another type than application/json"),
         "429": _refused("too many questions in flight (this client's, or the backlog's)"),
-        "503": unreachable,
+        "503": _refused(
+            f"{UNAVAILABLE}; a question under a client key not found while Redis's loss of its data "
+            "stands (the coordinators are storing their questions again, client keys first)"
+        ),
     }
     read = {
         "200": _json("answered, failed or cancelled", ref("Answer")),
-        "202": _json('still being searched: {"status": "searching"}', ref("Status")),
+        "202": _json(
+            "still being searched (or, while Redis's loss of its data stands, being stored again): "
+            '{"status": "searching"}',
+            ref("Status"),
+        ),
         "404": no_such,
         "503": unreachable,
     }
-    cancel = {"202": _json('{"status": "cancelling"}', ref("Status")), "404": no_such, "503": unreachable}
+    cancel = {
+        "202": _json('{"status": "cancelling"}', ref("Status")),
+        "404": no_such,
+        "409": _refused("the question is answered already: nothing to cancel (GET it for its answer)"),
+        "503": unreachable,
+    }
     return {
         "/v1/questions": {
             "post": _op(

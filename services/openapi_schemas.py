@@ -228,19 +228,27 @@ def _overview() -> Schema:
     question = _object({"query_id": _t("string"), "waiting_s": _t("number"), "events": _t("integer")})
     return _object(
         {
-            "in_flight": _t("integer", "questions submitted and not yet answered"),
-            "backlog": _t("integer", "of those, the ones no coordinator holds"),
-            "questions": _t("array", "the oldest in flight (with tokens, the caller's)", items=question),
+            "scope": _t(
+                "string",
+                "whose figures: everyone's (the operator's token, or no tokens at all) or the "
+                "caller's own (a client's token: null where another's work would show)",
+                enum=["operator", "client"],
+            ),
+            "in_flight": _t("integer", "questions submitted and not yet answered (a client: its own)"),
+            "backlog": _t(["integer", "null"], "of those, the ones no coordinator holds"),
+            "questions": _t("array", "the oldest in flight (a client: its own)", items=question),
             "window_s": _t("number", "the window the rates are over"),
-            "answered": _t("integer"),
-            "answers_per_s": _t("number"),
-            "nodes_per_s": _t("number"),
-            "speculative_issued": _t("integer"),
-            "speculative_adopted": _t("integer"),
+            "answered": _t(["integer", "null"]),
+            "answers_per_s": _t(["number", "null"]),
+            "nodes_per_s": _t(["number", "null"]),
+            "speculative_issued": _t(["integer", "null"]),
+            "speculative_adopted": _t(["integer", "null"]),
             "hit_rate": _t(["number", "null"], "adopted / issued (null: none issued)"),
             "granted": _t(["integer", "null"], "speculative jobs the allocator grants (null: none active)"),
             "tpot_target": _t(["number", "null"], "the allocator's TPOT target"),
-            "workers": _t("array", "each generator's load and its governor's slack", items=_t("object")),
+            "workers": _t(
+                "array", "each generator's load and its governor's slack (a client: none)", items=_t("object")
+            ),
             "served_by": _served("what this ingress's pipeline is configured to answer with"),
         }
     )

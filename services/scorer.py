@@ -69,9 +69,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
     async def on_score(self, d: Delivery) -> None:
         req = d.message
         assert isinstance(req, ScoreRequest)
-        if any(job.request.job_id == req.job_id for job in self.jobs.values()) or any(
-            job.request.job_id == req.job_id for job, _ in self._checked
-        ):
+        if any(job.request.job_id == req.job_id for job, _ in self._checked) or await self.held_already(d):
             return
         if not await job_wanted(self.bus.r, req.query_id):  # unknown or answered: nothing to score for
             await self.bus.ack(d, SCORER_GROUP)
@@ -85,10 +83,14 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         request = EngineRequest(rid, prompt, f"{req.node_id}/s", 0, priority=req.priority)
         if self.engine.template is not None:
             try:
-                request.text = self.prompt_text(req, prompt)
+                text = await self.prompt_text(req, prompt)
             except ValueError as exc:  # e.g. a chat layout for a reward model without a chat template
                 await self.bus.dead_letter(d, SCORER_GROUP, f"prompt: {exc}")
                 return
+            if text is None:  # its query is gone: nothing to score for
+                await self.bus.ack(d, SCORER_GROUP)
+                return
+            request.text = text
         self._checked.append((Job(d, req), request))
 
     def path_pieces(
@@ -127,6 +129,9 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
 
     async def _intake_round(self) -> None:
+        if self.unwritten:  # results first (`worker`)
+            await asyncio.sleep(0.1)
+            return
         block, held = self.settings.block_ms, self.held()
         try:
             for d in await self.bus.read(
@@ -138,6 +143,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
 
     async def _reclaim_round(self) -> None:
         await asyncio.sleep(self.settings.heartbeat_s)
+        await self.loss.check()
         await self.heartbeat(SCORE_JOBS)
         try:
             await self.reclaim(SCORE_JOBS)

@@ -6,7 +6,8 @@ GET /v1/questions/{id}/tree → every node (parent, text, reward, answer, tokens
 GET /v1/questions/{id}/events → `text/event-stream`: an `node` event per change of a node,
 then an `answer` event, then the stream ends (a client holds at most
 SPEX_HTTP_STREAMS_PER_CLIENT such streams and chat completions open: `long_lived`);
-GET /v1/overview → the cluster's figures (`views.overview`); GET / → the web view;
+GET /v1/overview → the cluster's figures (`views.overview`: with client tokens or an operator's
+token set, a caller's own, and everyone's to the operator's token alone); GET / → the web view;
 GET /health (the process answers) and GET /ready (it reaches Redis: `readiness`). The routes
 are the ingress's, behind its authentication: the page sends its token (asked for once) with
 every request, so it never rides in a URL.
@@ -27,7 +28,7 @@ from redis.exceptions import RedisError
 
 from spex.proto import AnswerResult, ServedBy
 from spex.services.backpressure import with_retry_after
-from spex.services.long_lived import POLL_S, Slots, SlotsFull, poll
+from spex.services.long_lived import POLL_S, STREAM, Slots, SlotsFull, poll
 from spex.services.readiness import Readiness
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.views import answer_status, node_json, overview, served_json
@@ -68,7 +69,7 @@ class WatchRoutes:
         self,
         client: IngressClient,
         known: Callable[[web.Request, str], Awaitable[web.Response | None]],
-        client_key: web.RequestKey[str],
+        keys: tuple[web.RequestKey[str], web.RequestKey[str], web.RequestKey[bool]],
         scoped: bool,
         slots: Slots,
         served: ServedBy | None = None,
@@ -77,7 +78,10 @@ class WatchRoutes:
         self.slots = slots  # long-lived requests open per client, shared with the OpenAI face
         self.served = served_json(served)  # what the pipeline answers with (its settings say)
         self.known = known
-        self.client_key, self.scoped = client_key, scoped  # the request's client name; tokens on
+        # The request's client name, its caller (`long_lived`), whether it bears the operator's
+        # token; and whether the overview is scoped (client tokens or an operator's token set).
+        self.client_key, self.caller_key, self.operator_key = keys
+        self.scoped = scoped
         self._overviews: dict[str | None, tuple[float, dict[str, Any]]] = {}
         self.readiness = Readiness(client.r)
         self.page = resources.files("spex.services").joinpath("web/index.html").read_bytes()
@@ -110,9 +114,10 @@ class WatchRoutes:
         await self.readiness.aclose()
 
     async def overview(self, request: web.Request) -> web.Response:
-        # With tokens, a client sees its own questions listed (the totals are everyone's).
-        # Computed at most once a second per client, however many pages poll it.
-        client = request[self.client_key] if self.scoped else None
+        # Scoped (client tokens or an operator's token set), a caller sees its own figures only
+        # and the operator everyone's. Computed at most once a second per client, however many
+        # pages poll it.
+        client = None if request[self.operator_key] or not self.scoped else request[self.client_key]
         at, figures = self._overviews.get(client, (0.0, {}))
         if time.monotonic() - at >= OVERVIEW_EVERY_S:
             figures = await overview(self.client, client) | {"served_by": self.served}
@@ -135,7 +140,7 @@ class WatchRoutes:
         if refused is not None:
             return refused
         try:
-            with self.slots.hold(request[self.client_key]):
+            with self.slots.hold(request[self.caller_key], STREAM):
                 return await self._events(request, qid)
         except SlotsFull as exc:
             return web.json_response({"error": f"events: {exc}"}, status=429, headers=with_retry_after(429))

@@ -16,7 +16,7 @@ from typing import Any
 from structlog.typing import FilteringBoundLogger
 
 from spex.proto import Message, ProtocolError, decode
-from spex.proto.names import query_cancelled, query_inbox
+from spex.proto.names import query_cancelled, query_epoch, query_inbox
 from spex.services.coordinator.handlers import (
     EVENT_HANDLERS,
     Answer,
@@ -32,7 +32,7 @@ from spex.services.coordinator.holdings import Ending, Holdings
 from spex.services.coordinator.observe import Observer
 from spex.services.coordinator.query import HeldQuery, Unpublishable, graded
 from spex.services.coordinator.routing import Router
-from spex.services.coordinator.store import Entries, QueryStore
+from spex.services.coordinator.store import Entries, Fence, QueryStore
 from spex.shared.content.prompt_style import question_format
 from spex.shared.core.commands import Command, FinishCommand
 from spex.shared.runtime.bus import Bus
@@ -43,7 +43,20 @@ from spex.shared.runtime.views import served_by
 
 __all__ = ["Driver"]
 
+
+def _leased(message: Message) -> str:
+    """What a query's message needs to be published: the query's epoch. Redis lost the query's
+    state (and with it the ids published for it) and nobody has taken its lease since: what a
+    stale machine would publish now would mark the ids sent, and its search again would find
+    its own jobs dropped as published already."""
+    return query_epoch(message.query_id)
+
+
 GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
+# A fenced write refused: another coordinator holds the query (it goes on), or Redis lost the
+# query's state and nobody does: let go as if Redis were away, so that `recovery` finds it lost
+# and the request held here is searched again (ended as lost, it was answered never).
+_ENDINGS = {Fence.NOT_OURS: Ending.LOST, Fence.GONE: Ending.RELEASED}
 # The longest an inbox read's events hold the event loop at a stretch: a read for thousands of
 # queries is seconds of work, and the lease round must get its turn meanwhile.
 YIELD_EVERY_S = 0.02
@@ -201,15 +214,15 @@ class Driver:
             for query in held:
                 self.holdings.end(query, Ending.RELEASED)
             raise
-        for query, ok in confirmed:
-            if not ok:
-                self.holdings.end(query, Ending.LOST)
+        for query, fence in confirmed:
+            if fence != Fence.WRITTEN:
+                self.holdings.end(query, _ENDINGS[Fence(int(fence))])
             elif query.query_id in queries:
                 await self.observer.observe(query)
 
     async def _settle_one_by_one(
         self, batches: dict[str, list[Effect]], held: list[HeldQuery]
-    ) -> list[tuple[HeldQuery, bool]]:
+    ) -> list[tuple[HeldQuery, Fence]]:
         """A batch with a message too large to publish: each query's effects alone, and the
         one whose are too large fails."""
         failures: set[str] = set()
@@ -243,7 +256,7 @@ class Driver:
                 marks.append((query_cancelled(effect.query_id), effect.job_id))
         pending.clear()
         try:
-            _, done = await self.bus.publish_many(items, marks, self.keep_s, then=then or ())
+            _, done = await self.bus.publish_many(items, marks, self.keep_s, require=_leased, then=then or ())
         except ProtocolError as exc:  # e.g. the path's text past the message limit
             kinds = ", ".join(sorted({type(m).__name__ for _, m in items}))
             raise Unpublishable(f"{kinds}: {exc}") from None
@@ -275,8 +288,9 @@ class Driver:
     async def _answer(self, query: HeldQuery, effect: Answer) -> None:
         m, answer = query.machine, effect.message
         await self.observer.observe(query, final=True)  # the final tree, before the answer that ends it
-        if not await self.store.answer(query.request, query.epoch, answer):
-            self.holdings.end(query, Ending.LOST)  # another coordinator holds the query now: it answers
+        fence = await self.store.answer(query.request, query.epoch, answer)
+        if fence != Fence.WRITTEN:  # another coordinator answers it, or Redis lost it
+            self.holdings.end(query, _ENDINGS[fence])
             return
         req = query.request
         QUERY_LATENCY.labels(req.algorithm, req.mode).observe(answer.latency_s)

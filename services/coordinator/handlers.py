@@ -38,6 +38,7 @@ from spex.proto import (
     Synthetic,
 )
 from spex.proto.names import GEN_CONTROL, SCORE_JOBS
+from spex.shared.content.prompt_style import carried_format
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, PromptStyle
 from spex.shared.core.commands import (
     CancelCommand,
@@ -177,13 +178,13 @@ def generate(q: Outgoing, cmd: GenerateCommand) -> list[Effect]:
         priority=cmd.priority,
         content=q.content,
         synthetic=_synthetic(q),
-        question=req.question,
+        question_stored=True,
         steps=_texts(node.parent),
         stop=list(PromptStyle.of(q.split, q.prompt).stop_strings()) if q.content == "real" else [],
         temperature=q.temperature,
         split=q.split,
         min_tokens=q.min_step_tokens if q.content == "real" else 0,
-        prompt=q.prompt,
+        prompt=carried_format(q.prompt, req),
     )
     return [Dispatch(message)]
 
@@ -203,11 +204,11 @@ def score(q: Outgoing, cmd: ScoreCommand) -> list[Effect]:
         priority=cmd.priority,
         content=q.content,
         synthetic=_synthetic(q),
-        question=req.question,
+        question_stored=True,
         steps=_texts(cmd.node),
         split=q.split,
         # The reward model reads the path in its own chat template: the generator's stays here.
-        prompt=msgspec.structs.replace(q.prompt, chat_template=""),
+        prompt=msgspec.structs.replace(carried_format(q.prompt, req), chat_template=""),
     )
     return [Publish(SCORE_JOBS, message)]
 

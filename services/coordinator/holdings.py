@@ -41,6 +41,7 @@ class Holdings:
         self.log = log
         self.queries: dict[str, HeldQuery] = {}
         self._adopting: set[str] = set()
+        self.released = 0  # queries let go without a word to Redis so far (a count only grows)
 
     def busy(self, qid: str) -> bool:
         """`qid` is held here, or being adopted here."""
@@ -82,6 +83,7 @@ class Holdings:
             query.span.end()
             query.span = None
         if ending is Ending.RELEASED:
+            self.released += 1
             self.recovery.remember(query)
             self.log.warning("query_released", query_id=qid)
         elif ending is Ending.LOST:

@@ -3,7 +3,7 @@ fenced answer. Each runs atomically on one query's keys (one hash tag, one clust
 `store.QueryStore` registers each once, runs it by SHA, and is the only caller: the KEYS and
 ARGV each comment lists are in the order it passes them."""
 
-__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "RECOUNT", "REJECT", "RELEASE", "RENEW_ALL"]
+__all__ = ["ACQUIRE", "ANSWER", "CHECKPOINT", "RECOUNT", "REJECT", "RELEASE", "RENEW_ALL", "RESTORE", "TREE"]
 
 # The stream id of `seconds` ago, by Redis's clock: XADD's MINID for a stream kept that long.
 SINCE = """
@@ -67,14 +67,30 @@ return 0
 """
 
 # Fenced: only the lease holder at the current epoch may write the checkpoint or the answer.
-# KEYS: lease, epoch, checkpoint. ARGV: owner, epoch, last entry id, nodes. -> 1 | 0
-CHECKPOINT = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
-  return 0
+# No epoch at all is not another holder's: Redis lost the query's state (`FENCED`).
+FENCED = """
+local function fenced(lease, epoch, owner, mine)
+  local now = redis.call('GET', epoch)
+  if not now then return -1 end
+  if redis.call('GET', lease) ~= owner or tonumber(now) ~= tonumber(mine) then return 0 end
+  return 1
 end
+"""
+
+# KEYS: lease, epoch, checkpoint. ARGV: owner, epoch, last entry id, nodes. -> 1, 0 (another
+# holds the lease) or -1 (Redis lost the query's state). Its first write is one a Redis at its
+# maxmemory allows (PERSIST of the checkpoint, which has no TTL while the query is searched: it
+# changes nothing), so that a search admitted goes on there (`publisher._PUBLISH`).
+CHECKPOINT = (
+    FENCED
+    + """
+local fence = fenced(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if fence ~= 1 then return fence end
+redis.call('PERSIST', KEYS[3])
 redis.call('HSET', KEYS[3], 'epoch', ARGV[2], 'last_id', ARGV[3], 'nodes', ARGV[4])
 return 1
 """
+)
 
 # Writes the answer once, appends it to the answers stream (trimmed to the result TTL: older
 # answers have expired), takes the query out of the in-flight sets, releases the lease, and
@@ -89,14 +105,14 @@ return 1
 # KEYS: lease, epoch, reply, answers, in-flight, active, client in-flight, inbox, request,
 # checkpoint, client key, sent ids, cancelled jobs, tree, tree record, reserved, reserved total.
 # ARGV: owner, epoch, encoded answer, query id, TTL s, tree record ("": no tree), the search's
-# keys' TTL s. -> 1 | 0
+# keys' TTL s. -> 1, 0 or -1, as CHECKPOINT
 ANSWER = (
     SINCE
     + GIVE_BACK
+    + FENCED
     + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
-  return 0
-end
+local fence = fenced(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if fence ~= 1 then return fence end
 redis.call('ZREM', KEYS[5], ARGV[4])
 redis.call('ZREM', KEYS[7], ARGV[4])
 redis.call('DEL', KEYS[1])
@@ -155,4 +171,37 @@ for _, id in ipairs(redis.call('HKEYS', KEYS[1])) do
 end
 redis.call('SET', KEYS[2], total)
 return total
+"""
+
+# A query Redis lost, about to be searched again from the request its coordinator holds: stored,
+# counted in flight and its reserve held again, and due for adoption (active at 0), its client
+# key kept again first — unless a question posted again under the key since holds it: then the
+# same question is searched there, and this one is not searched a second time (the caller
+# answers it as superseded; its request is stored so that its answer can be read).
+# KEYS: client key, request, in-flight, client in-flight, reserved, reserved total, active.
+# ARGV: client key record, request, now ms, reserve bytes, key backstop s, query id.
+# -> the query id that supersedes it, or ''
+RESTORE = """
+redis.call('SET', KEYS[2], ARGV[2], 'NX')
+local existing = redis.call('GET', KEYS[1])
+if existing then
+  local qid, hash = string.match(existing, '^([^|]*)|(.*)$')
+  if qid ~= ARGV[6] and hash == string.match(ARGV[1], '|(.*)$') then return qid end
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[5])
+end
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[6])
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[6])
+if redis.call('HSETNX', KEYS[5], ARGV[6], ARGV[4]) == 1 then redis.call('INCRBY', KEYS[6], ARGV[4]) end
+if not redis.call('ZSCORE', KEYS[7], ARGV[6]) then redis.call('ZADD', KEYS[7], 0, ARGV[6]) end
+return ''
+"""
+
+# A query's node events appended to its tree stream (trimmed to the events a watcher reads,
+# expiring with the answer), written even by a Redis at its maxmemory: the first write is the
+# EXPIRE, which Redis allows there. KEYS: tree. ARGV: TTL s, events kept, then each event.
+TREE = """
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+for i = 3, #ARGV do redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[i]) end
+return redis.call('EXPIRE', KEYS[1], ARGV[1])
 """

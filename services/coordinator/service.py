@@ -43,7 +43,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import Message, ProtocolError, SubmitQuestionRequest, submission
 from spex.proto.codec import Envelope
-from spex.proto.names import ANSWERS, COORDINATOR_GROUP, DEFAULT_POOL, GEN_CONTROL, INGRESS, QUERY_STATS
+from spex.proto.names import (
+    ANSWERS,
+    COORDINATOR_GROUP,
+    DATA_KEPT,
+    DEFAULT_POOL,
+    GEN_CONTROL,
+    INGRESS,
+    QUERY_STATS,
+    placed,
+)
 from spex.services.coordinator.driver import Driver
 from spex.services.coordinator.holdings import Ending, Holdings
 from spex.services.coordinator.observe import Observer
@@ -54,6 +63,7 @@ from spex.services.coordinator.store import QueryStore, Submitted
 from spex.shared.content.prompt_style import check_chat_template
 from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery
+from spex.shared.runtime.data_loss import DataLoss
 from spex.shared.runtime.service import Service, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.tracing import query_span
@@ -66,6 +76,8 @@ STATS_EVERY_S = 0.05  # how often per-query stats go to the allocator
 # they come back within it, and another coordinator (or this one, later) takes the new ones.
 SHED_SHARE = 0.5
 INBOX_BATCH = 256  # inbox entries read per XREAD
+# A coordinator seen in its lease rounds within this many leases is alive: one a loss waits for.
+MEMBERS_WINDOW_LEASES = 3
 # Streams read as they come (no group), trimmed by age: gen:control's cancels and promotions
 # matter to a generator reading live (one away longer loses some: work, not correctness);
 # stats:queries to the allocator's next round.
@@ -103,6 +115,9 @@ class Coordinator(Service):
         self._tasks: set[asyncio.Task[None]] = set()  # takeovers and searches again
         self._renewed_at = time.monotonic()  # when the last lease round renewed our leases
         self.shedding = False  # leases renewed too late: no new question is adopted
+        self.loss = DataLoss(client, settings.consumer, settings.data_loss_wait_s)
+        self.members = [self.owner]  # coordinators seen alive in the last rounds (`data_loss`)
+        self._marked: set[str] = set()  # partitions whose loss this round marked and waits for us
 
     @property
     def queries(self) -> dict[str, HeldQuery]:
@@ -150,22 +165,34 @@ class Coordinator(Service):
         await self.observer.send_due(self.queries.values())
 
     async def lease_round(self) -> None:
-        """Renew our leases (one round trip for all); recover from a Redis restart."""
+        """Renew our leases (one round trip for all); recover from a Redis restart or a loss of
+        its data: what we held, stored again before the loss's marker lets go of us."""
         await asyncio.sleep(self.settings.lease_s / 3)
+        standing = await self.loss.round(self.owner, MEMBERS_WINDOW_LEASES * self.settings.lease_s)
+        self.members = standing.members
+        released = self.holdings.released
         await self.recover()
         held = list(self.queries.items())
         epochs = await self.store.renew_all([qid for qid, _ in held])
         self._shed(time.monotonic() - self._renewed_at, len(held))
         self._renewed_at = time.monotonic()
+        forgotten = []
         for qid, query in held:
             epoch = epochs[qid]
             if epoch and epoch == query.epoch:
                 query.renewed = time.monotonic()
             elif not await self.store.known(qid):  # Redis lost the query's state
                 self.holdings.end(query, Ending.FORGOTTEN)
-                self._spawn(self._search_again(query))
+                forgotten.append(query)
             else:
                 self.holdings.end(query, Ending.LOST)
+        await self._search_again(forgotten)
+        # All we held is stored again — unless a query was let go since `recover` looked (a
+        # fenced write that found Redis without its state): the next round looks again.
+        if self.holdings.released == released:
+            for part in {*standing.awaited, *self._marked}:
+                await self.loss.done(self.owner, part)
+            self._marked.clear()
 
     async def takeover_round(self) -> None:
         """Take over queries whose holder stopped renewing and questions a coordinator that
@@ -311,14 +338,13 @@ class Coordinator(Service):
         """After a Redis restart, release every held query and adopt it again from its inbox
         (or search it again if Redis lost it); search again the released queries Redis lost."""
         held = list(self.queries.values())  # before any search-again below adopts one
-        for query in await self.recovery.lost_releases(self.holdings.busy):
-            self._spawn(self._search_again(query))  # its request went with Redis's data
+        lost = await self.recovery.lost_releases(self.holdings.busy)  # their requests went with Redis's data
         plan = await self.recovery.after_restart(held)
         if plan.search_again or plan.adopt_again:
             self.log.warning("redis_restarted", queries=len(held))
         for query in plan.search_again:
             self.holdings.end(query, Ending.FORGOTTEN)  # lost with Redis's data: only we hold the request
-            self._spawn(self._search_again(query))
+        await self._search_again(lost + plan.search_again)
         for query in plan.adopt_again:
             self.holdings.end(query, Ending.RELEASED)
             await self.store.release(query.query_id)
@@ -326,13 +352,37 @@ class Coordinator(Service):
         # restart again next time and finishes the plan (releasing twice is harmless).
         self.recovery.handled(plan)
 
-    async def _search_again(self, query: HeldQuery) -> None:
-        """Redis lost this query (no epoch, no answer: it restarted without persistence).
-        The request is here: store it again and search it from the start — the same seeds
-        give the same tree."""
-        self.log.warning("query_state_lost", query_id=query.query_id)
-        await self.store.in_flight_again(query.request)
-        await self.adopt(query.request)
+    async def _search_again(self, queries: list[HeldQuery]) -> None:
+        """Redis lost these queries (no epoch, no answer: it lost its data). Their requests are
+        here: the loss marked (`data_loss`), each stored again — its client key first — and
+        searched from the start (the same seeds give the same tree); one whose client key a
+        question posted again since holds is answered as superseded by that one instead."""
+        if not queries:
+            return
+        parts = {placed(DATA_KEPT, q.query_id) for q in queries}
+        for part in parts:
+            await self.loss.mark(part, self.owner, self.members)
+        self._marked |= parts
+        for query in queries:
+            self.recovery.remember(query)  # until stored again: a round that fails here retries
+            self.log.warning("query_state_lost", query_id=query.query_id)
+            by = await self.store.in_flight_again(query.request)
+            if by:
+                self.log.warning("query_superseded", query_id=query.query_id, by=by)
+                reason = (
+                    f"Redis lost its data; its client key was posted again as query {by}, which answers it"
+                )
+                await self.store.reject(query.request, reason, verdict="superseded", keyed=False)
+                self.recovery.forget(query.query_id)
+            else:
+                self._spawn(self._adopt_again(query.request))
+
+    async def _adopt_again(self, req: SubmitQuestionRequest) -> None:
+        """Adopt a query stored again (a failure leaves it due for any coordinator's takeover)."""
+        try:
+            await self.adopt(req)
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            self.log.warning("takeover_failed", query_id=req.query_id, error=str(exc))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)

@@ -16,6 +16,7 @@ import time
 from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from spex.proto import (
     AnswerResult,
@@ -51,12 +52,13 @@ from spex.proto.names import (
 )
 from spex.proto.tree_record import TREE_EVENTS_KEPT, pack_tree
 from spex.services.coordinator import scripts
+from spex.shared.runtime.availability import refusal
 from spex.shared.runtime.bus import DEAD_LETTER_TTL_S, DEAD_LETTERS_KEPT, dead_letter_fields
 from spex.shared.runtime.client import KEY_BACKSTOP_S, client_key_record
-from spex.shared.runtime.reserve import search_bytes
+from spex.shared.runtime.reserve import request_bytes
 from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster, read_streams
 
-__all__ = ["SEARCH_KEPT_S", "Entries", "QueryStore", "Submitted"]
+__all__ = ["SEARCH_KEPT_S", "Entries", "Fence", "QueryStore", "Submitted"]
 
 RENEW_BATCH = 1_000  # leases renewed by one script call (a few ms of Redis's time)
 # What only a query's search reads (its inbox, checkpoint, sent ids, cancel marks) is kept this
@@ -73,6 +75,14 @@ class Submitted(enum.Enum):
     MISSING = "missing"  # nothing is stored under its id
     UNREADABLE = "unreadable"  # what is stored cannot be decoded (a newer version's, say)
     OTHER = "other"  # another request holds its id
+
+
+class Fence(enum.IntEnum):
+    """What a fenced write (a checkpoint, an answer) found: what the scripts return."""
+
+    WRITTEN = 1  # the lease is ours at our epoch: written
+    NOT_OURS = 0  # another coordinator holds the query now
+    GONE = -1  # Redis has no epoch for it: it lost the query's state (nobody holds it)
 
 
 def _placed(qid: str, *names: str) -> list[str]:
@@ -104,6 +114,8 @@ class QueryStore:
         self._answer = r.register_script(scripts.ANSWER)
         self._reject = r.register_script(scripts.REJECT)
         self._recount = r.register_script(scripts.RECOUNT)
+        self._restore = r.register_script(scripts.RESTORE)
+        self._tree = r.register_script(scripts.TREE)
 
     # ------------------------------------------------------------------ leases
     async def acquire(self, qid: str) -> int:
@@ -193,19 +205,21 @@ class QueryStore:
         """Redis has the query's request or its answer."""
         return bool(await self.r.exists(query_request(qid), reply_key(qid)))
 
-    async def in_flight_again(self, req: SubmitQuestionRequest) -> None:
-        """A query Redis lost, about to be searched again: stored and counted in flight again,
-        and its client key kept again (a retry under the key finds this query, not a new one)."""
-        now_ms = _now_ms()
+    async def in_flight_again(self, req: SubmitQuestionRequest) -> str:
+        """A query Redis lost, about to be searched again: stored and counted in flight again, its
+        reserve held and its client key kept again (a retry under the key finds this query, not a
+        new one) — unless a question posted again under the key since holds it: that query's id
+        (the same question is searched there), else "" (`scripts.RESTORE`)."""
         qid = req.query_id
         client_key, record = client_key_record(req)
-        await self.r.set(client_key, record, nx=True, ex=KEY_BACKSTOP_S)
-        await self.r.set(query_request(qid), encode(req), nx=True)
-        await self.r.zadd(placed(INGRESS_IN_FLIGHT, qid), {qid: now_ms})
-        await self.r.zadd(placed(client_in_flight(req.client), qid), {qid: now_ms})
-        held = search_bytes(req.algorithm, req.target, self.per_target)
-        if await self.r.hsetnx(placed(INGRESS_RESERVED, qid), qid, held):  # its reserve, as submitted
-            await self.r.incrby(placed(INGRESS_RESERVED_TOTAL, qid), held)
+        keys = [
+            client_key, query_request(qid),
+            *_placed(qid, INGRESS_IN_FLIGHT, client_in_flight(req.client), INGRESS_RESERVED,
+                     INGRESS_RESERVED_TOTAL, COORDINATORS_ACTIVE),
+        ]  # fmt: skip
+        held = request_bytes(req, self.per_target)
+        args: list[str | bytes | int] = [record, encode(req), _now_ms(), held, KEY_BACKSTOP_S, qid]
+        return as_str(await self._restore(keys=keys, args=args))
 
     # ------------------------------------------------------------------ the inbox
     async def inbox(self, qid: str) -> Entries:
@@ -236,21 +250,21 @@ class QueryStore:
             await pipe.execute()
 
     # ------------------------------------------------------------------ fenced writes
-    async def checkpoint(self, qid: str, epoch: int, last_id: str, nodes: int) -> bool:
-        """Record the last inbox entry applied; False if the lease is no longer ours."""
+    async def checkpoint(self, qid: str, epoch: int, last_id: str, nodes: int) -> Fence:
+        """Record the last inbox entry applied (unless the lease is no longer ours)."""
         script, keys, args = self.checkpoint_call(qid, epoch, last_id, nodes)
-        return bool(await script(keys=keys, args=args))
+        return Fence(int(await script(keys=keys, args=args)))
 
     def checkpoint_call(self, qid: str, epoch: int, last_id: str, nodes: int) -> ScriptCall:
         """`checkpoint` as a script call, for the bus to send after a batch's publishes (it
-        returns 1, or 0 if the lease is no longer ours)."""
+        returns a `Fence`'s value)."""
         keys = [query_lease(qid), query_epoch(qid), query_checkpoint(qid)]
         return self._checkpoint, keys, [self.owner, epoch, last_id, nodes]
 
-    async def answer(self, req: SubmitQuestionRequest, epoch: int, answer: AnswerResult) -> bool:
+    async def answer(self, req: SubmitQuestionRequest, epoch: int, answer: AnswerResult) -> Fence:
         """Write the answer once and let the query go, its tree stream packed into one record
-        (`tree_record`) and what only its search read let go soon (`SEARCH_KEPT_S`); False if
-        the lease is no longer ours."""
+        (`tree_record`) and what only its search read let go soon (`SEARCH_KEPT_S`), unless the
+        lease is no longer ours."""
         qid = req.query_id
         client_key = placed(submitted_key(f"{req.client}/{req.client_key}"), qid)
         keys = [
@@ -263,7 +277,7 @@ class QueryStore:
             self.owner, epoch, encode(answer), qid, self.result_ttl_s, await self._tree_record(qid),
             self.search_kept_s,
         ]  # fmt: skip
-        return bool(await self._answer(keys=keys, args=args))
+        return Fence(int(await self._answer(keys=keys, args=args)))
 
     async def _tree_record(self, qid: str) -> bytes:
         """The query's tree stream packed into its record (b"": it has no tree stream)."""
@@ -272,11 +286,17 @@ class QueryStore:
             return b""
         return pack_tree([(as_str(entry_id), (fields or {}).get(b"e", b"")) for entry_id, fields in entries])
 
-    async def reject(self, req: SubmitQuestionRequest, reason: str) -> None:
-        """Answer a question that cannot be searched as failed, whoever holds what for it."""
+    async def reject(
+        self, req: SubmitQuestionRequest, reason: str, verdict: str = "rejected", keyed: bool = True
+    ) -> None:
+        """Answer a question that cannot be searched (or need not be: `verdict`) as failed,
+        whoever holds what for it; its client key left alone unless `keyed` (another question's
+        now)."""
         qid = req.query_id
-        answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer=None, error=f"rejected: {reason}")
-        client_key = placed(submitted_key(f"{req.client}/{req.client_key}"), qid)
+        answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer=None, error=f"{verdict}: {reason}")
+        client_key = (
+            placed(submitted_key(f"{req.client}/{req.client_key}"), qid) if keyed else query_request(qid)
+        )
         keys = [
             reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client)),
             query_request(qid), placed(COORDINATORS_ACTIVE, qid), query_lease(qid), query_epoch(qid),
@@ -287,30 +307,32 @@ class QueryStore:
 
     # ------------------------------------------------------------------ to watchers
     async def publish_tree(self, qid: str, events: list[NodeEvent]) -> None:
-        """Append a query's node events to its tree stream, which its answer packs into a
-        record (`answer`); a write after that (a coordinator that lost the query) expires as
-        the answer does (each write moves the expiry on)."""
-        if not events:
-            return
-        stream = query_tree(qid)
-        async with self.r.pipeline(transaction=False) as pipe:
-            for event in events:
-                try:
-                    pipe.xadd(stream, {"e": encode(event)}, maxlen=TREE_EVENTS_KEPT, approximate=True)
-                except ProtocolError:  # a step's text past the message limit: not shown
-                    continue
-            pipe.expire(stream, self.result_ttl_s)
-            await pipe.execute()
+        """Append a query's node events to its tree stream (`scripts.TREE`), which its answer
+        packs into a record (`answer`); a write after that (a coordinator that lost the query)
+        expires as the answer does (each write moves the expiry on)."""
+        payloads = []
+        for event in events:
+            try:
+                payloads.append(encode(event))
+            except ProtocolError:  # a step's text past the message limit: not shown
+                continue
+        if payloads:
+            await self._tree(keys=[query_tree(qid)], args=[self.result_ttl_s, TREE_EVENTS_KEPT, *payloads])
 
     # ------------------------------------------------------------------ to the allocator
     async def publish_stats(self, events: list[QueryStatsEvent]) -> None:
+        """Telemetry for the allocator: Redis refusing it (at its maxmemory, say) skips a round."""
         if not events:
             return
-        async with self.r.pipeline(transaction=False) as pipe:
-            for event in events:
-                stream = placed(QUERY_STATS, event.query_id)
-                pipe.xadd(stream, {"e": encode(event)}, maxlen=10_000, approximate=True)
-            await pipe.execute()
+        try:
+            async with self.r.pipeline(transaction=False) as pipe:
+                for event in events:
+                    stream = placed(QUERY_STATS, event.query_id)
+                    pipe.xadd(stream, {"e": encode(event)}, maxlen=10_000, approximate=True)
+                await pipe.execute()
+        except ResponseError as exc:
+            if refusal(exc) is None:
+                raise
 
     async def trim_fan_out(self, keep_s: dict[str, float]) -> None:
         """Trim each stream of `keep_s` (no consumer group: read as it comes) to what is

@@ -39,6 +39,7 @@ __all__ = [
     "PROMPT_PRESETS",
     "SEARCH_AND_LEARN_SYSTEM_PROMPT",
     "PromptStyle",
+    "carried_format",
     "check_chat_template",
     "prompt_format",
     "question_format",
@@ -137,6 +138,18 @@ def question_format(deployment: PromptFormat, question: SubmitQuestionRequest) -
         question.system_prompt or base.system_prompt,
         question.chat_template or base.chat_template,
         question.step_delimiter or base.step_delimiter,
+    )
+
+
+def carried_format(settled: PromptFormat, question: SubmitQuestionRequest) -> PromptFormat:
+    """What a job carries of its question's prompt (`question_format`'s `settled`): the texts the
+    question did not give itself. Its own (a system prompt, a chat template: up to
+    `MAX_PROMPT_TEXT_CHARS` each) are in its stored request, read by a worker once a query
+    (which settles the prompt again by `question_format`), not copied into each of the jobs queued at once."""
+    return PromptFormat(
+        "" if question.system_prompt else settled.system_prompt,
+        "" if question.chat_template else settled.chat_template,
+        settled.step_delimiter,
     )
 
 

@@ -131,6 +131,9 @@ class Bus(Publisher):
         self.dead_lettered = 0
         # Told of every message given up on (the service tells its query, so nothing hangs).
         self.on_dead: Callable[[Message | Envelope, str], Awaitable[None]] | None = None
+        # Told when a group of ours has vanished, before it is made again (Redis may have lost
+        # its data: the service checks, `data_loss`).
+        self.on_regroup: Callable[[], Awaitable[object]] | None = None
 
     # ------------------------------------------------------------------ consuming
     async def ensure_group(self, stream: str, group: str) -> None:
@@ -179,6 +182,8 @@ class Bus(Publisher):
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
+        if self.on_regroup is not None:
+            await self.on_regroup()
         for stream, group in list(self._groups):  # Redis unavailable: raised (and waited out)
             await self._make_group(stream, group)
         self.reconnected()

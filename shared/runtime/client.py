@@ -46,20 +46,22 @@ from spex.proto.tree_record import TreeEntries
 from spex.shared.content.prompt_style import check_chat_template
 from spex.shared.runtime.client_scripts import CANCEL, SUBMIT, SubmitOutcome
 from spex.shared.runtime.client_trees import TreeReads
+from spex.shared.runtime.data_loss import DataLoss
 from spex.shared.runtime.durable import Durable
-from spex.shared.runtime.reserve import search_bytes
+from spex.shared.runtime.reserve import Room, request_bytes
 from spex.shared.runtime.streams import is_cluster
 
 __all__ = [
-    "Backpressure", "DataLost", "IngressClient", "KeyConflict", "MemoryFull", "Recovering", "SubmitOutcome",
+    "Answered", "Backpressure", "DataLost", "IngressClient", "KeyConflict", "MemoryFull", "Recovering",
+    "SubmitOutcome",
 ]  # fmt: skip
 __all__ += ["UnknownQuery", "client_key_record"]
 
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
-# How long after a client sees Redis lost its data a missing query reads as in flight and a
-# new client key waits: a coordinator stores its questions again at its next lease round.
-RECOVERY_S = 6.0
-LOST = "Redis lost its data moments ago; the questions in flight are being stored again: retry"
+LOST = (
+    "Redis lost its data moments ago; the questions in flight are being stored again, their client "
+    "keys with them: retry"
+)
 
 
 def _share(limit: int) -> int:
@@ -89,6 +91,11 @@ class UnknownQuery(LookupError):
     """No such query for this client (HTTP 404)."""
 
 
+class Answered(LookupError):
+    """The query is answered: it has nothing left to cancel (HTTP 409). Its answer is read as
+    any other's."""
+
+
 class Recovering(UnknownQuery):
     """Not in Redis, which lost its data moments ago: a coordinator may be storing it again."""
 
@@ -99,8 +106,11 @@ class MemoryFull(Backpressure):
     retry_after_s = 10  # what a refused client is told to wait: memory frees as answers come
 
 
-class DataLost(Backpressure):
-    """Redis lost its data moments ago: new client keys wait while the held ones are stored again."""
+class DataLost(RuntimeError):
+    """Redis lost its data moments ago: a client key not found waits while the coordinators store
+    their questions again, client keys with them (HTTP 503). Recoverable: retry."""
+
+    retry_after_s = 1  # coordinators store again what they hold within a lease round
 
 
 def client_key_record(req: SubmitQuestionRequest) -> tuple[str, str]:
@@ -118,11 +128,13 @@ class IngressClient(TreeReads):
         backlog_limit: int = 10_000,
         limits: Limits | None = None,
         per_target: int = 0,
-        room: Callable[[], Awaitable[int | None]] | None = None,
+        room: Callable[[], Awaitable[Room | None]] | None = None,
+        loss_wait_s: float = 60.0,
     ) -> None:
         """`per_target`: SPEX_MEMORY_PER_TARGET, the bytes a search may hold a unit of target
         (0: its algorithm's, `reserve.search_bytes`); `room`: what the searches in flight may
-        reserve in all (`services.admission`; None, or it answering None: no limit)."""
+        reserve in all (`services.admission`; None, or it answering None: no limit);
+        `loss_wait_s`: SPEX_DATA_LOSS_WAIT_S, the longest a loss this client marks stands."""
         self.r = client
         self.backlog_limit = backlog_limit
         self.limits = limits or Limits()
@@ -132,26 +144,16 @@ class IngressClient(TreeReads):
         self._cancel = client.register_script(CANCEL)
         self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
         self._kept: dict[str, bytes] = {}  # DATA_KEPT's part -> the token last seen there
-        self._lost_at: dict[str, float] = {}  # DATA_KEPT's part -> when its token was seen gone (monotonic)
+        self.loss = DataLoss(client, "ingress", loss_wait_s)
         self._records: dict[str, tuple[float, TreeEntries]] = {}  # query id -> (read at, its tree record)
 
-    def _seen(self, kept: str, token: bytes | str | None) -> None:
-        """`kept` holds `token` now: another than seen before means Redis lost its data."""
-        token = token.encode() if isinstance(token, str) else token
-        before = self._kept.get(kept)
-        if before is not None and token != before:
-            self._lost_at[kept] = time.monotonic()
-            del self._kept[kept]
-        elif token is not None and kept not in self._lost_at:
-            self._kept[kept] = token
-
-    def _recovering(self, kept: str) -> bool:
-        """Redis lost `kept`'s part's data less than `RECOVERY_S` ago."""
-        lost = self._lost_at.get(kept)
-        if lost is not None and time.monotonic() - lost >= RECOVERY_S:
-            del self._lost_at[kept]
-            return False
-        return lost is not None
+    def _seen(self, kept: str, token: bytes | str | None) -> bool:
+        """`kept` holds `token` now; True if this client saw a token there and none is left
+        (Redis lost its data, and nobody has marked it: `data_loss`)."""
+        if token is None:
+            return kept in self._kept
+        self._kept[kept] = token.encode() if isinstance(token, str) else token
+        return False
 
     async def submit(
         self,
@@ -218,12 +220,14 @@ class IngressClient(TreeReads):
             raise SubmissionTooLarge("question", f"too long: {exc}") from None
         submitted, record = client_key_record(req)
         kept = names.placed(names.DATA_KEPT, qid)
-        reserve = search_bytes(req.algorithm, req.target, self.per_target)
+        reserve = request_bytes(req, self.per_target)
         room = await self.room() if self.room is not None else None
-        # While Redis recovers, a question under a client key expects a token none leaves: a
-        # restored key is found, a new one refused; one without a key (its own id) goes on.
-        keyed = req.client_key != qid
-        expected = (b"\0" if keyed else b"") if self._recovering(kept) else self._kept.get(kept, b"")
+        # Past the whole headroom, it could never be admitted — unless Redis is past it already
+        # (its maxmemory lowered below what it holds, for a while): then it is full, for now.
+        if room is not None and room.free > 0 and reserve > room.total:
+            raise SubmissionTooLarge("question", _never_fits(req, reserve, room.total))
+        keyed = req.client_key != qid  # a key of the client's (not its own id)
+        marker, awaited, _ = DataLoss.keys(kept)
         # With partitions, all of them in the query's (one slot), each holding its share of the
         # backlog and of the client's limit.
         keys = [
@@ -235,6 +239,8 @@ class IngressClient(TreeReads):
             kept,
             names.placed(names.INGRESS_RESERVED, qid),
             names.placed(names.INGRESS_RESERVED_TOTAL, qid),
+            marker,
+            awaited,
         ]
         args = [
             qid,
@@ -244,9 +250,11 @@ class IngressClient(TreeReads):
             record,
             req.created_ms,
             KEY_BACKSTOP_S,
-            expected,
+            self._kept.get(kept, b""),
             reserve,
-            "" if room is None else room,
+            "" if room is None else room.free,
+            self.loss.wait_ms,
+            "1" if keyed else "",
         ]
         if self._durable is not None:  # acknowledged to the client: on a replica first
             status, value, *token = await self._durable.run(self._submit, keys, args)
@@ -254,13 +262,10 @@ class IngressClient(TreeReads):
             status, value, *token = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
         value = value.decode() if isinstance(value, bytes) else str(value)
         outcome = SubmitOutcome(int(status))
-        if outcome is SubmitOutcome.DATA_LOST:
-            self._seen(kept, None)
-            if keyed:
-                raise DataLost(LOST)
-            return await self._submit_one(req)  # the loss is noted now: it goes on
-        if token:
+        if token and token[0]:
             self._seen(kept, token[0])
+        if outcome is SubmitOutcome.DATA_LOST:
+            raise DataLost(LOST)
         if outcome is SubmitOutcome.MEMORY_FULL:  # how full is the operator's to read, not the client's
             raise MemoryFull(
                 "redis memory: no room for this question's search beside those in flight (what its "
@@ -279,12 +284,19 @@ class IngressClient(TreeReads):
 
     async def request(self, query_id: str, client: str | None = None) -> SubmitQuestionRequest:
         """The query's request; UnknownQuery if there is none (or it belongs to another
-        client, when `client` is given)."""
+        client, when `client` is given); Recovering if there is none while Redis's loss of its
+        data stands (a coordinator may be storing it again)."""
         key, kept = names.query_request(query_id), names.placed(names.DATA_KEPT, query_id)
-        blob, token = cast(list[Any], await self.r.mget(key, kept))
-        self._seen(kept, token)
+        async with self.r.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.get(kept)
+            pipe.exists(DataLoss.keys(kept)[0])
+            blob, token, lost = cast(list[Any], await pipe.execute())
+        if self._seen(kept, token):  # this client is the first to notice
+            await self.loss.mark(kept)
+            lost = True
         if blob is None:
-            raise Recovering(query_id) if self._recovering(kept) else UnknownQuery(query_id)
+            raise Recovering(query_id) if lost else UnknownQuery(query_id)
         req = decode(key, blob)
         if not isinstance(req, SubmitQuestionRequest) or (client is not None and req.client != client):
             raise UnknownQuery(query_id)
@@ -313,11 +325,11 @@ class IngressClient(TreeReads):
 
     async def counts(self) -> tuple[int, int]:
         """(questions in flight, of those held by a coordinator)."""
-        return await self.in_flight(), await self._cards(names.COORDINATORS_ACTIVE)
+        return await self.in_flight(), await self.cards(names.COORDINATORS_ACTIVE)
 
     async def in_flight(self) -> int:
         """Questions submitted and not answered yet."""
-        return await self._cards(names.INGRESS_IN_FLIGHT)
+        return await self.cards(names.INGRESS_IN_FLIGHT)
 
     async def reserved(self) -> int:
         """Bytes Redis holds in reserve for the searches in flight (`reserve`), over its partitions."""
@@ -326,7 +338,7 @@ class IngressClient(TreeReads):
                 pipe.get(part)
             return sum(int(total or 0) for total in await pipe.execute())
 
-    async def _cards(self, name: str) -> int:
+    async def cards(self, name: str) -> int:
         """The members of the set `name`, over its partitions."""
         async with self.r.pipeline(transaction=False) as pipe:
             for part in names.spread(name):
@@ -335,20 +347,35 @@ class IngressClient(TreeReads):
 
     async def cancel(self, query_id: str) -> None:
         """Cancel a query, and its baseline twin if it has one (the twin checks nothing alone);
-        UnknownQuery if there is no such query."""
+        UnknownQuery if there is no such query, Answered if it is answered already."""
         await self._cancel_one(query_id)
-        with contextlib.suppress(UnknownQuery):  # expired meanwhile, or a twin never stored
+        with contextlib.suppress(
+            UnknownQuery, Answered
+        ):  # expired or answered meanwhile, a twin never stored
             if (await self.request(query_id)).baseline_twin:
                 await self._cancel_one(twin_id(query_id))
 
     async def _cancel_one(self, query_id: str) -> None:
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
         keys = [names.query_request(query_id), names.query_inbox(query_id), names.reply_key(query_id)]
-        if not await self._cancel(keys=keys, args=[encode(msg)]):
+        done = int(await self._cancel(keys=keys, args=[encode(msg)]))
+        if done == 0:
             raise UnknownQuery(query_id)
+        if done < 0:
+            raise Answered(f"query_id: {query_id} is answered already: nothing to cancel (read its answer)")
 
     async def aclose(self) -> None:
         await self.r.aclose()
+
+
+def _never_fits(req: SubmitQuestionRequest, reserve: int, total: int) -> str:
+    """Why a question whose search could never be admitted is refused (413), naming the limit."""
+    return (
+        f"its search ({req.algorithm}-{req.target}, {len(req.question):,} characters) may hold about "
+        f"{reserve / 1e6:.1f} MB in Redis, more than the {total / 1e6:.1f} MB that SPEX_MEMORY_HEADROOM "
+        "of Redis's maxmemory leaves for every search together: it could never be admitted (a "
+        "shorter question, a smaller target or a larger maxmemory)"
+    )
 
 
 def _body(req: SubmitQuestionRequest) -> SubmitQuestionRequest:

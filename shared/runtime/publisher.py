@@ -10,6 +10,8 @@
   with `keep_s`, which trims it to what is younger. A result for a query is published only
   while the query exists and is not answered (`require`): nothing re-creates the inbox of a
   query that was never submitted, has expired, or was answered (its answer deletes it).
+- A query's own messages (`require`) are written even by a Redis at its maxmemory: the work of a
+  question admitted drains rather than wedges (`_PUBLISH`).
 - Partitions (`spex.proto.names`): a message goes to its query's part of a global stream.
 - On a cluster, `publish` (a job's result, which its worker acknowledges the job after) is
   durable: on a replica before it returns (`durable.Durable`). A cluster's pipelines cannot
@@ -38,9 +40,15 @@ SENT_TTL_S = 86_400  # a query's published message ids, while it has no answer (
 
 # KEYS: stream, the query's sent ids, its answer[, a key that must exist, and the answer not].
 # ARGV: payload, message id, sent TTL s, keep ms (0: no trim).
+# A message that requires its query (a job's result, a coordinator's job: work a question
+# admitted does) is written even by a Redis at its maxmemory: its first write is one Redis
+# allows there (PERSIST of the stream, which has no TTL: it changes nothing), after which Redis
+# lets a script's writes through. Admission counted what the question holds
+# (`services.admission`): its search finishes, and its answer compacts it, rather than wedge.
 _PUBLISH = """
-if KEYS[4] and (redis.call('EXISTS', KEYS[4]) == 0 or redis.call('EXISTS', KEYS[3]) == 1) then
-  return false
+if KEYS[4] then
+  if redis.call('EXISTS', KEYS[4]) == 0 or redis.call('EXISTS', KEYS[3]) == 1 then return false end
+  redis.call('PERSIST', KEYS[1])
 end
 if redis.call('HSETNX', KEYS[2], ARGV[2], '1') == 0 then return false end
 if redis.call('TTL', KEYS[2]) == -1 then
@@ -57,6 +65,15 @@ return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
 """
 
 
+# A mark (a job cancelled) on a query's hash, expiring as its sent ids do; its first write is an
+# EXPIRE, which a Redis at its maxmemory allows (see `_PUBLISH`). KEYS: hash. ARGV: field, TTL s.
+_MARK = """
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], 1)
+return redis.call('EXPIRE', KEYS[1], ARGV[2])
+"""
+
+
 class Publisher:
     """Appends messages to streams. The Redis client is injected (constructors only assemble),
     so a service runs in-process or as its own OS process alike."""
@@ -64,6 +81,7 @@ class Publisher:
     def __init__(self, client: aioredis.Redis) -> None:
         self.r = client
         self._publish = client.register_script(_PUBLISH)
+        self._mark = client.register_script(_MARK)
         self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
 
     async def publish(self, stream: str, message: Message, require: str | None = None) -> str | None:
@@ -111,39 +129,32 @@ class Publisher:
             for (stream, qid, msg_id, payload), need in zip(encoded, needs, strict=True)
         ]  # fmt: skip
         calls += then
+        marked: list[ScriptCall] = [(self._mark, [key], [name, SENT_TTL_S]) for key, name in marks]
+        calls = marked + calls  # the marks first
         if is_cluster(self.r):
-            results = await self._by_slot(marks, calls)
+            results = (await self._by_slot(calls))[len(marks) :]
         else:
             pipe = self.r.pipeline(transaction=False)
-            for key, name in marks:
-                pipe.hset(key, name, 1)
-                pipe.expire(key, SENT_TTL_S)
             for script, keys, args in calls:
                 await script(keys=keys, args=args, client=pipe)
-            results = (await pipe.execute())[2 * len(marks) :]
+            results = (await pipe.execute())[len(marks) :]
         entries = [as_str(entry) if entry else None for entry in results[: len(encoded)]]
         return entries, results[len(encoded) :]
 
-    async def _by_slot(self, marks: Sequence[tuple[str, str]], calls: list[ScriptCall]) -> list[Any]:
-        """A pipeline's marks and script calls on a cluster, whose pipelines cannot run
-        scripts: each slot's in order, the slots side by side."""
+    async def _by_slot(self, calls: list[ScriptCall]) -> list[Any]:
+        """A pipeline's script calls on a cluster, whose pipelines cannot run scripts: each
+        slot's in order, the slots side by side."""
         by_slot: dict[int, list[int]] = {}
         for i, (_, keys, _) in enumerate(calls):
             by_slot.setdefault(key_slot(keys[0].encode()), []).append(i)
-        marks_by_slot: dict[int, list[tuple[str, str]]] = {}
-        for key, name in marks:
-            marks_by_slot.setdefault(key_slot(key.encode()), []).append((key, name))
         out: list[Any] = [None] * len(calls)
 
         async def one_slot(slot: int) -> None:
-            for key, name in marks_by_slot.get(slot, []):
-                await self.r.hset(key, name, 1)
-                await self.r.expire(key, SENT_TTL_S)
-            for i in by_slot.get(slot, []):
+            for i in by_slot[slot]:
                 script, keys, args = calls[i]
                 out[i] = await script(keys=keys, args=args)
 
-        await asyncio.gather(*(one_slot(slot) for slot in set(by_slot) | set(marks_by_slot)))
+        await asyncio.gather(*(one_slot(slot) for slot in by_slot))
         return out
 
 

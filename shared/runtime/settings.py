@@ -302,6 +302,11 @@ class Settings(ContentSettings, IngressSettings):
         86_400, env="SPEX_RESULT_TTL_S", help="how long an answered query's keys are kept, seconds",
         check=lambda v, _: 1 <= v <= 365 * 86_400, allowed="1 to a year in seconds",
     )  # fmt: skip
+    data_loss_wait_s: float = setting(
+        60.0, env="SPEX_DATA_LOSS_WAIT_S", within=(1.0, 3600.0),
+        help="after Redis loses its data, the longest a client key not found is refused (503) while the "
+        "coordinators store their questions again (they end the wait sooner once all have)",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if not self.consumer:

@@ -39,6 +39,16 @@ class IngressSettings:
     auth_tokens_file: str = setting(
         "", env="SPEX_AUTH_TOKENS_FILE", help="file of ingress bearer tokens, one NAME TOKEN per line"
     )
+    operator_token: str = setting(
+        "", env="SPEX_OPERATOR_TOKEN", secret=True,
+        help="bearer token of the operator's overview (everyone's figures); with client tokens or this "
+        "set, anyone else sees only their own",
+    )  # fmt: skip
+    operator_token_file: str = setting(
+        "",
+        env="SPEX_OPERATOR_TOKEN_FILE",
+        help="file holding the operator's bearer token (SPEX_OPERATOR_TOKEN)",
+    )
     max_question_chars: int = setting(
         100_000,
         env="SPEX_MAX_QUESTION_CHARS",

@@ -36,6 +36,11 @@ __all__ = [
 ]
 
 ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
+# The overview's figures of everyone's work, the operator's alone (null in a client's).
+_OPERATORS = (
+    "answered", "answers_per_s", "nodes_per_s", "speculative_issued", "speculative_adopted", "hit_rate",
+    "granted", "tpot_target",
+)  # fmt: skip
 
 
 def answer_status(answer: AnswerResult) -> str:
@@ -125,16 +130,31 @@ def fold_tree(events: list[NodeEvent]) -> list[dict[str, Any]]:
 async def overview(
     ingress: IngressClient, client: str | None = None, window_s: float = 60.0, listed: int = 50
 ) -> dict[str, Any]:
-    """The cluster at a glance: the questions in flight (the oldest `listed` of `client`'s,
-    or of everyone's when None, each with its tree's events so far), the backlog nobody
-    has taken, answers and speculation over the last `window_s` (its last
-    `ANSWERS_SAMPLED` answers at most), each generator's load and its governor's slack."""
+    """The cluster at a glance. The operator's (`client` None): the questions in flight (the
+    oldest `listed`, each with its tree's events so far), the backlog nobody has taken,
+    answers and speculation over the last `window_s` (its last `ANSWERS_SAMPLED` answers at
+    most), each generator's load and its governor's slack. A client's (a tenant's): its own
+    questions in flight and the oldest `listed` of them, and nothing of the rest — the figures
+    it may not see are null, the workers an empty list (`scope` says which)."""
     r, now_ms = ingress.r, int(time.time() * 1000)
     mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client)
     in_flight: Any = []
     for part in names.spread(mine):  # the oldest of each part, then the oldest of those
         in_flight += await r.zrange(part, 0, listed - 1, withscores=True)
     in_flight = sorted(in_flight, key=lambda member: member[1])[:listed]
+    async with r.pipeline(transaction=False) as pipe:
+        for qid, _ in in_flight:
+            pipe.xlen(names.query_tree(qid.decode()))
+        sizes = await pipe.execute()
+    questions = [
+        {"query_id": qid.decode(), "waiting_s": round((now_ms - ms) / 1000, 1), "events": n}
+        for (qid, ms), n in zip(in_flight, sizes, strict=True)
+    ]
+    if client is not None:
+        return {
+            "scope": "client", "in_flight": await ingress.cards(mine), "backlog": None,
+            "questions": questions, "window_s": window_s, **dict.fromkeys(_OPERATORS), "workers": [],
+        }  # fmt: skip
     recent: Any = []
     since = f"{now_ms - int(window_s * 1000)}"
     for part in names.spread(names.ANSWERS):
@@ -145,10 +165,7 @@ async def overview(
         pipe.get(names.ALLOCATOR_STATUS)
         for w in workers_known:
             pipe.get(names.home(names.worker_load(w.decode())))
-        for qid, _ in in_flight:
-            pipe.xlen(names.query_tree(qid.decode()))
-        status, *rest = await pipe.execute()
-    loads, sizes = rest[: len(workers_known)], rest[len(workers_known) :]
+        status, *loads = await pipe.execute()
     answered = issued = adopted = nodes = 0
     for _, fields in recent:
         try:
@@ -176,12 +193,10 @@ async def overview(
                 "pool": allocator.get("pool", {}).get(load.worker),
             })  # fmt: skip
     return {
+        "scope": "operator",
         "in_flight": total,
         "backlog": max(0, total - held),
-        "questions": [
-            {"query_id": qid.decode(), "waiting_s": round((now_ms - ms) / 1000, 1), "events": n}
-            for (qid, ms), n in zip(in_flight, sizes, strict=True)
-        ],
+        "questions": questions,
         "window_s": window_s,
         "answered": answered,
         "answers_per_s": round(answered / window_s, 3),

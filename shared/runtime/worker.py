@@ -7,12 +7,14 @@ engine runs it → `on_complete`: an engine error dead-letters the job with the 
 hears, through `tell_query`), an abort acknowledges it, a finished job's result is published by
 the service's `publish` and then the job is acknowledged (owner-checked: a peer that took it
 over while we stalled owns it now). A result Redis will not take just now (unavailable:
-unreachable, or refusing writes — out of memory) stays with the worker, heartbeated like a
-running job, and is written again after backoff until Redis takes it: left to be redelivered,
-each try would count against `max_deliveries`, and past them its question would fail for a
-fault of the platform. A job a peer took over is stopped here; handed back before
-the engine has dropped that run, its dispatch waits for that (the engine holds the request id
-till then).
+unreachable, or refusing writes: a failed snapshot, a read-only replica) stays with the worker,
+heartbeated like a running job, and is written again after backoff until Redis takes it: left to
+be redelivered, each try would count against `max_deliveries`, and past them its question would
+fail for a fault of the platform. Meanwhile the worker takes no new job: it publishes what it
+holds before taking more. (A Redis at its maxmemory takes a result all the same: it is a
+question's admitted work, `publisher._PUBLISH`.) A job a peer took over is stopped here; handed
+back before the engine has dropped that run, its dispatch waits for that (the engine holds the
+request id till then).
 """
 
 from __future__ import annotations
@@ -20,22 +22,27 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import abstractmethod
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar, cast
 
+import msgspec
 import redis.asyncio as aioredis
 import structlog
 from opentelemetry.trace import Span
 
-from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest
-from spex.proto.names import spread
+from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest, SubmitQuestionRequest, decode
+from spex.proto.messages import PromptFormat
+from spex.proto.names import query_request, spread
+from spex.shared.content.prompt_style import question_format
 from spex.shared.content.prompts import PromptStyle, SizedPrompt, Template, prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
 from spex.shared.runtime.availability import REDIS, unavailable
 from spex.shared.runtime.bus import Bus, Delivery
+from spex.shared.runtime.data_loss import DataLoss
 from spex.shared.runtime.jobs import tell_query
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, JOB_SECONDS, JOBS, QUEUE_WAIT
 from spex.shared.runtime.service import Service, guarded
@@ -45,6 +52,8 @@ from spex.shared.runtime.tracing import job_span
 __all__ = ["Job", "JobWorker", "NoResult"]
 
 Req = TypeVar("Req", GenerateRequest, ScoreRequest)
+QUESTIONS_KEPT = 64  # the stored questions a worker keeps, of the queries it ran jobs for last
+RUNS_SLACK = 1024  # ended runs the index of runs keeps before it is rebuilt
 
 
 @dataclass(eq=False)
@@ -78,6 +87,10 @@ class JobWorker(Service, Generic[J]):
     def __init__(self, client: aioredis.Redis, settings: Settings, engine: LiveEngine) -> None:
         self.bus = Bus(client, settings.consumer, settings.max_deliveries)
         self.bus.on_dead = partial(tell_query, self.bus)  # a job given up on: its query hears
+        # Redis losing its data, marked if this worker is the first to see it (`data_loss`):
+        # the epoch token read every heartbeat round, and at once when a group of ours vanished.
+        self.loss = DataLoss(client, settings.consumer, settings.data_loss_wait_s)
+        self.bus.on_regroup = self.loss.check
         self.settings = settings
         self.engine = engine
         self.jobs: dict[str, J] = {}  # engine request id -> the job it runs
@@ -94,31 +107,63 @@ class JobWorker(Service, Generic[J]):
         self.aborted = 0  # jobs cancelled, before or while running
         self.log = structlog.get_logger().bind(service=self.service, consumer=settings.consumer)
         self._sized: dict[PromptStyle, SizedPrompt] = {}  # synthetic prompts' pieces, by style
+        self._questions: OrderedDict[str, SubmitQuestionRequest] = (
+            OrderedDict()
+        )  # query id -> its stored request
+        self._runs: dict[str, str] = {}  # job id -> the request id it ran as here (`_held_run`)
 
     @property
     def reads_text(self) -> bool:
         """A model reads the prompt's text; the simulator only its token counts."""
         return self.engine.template is not None
 
-    def prompt_text(
+    async def prompt_text(
         self, req: GenerateRequest | ScoreRequest, prompt: tuple[tuple[str, int], ...]
-    ) -> tuple[str, ...]:
+    ) -> tuple[str, ...] | None:
         """The prompt's pieces for an engine that reads text: on synthetic content sized to
         the workload's token counts where the engine counts tokens (`SizedPrompt`, as the
         virtual-time bench sizes them: both prefill and cache the same amounts), else the
-        path's texts as they are."""
+        path's texts as they are. None if the question is gone (its query answered and expired,
+        or unknown): the job has nothing to run for."""
         template = self.engine.template
         assert template is not None
+        stored = await self._stored(req)
+        if stored is None:
+            return None
+        question, own = stored
         count = self.engine.count_tokens
-        style = PromptStyle.of(req.split, req.prompt)
+        style = PromptStyle.of(req.split, own)
         if req.content != "synthetic" or count is None:
-            return tuple(self.path_pieces(req.question, list(req.steps), template, style))
+            return tuple(self.path_pieces(question, list(req.steps), template, style))
         sized = self._sized.get(style)
         if sized is None:
             if len(self._sized) > 64:  # questions' own prompts: bounded
                 self._sized.clear()
             sized = self._sized[style] = SizedPrompt(template, style, count)
-        return sized.pieces(req.question, list(req.steps), prompt)
+        return sized.pieces(question, list(req.steps), prompt)
+
+    async def _stored(self, req: GenerateRequest | ScoreRequest) -> tuple[str, PromptFormat] | None:
+        """The question a job's prompt begins with and the prompt's texts: carried by the job, or
+        the question and its own texts from its query's stored request (`carried_format`) — read
+        once a query, and kept for its next jobs (the last `QUESTIONS_KEPT`). None: no such
+        request (its query answered and expired, or unknown)."""
+        if not req.question_stored:
+            return req.question, req.prompt
+        stored = self._questions.get(req.query_id)
+        if stored is None:
+            key = query_request(req.query_id)
+            blob = cast(bytes | None, await self.bus.r.get(key))
+            request = decode(key, blob) if blob is not None else None
+            if not isinstance(request, SubmitQuestionRequest):
+                return None
+            stored = self._questions[req.query_id] = request
+            while len(self._questions) > QUESTIONS_KEPT:
+                self._questions.popitem(last=False)
+        self._questions.move_to_end(req.query_id)
+        own = question_format(req.prompt, stored)  # the job carries the texts it did not give itself
+        if isinstance(req, ScoreRequest):  # the reward model reads the path in its own chat template
+            own = msgspec.structs.replace(own, chat_template="")
+        return stored.question, own
 
     def path_pieces(
         self, question: str, steps: list[str], template: Template, style: PromptStyle
@@ -191,6 +236,9 @@ class JobWorker(Service, Generic[J]):
             await self.bus.dead_letter(job.delivery, self.group, f"{self.engine_name}: {exc}")
             return
         self.jobs[request.rid] = job
+        self._runs[job.request.job_id] = request.rid
+        if len(self._runs) > 2 * (len(self.jobs) + len(self.unwritten)) + RUNS_SLACK:  # forget ended runs
+            self._runs = {j.request.job_id: rid for rid, j in [*self.jobs.items(), *self.unwritten.items()]}
         req = job.request
         attributes: dict[str, str | int] = {
             "spex.query_id": req.query_id, "spex.job_id": req.job_id, "spex.node_id": req.node_id,
@@ -300,14 +348,50 @@ class JobWorker(Service, Generic[J]):
                     )
             for rid, job in list(self.jobs.items()):
                 if job.delivery.stream == part and job.delivery.entry_id in lost:
-                    del self.jobs[rid]
-                    if not self.engine.abort(rid):  # it ends at the engine's next step
-                        self._aborting[rid] = (job.request.job_id, asyncio.Event())
-                    if job.span is not None:
-                        job.span.set_attribute("spex.outcome", "taken over")
-                        job.span.end()
+                    self._stop_run(rid, job, "taken over")
                     request = job.request
                     self.log.warning("job_taken_over", job_id=request.job_id, query_id=request.query_id)
+
+    def _stop_run(self, rid: str, job: J, outcome: str) -> None:
+        """Stop running `job` here: its run is aborted (the engine holds the request id until
+        it reports the run gone: `_old_run_left`)."""
+        del self.jobs[rid]
+        if not self.engine.abort(rid):  # it ends at the engine's next step
+            self._aborting[rid] = (job.request.job_id, asyncio.Event())
+        if job.span is not None:
+            job.span.set_attribute("spex.outcome", outcome)
+            job.span.end()
+
+    async def held_already(self, d: Delivery) -> bool:
+        """Whether this worker holds `d`'s job from `d` itself (its own pending entry, read again
+        after a reconnect: nothing to do). The job held from another entry is a stale run — the
+        coordinator dispatched the job again after Redis lost its data, and the stale result has
+        nowhere to go — : it is stopped, and its leaving waited for, so that `d` runs."""
+        req = d.message
+        assert isinstance(req, GenerateRequest | ScoreRequest)
+        held = self._held_run(req.job_id)
+        if held is None:
+            return False
+        rid, job = held
+        if job.delivery.entry_id == d.entry_id and job.delivery.stream == d.stream:
+            return True
+        if self.unwritten.get(rid) is job:
+            del self.unwritten[rid]
+        else:
+            self._stop_run(rid, job, "dispatched again")
+        self.log.warning("job_dispatched_again", job_id=req.job_id, query_id=req.query_id)
+        await self._old_run_left(req.job_id)
+        return False
+
+    def _held_run(self, job_id: str) -> tuple[str, J] | None:
+        """The run of `job_id` this worker holds (running, or its result unwritten), if any: found
+        by its index, which forgets what no longer holds."""
+        rid = self._runs.get(job_id, "")
+        job = self.jobs.get(rid) or self.unwritten.get(rid)
+        if job is None or job.request.job_id != job_id:
+            self._runs.pop(job_id, None)
+            return None
+        return rid, job
 
     async def reclaim(self, stream: str, count: int = 100) -> None:
         """Jobs of a peer that stopped heartbeating (three periods) are ours now."""

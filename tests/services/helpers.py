@@ -182,3 +182,20 @@ async def generator_with_a_job(redis_url, time_scale):
     )  # fmt: skip
     await producer.publish(stream, job)
     return r, Generator(r, settings), stream
+
+
+HELD = "held"  # a long-lived request still open when looked at: a stream that sent its first chunk, or a wait
+
+
+async def held_or_refused(request, wait_s=3.0):
+    """HELD if `request` (an aiohttp request's context) is still open after `wait_s` (a stream
+    that sent its first line, or a wait), else (status, body, Retry-After) of its reply."""
+    try:
+        async with asyncio.timeout(wait_s), request as resp:
+            if resp.status == 200 and resp.content_type == "text/event-stream":
+                if resp.url.path.endswith("completions"):  # the role's chunk: the stream is open
+                    assert (await resp.content.readline()).startswith(b"data: ")
+                await asyncio.sleep(3600)  # held open until the session closes
+            return resp.status, json.loads(await resp.read()), resp.headers.get("Retry-After")
+    except TimeoutError:
+        return HELD

@@ -16,7 +16,7 @@ from spex.proto import AnswerResult
 from spex.services.admission import MemoryAdmission
 from spex.services.coordinator.store import QueryStore
 from spex.shared.runtime.client import IngressClient, MemoryFull
-from spex.shared.runtime.reserve import search_bytes
+from spex.shared.runtime.reserve import BYTES_PER_TARGET, FIXED_BYTES, PROMPT_COPIES, Room, search_bytes
 
 MIB = 2**20
 
@@ -33,18 +33,19 @@ def test_the_room_is_the_headroom_less_what_redis_uses(redis_url):
             await r.aclose()
 
     used, room = asyncio.run(go())
-    assert room == pytest.approx(0.9 * (used + 50 * MIB) - used, abs=MIB)  # used moves a little
+    assert room.free == pytest.approx(0.9 * (used + 50 * MIB) - used, abs=MIB)  # used moves a little
+    assert room.total == int(0.9 * (used + 50 * MIB))
 
 
 def test_a_burst_of_submissions_cannot_pass_the_room_together(redis_url):
-    one = search_bytes("rebase", 16)
+    one = search_bytes("rebase", 16, question_bytes=len("10 + 10?"))  # the longest question asked
 
     async def go():
         r = aioredis.Redis.from_url(redis_url)
         await r.flushdb()
 
         async def room():
-            return 5 * one + 1_000  # five searches' reserves, not six
+            return Room(5 * one + 10, 100 * one)  # five searches' reserves, not six
 
         client = IngressClient(r, room=room)
 
@@ -61,7 +62,7 @@ def test_a_burst_of_submissions_cannot_pass_the_room_together(redis_url):
 
     outcomes, reserved = asyncio.run(go())
     refused = [o for o in outcomes if isinstance(o, MemoryFull)]
-    assert len(refused) == 15 and reserved == 5 * one
+    assert len(refused) == 15 and 5 * one - 20 <= reserved <= 5 * one  # questions of 7 or 8 bytes
     assert "maxmemory" in str(refused[0]) and "SPEX_MEMORY_HEADROOM" in str(refused[0])
 
 
@@ -86,14 +87,17 @@ def test_a_submission_reserves_its_search_and_its_answer_gives_it_back(redis_url
             await r.aclose()
 
     both, one, answered, none = asyncio.run(go())
-    assert both == search_bytes("rebase", 64) + search_bytes("rstar", 10) == 64 * 11_500 + 10 * 23_000
-    assert one == search_bytes("rstar", 10)
+    assert both == search_bytes("rebase", 64, question_bytes=4) + search_bytes("rstar", 10, question_bytes=4)
+    assert one == search_bytes("rstar", 10, question_bytes=4)
     assert answered and none == 0
 
 
-def test_a_search_reserves_by_its_algorithm_and_target():
-    assert search_bytes("rstar", 256) == 256 * 23_000 and search_bytes("ets", 16) == 16 * 8_500
-    assert search_bytes("ets", 16, per_target=100_000) == 1_600_000  # the operator's figure
+def test_a_search_reserves_by_its_algorithm_target_and_question():
+    assert search_bytes("rstar", 256) == FIXED_BYTES + 256 * BYTES_PER_TARGET["rstar"]
+    assert search_bytes("ets", 16, per_target=100_000) == FIXED_BYTES + 1_600_000  # the operator's rate
+    long = search_bytes("rebase", 16, question_bytes=98_000) - search_bytes("rebase", 16)
+    assert long == PROMPT_COPIES * 98_000  # the question held once (and on the ingress stream)
+    assert BYTES_PER_TARGET["rstar"] > 24_500  # above what rStar was measured to hold
 
 
 def test_info_denied_admits_and_says_so_once(redis_url):
@@ -132,7 +136,7 @@ class _OnePrimary(aioredis.RedisCluster):
 
 
 def test_a_cluster_of_one_primary_is_read():
-    assert asyncio.run(MemoryAdmission(_OnePrimary(), 0.9).room()) == 10 * MIB
+    assert asyncio.run(MemoryAdmission(_OnePrimary(), 0.9).room()) == Room(10 * MIB, int(0.9 * 100 * MIB))
 
 
 def test_a_drifted_total_is_recounted_from_the_questions_in_flight(redis_url):
@@ -155,7 +159,7 @@ def test_a_drifted_total_is_recounted_from_the_questions_in_flight(redis_url):
             await r.aclose()
 
     kept, total, reserved, entries = asyncio.run(go())
-    assert total == reserved == search_bytes("rebase", 16)
+    assert total == reserved == search_bytes("rebase", 16, question_bytes=4)
     assert entries == [kept.encode()]
 
 
@@ -180,4 +184,4 @@ def test_requests_at_start_wait_for_the_first_figure():
         return await asyncio.gather(*(memory.room() for _ in range(10))), r.asked
 
     rooms, asked = asyncio.run(go())
-    assert rooms == [80 * MIB] * 10 and asked == 1
+    assert rooms == [Room(80 * MIB, 90 * MIB)] * 10 and asked == 1

@@ -1,39 +1,24 @@
 """One tenant holding more long-lived requests than its cap cannot starve another: alice opens
 streamed and waiting chat completions and an event stream, far past her cap, on an ingress with
-a pool of 8 connections; she holds her cap's worth and the rest are 429s with Retry-After (in
+a pool of 8 connections; she holds her cap's worth of each kind (streams, completions waiting)
+and the rest are 429s with Retry-After (in
 OpenAI's shape on its face), while bob's submissions are all 202, `/ready` all 200 and bob's own
 streams are served. Nothing answers (no pipeline), so alice's requests stay open throughout. A
 real ingress process, a real Redis."""
 
 import asyncio
-import json
 
 import aiohttp
 
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
-from tests.services.helpers import http_headed, wait_http
+from tests.services.helpers import HELD, held_or_refused, http_headed, wait_http
 
 ALICE, BOB = "alice-secret-token-0001", "bob-secret-token-00002"
 CAP = 4  # SPEX_HTTP_STREAMS_PER_CLIENT
 POOL = 8  # SPEX_HTTP_REDIS_CONNECTIONS
 STREAMED, WAITING = 12, 6  # alice's chat completions, streamed and not
 CHAT = {"model": "spex:rebase-4", "messages": [{"role": "user", "content": "What is 2 + 2?"}]}
-HELD = "held"  # a request still open when looked at: a stream that sent its first chunk, or a wait
-
-
-async def held_or_refused(request, wait_s=3.0):
-    """HELD if `request` (an aiohttp request's context) is still open after `wait_s` (a stream
-    that sent its first line, or a wait), else (status, body, Retry-After) of its reply."""
-    try:
-        async with asyncio.timeout(wait_s), request as resp:
-            if resp.status == 200 and resp.content_type == "text/event-stream":
-                if resp.url.path.endswith("completions"):  # the role's chunk: the stream is open
-                    assert (await resp.content.readline()).startswith(b"data: ")
-                await asyncio.sleep(3600)  # held open until the session closes
-            return resp.status, json.loads(await resp.read()), resp.headers.get("Retry-After")
-    except TimeoutError:
-        return HELD
 
 
 def chat(session, base, token, stream):
@@ -85,7 +70,7 @@ def test_a_tenant_past_its_cap_gets_429s_and_another_is_served(redis_url):
     alice, bobs = asyncio.run(go())
     held = [r for r in alice if r == HELD]
     refused = [r for r in alice if r != HELD]
-    assert len(held) == CAP, alice
+    assert len(held) == 2 * CAP, alice  # her cap's worth of streams, and of completions waiting
     for status, body, retry_after in refused:
         assert (status, retry_after) == (429, "1"), body
         message = body["error"] if isinstance(body["error"], str) else body["error"]["message"]
