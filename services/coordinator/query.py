@@ -16,7 +16,7 @@ from spex.shared.content.grading import equivalent, grade
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SearchConfig
 from spex.shared.core.spec.early_stop import EarlyStop
-from spex.shared.core.speculation import SpecPolicy
+from spex.shared.core.speculation import SpecPolicy, predictor_factory
 from spex.shared.core.view import TreeWatch
 from spex.shared.runtime.settings import Settings
 
@@ -91,6 +91,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         share=LOCAL_SHARE if speculate else 0,
         same_answer=equivalent if settings.content == "real" else None,  # 0.5 and \frac12 vote together
         tree_key=req.twin_of,
+        predictor=predictor_factory(settings.predictor),
     )
 
 

@@ -61,6 +61,7 @@ class MachineSpeculation:
     _settled: bool
     _priors: dict[str, float]
     _prior_sum: float
+    events: int  # the version of what the query knows (`SpecView.events`)
 
     # ------------------------------------------------------------------ the SpecView
     def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:

@@ -17,6 +17,7 @@ from typing import Literal
 from spex.proto import CONTENTS, SPLITS, Content, Limits, Split
 from spex.proto.messages import Reward
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
+from spex.shared.core.speculation import PREDICTORS, PredictorName
 from spex.shared.engine.api import ENGINES, SERVERS, EngineName, ServerName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
 from spex.shared.runtime.settings_ingress import IngressSettings
@@ -119,6 +120,15 @@ class Settings(IngressSettings):
         "(expected useful tokens per second, for offline searches)",
         check=lambda v, _: v in OBJECTIVES,
         allowed=" or ".join(OBJECTIVES),
+    )
+    predictor: PredictorName = setting(
+        "auto",
+        env="SPEX_PREDICTOR",
+        help="what chooses a query's speculative work: algorithm (the search's own hooks), lookahead (the "
+        "search replayed ahead under guessed rewards), or auto (its hooks where it has them, else the "
+        "look-ahead)",
+        check=lambda v, _: v in PREDICTORS,
+        allowed=", ".join(PREDICTORS),
     )
     profile_file: str = setting(
         "",
