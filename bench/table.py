@@ -1,7 +1,7 @@
 """Compare results files as one markdown table: `python -m spex.bench.table FILE...`.
 
 One row a file (`spex bench --mode compare`, with or without `--repeats`): the engine, the
-search (marked when `--oracle` ran it), the TPOT target, the speedup and primary-TPOT ratio
+search (marked when `--oracle` ran it, or `--predictor` chose its predictor), the TPOT target, the speedup and primary-TPOT ratio
 (with their 95% intervals over the pairs when repeated), the speculative hit rate, compute
 amplification, whether every run grew the same trees, and accuracy.
 
@@ -36,10 +36,11 @@ def _ratio(r: dict[str, Any], key: str) -> str:
 
 
 def _labels(r: dict[str, Any], spex: dict[str, Any]) -> tuple[str, str]:
-    """The search (marked when `--oracle` ran it) and the TPOT target, as the tables say them."""
+    """The search (marked when `--oracle` ran it, or `--predictor` chose its predictor) and the
+    TPOT target, as the tables say them."""
     search = f"{r['algorithm']}-{r['target']}"
-    if spex.get("predictor") == "oracle":  # the bound, not SPEX's own prediction
-        search += " (oracle)"
+    if spex.get("predictor") in ("oracle", "lookahead", "algorithm"):  # the bound, or a predictor chosen
+        search += f" ({spex['predictor']})"
     target = spex.get("tpot_target", "unrecorded")
     target = "fixed slack" if target is None else target if isinstance(target, str) else f"+{target:.0%}"
     engine = r["profile"].rpartition("@")[2]  # a real engine's run records MODEL@ENGINE

@@ -49,6 +49,9 @@ def spex(*args, check=True):
         (["up", "--profile-file", "/no/such.json"], "--profile-file"),
         (["up", "--objective", "latency"], "--objective"),
         (["bench", "--objective", "latency"], "--objective"),
+        (["bench", "--predictor", "oracle"], "--predictor"),
+        (["bench", "--mode", "compare", "--oracle", "--predictor", "lookahead"], "--oracle"),
+        (["up", "--predictor", "mine"], "--predictor"),
         (["demo", "--questions", "0"], "--questions"),
         (
             ["up", "--engine", "sglang", "--engine-url", "http://a:1,http://b:2", "--generators", "3"],
