@@ -1,9 +1,10 @@
 """Compare results files as one markdown table: `python -m spex.bench.table FILE...`.
 
 One row a file (`spex bench --mode compare`, with or without `--repeats`): the engine, the
-search (marked when `--oracle` ran it, or `--predictor` chose its predictor), the TPOT target, the speedup and primary-TPOT ratio
-(with their 95% intervals over the pairs when repeated), the speculative hit rate, compute
-amplification, whether every run grew the same trees, and accuracy.
+search (marked when `--oracle` ran it, or `--predictor` chose its predictor), the TPOT target,
+the speedup and primary-TPOT ratio (with their 95% intervals over the pairs when repeated), the
+speculative hit rate, compute amplification, whether every run grew the same trees, and
+accuracy.
 
 `--critical-path`: instead, where each search's time went, per query, baseline → SPEX (the
 last pair's runs): waiting on a primary generation, on an adopted speculative one still

@@ -87,7 +87,8 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
         choices=list(PREDICTORS),
         default="auto",
         help="what chooses the speculative work: the search's own hooks (algorithm), the search replayed "
-        "ahead under guessed rewards (lookahead), or auto: its hooks where it has them, else the look-ahead",
+        "ahead under guessed rewards (lookahead), or auto: its own hooks where they predict better, else the "
+        "look-ahead (rStar and searches without hooks)",
     )
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
     b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")

@@ -125,8 +125,8 @@ class Settings(IngressSettings):
         "auto",
         env="SPEX_PREDICTOR",
         help="what chooses a query's speculative work: algorithm (the search's own hooks), lookahead (the "
-        "search replayed ahead under guessed rewards), or auto (its hooks where it has them, else the "
-        "look-ahead)",
+        "search replayed ahead under guessed rewards), or auto (its own hooks where it has them and they "
+        "predict better, else the look-ahead: rStar and searches without hooks get the look-ahead)",
         check=lambda v, _: v in PREDICTORS,
         allowed=", ".join(PREDICTORS),
     )
