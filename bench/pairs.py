@@ -11,11 +11,10 @@ from spex.bench.comparison import Repeated, compare
 from spex.bench.oracle import TreeRecorder
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, BenchResult, run_bench
-from spex.shared.core.speculation import algorithm_predictor
 
 __all__ = ["compare_pairs"]
 
-Runner = Callable[..., BenchResult]  # (cfg, on_finish=None, predictor=algorithm_predictor)
+Runner = Callable[..., BenchResult]  # (cfg, on_finish=None, predictor=None: the one cfg names)
 
 
 def compare_pairs(cfg: BenchConfig, repeats: int, run: Runner = run_bench, oracle: bool = False) -> Repeated:
@@ -39,7 +38,7 @@ def compare_pairs(cfg: BenchConfig, repeats: int, run: Runner = run_bench, oracl
                 bound = summarize(run(c, None, final.predictor))
                 runs[c.mode] = replace(bound, predictor="oracle")
             else:
-                runs[c.mode] = summarize(run(c, None, algorithm_predictor))
+                runs[c.mode] = summarize(run(c))
         pairs.append(compare(runs["baseline"], runs["spex"]))
         orders.append(f"{order[0].mode}-first")
     return Repeated(pairs, orders)

@@ -106,9 +106,10 @@ class RunSummary:
     # --- wall clock (the only fields that differ between equal runs)
     wall_s: float
     sim_speed: float
-    # --- what chose the speculative work: the search's own predictor, or "oracle" (the
-    # baseline's final trees: the bound of lossless speculation, `bench.oracle`)
-    predictor: str = "search"
+    # --- what chose the speculative work: a predictor's name (`speculation.PREDICTORS`: the
+    # search's own hooks, the look-ahead, or auto), or "oracle" (the baseline's final trees:
+    # the bound of lossless speculation, `bench.oracle`)
+    predictor: str = "auto"
     # --- kept for comparisons, not written: query id -> node id -> reward
     rewards: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
 
@@ -228,6 +229,7 @@ def summarize(res: BenchResult) -> RunSummary:
         objective=cfg.objective,
         profile_file=cfg.profile_file,
         wall_s=res.wall_s,
+        predictor=cfg.predictor,
         sim_speed=ratio(span, res.wall_s, 0.0),
         rewards={r.query_id: r.rewards for r in recs},
     )

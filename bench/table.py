@@ -1,11 +1,12 @@
 """Compare results files as one markdown table: `python -m spex.bench.table FILE...`.
 
 One row a file (`spex bench --mode compare`, with or without `--repeats`): the engine, the
-search (marked when `--oracle` ran it), the TPOT target, the speedup and primary-TPOT ratio
-(with their 95% intervals over the pairs when repeated), the growth of the primaries' steps
-the engine measured against the same steps without speculation (what the governor steers;
-in brackets the part the speculative prompt rows cost), the speculative hit rate, compute
-amplification, whether every run grew the same trees, and accuracy.
+search (marked when `--oracle` ran it, or `--predictor` chose its predictor), the TPOT target,
+the speedup and primary-TPOT ratio (with their 95% intervals over the pairs when repeated), the
+growth of the primaries' steps the engine measured against the same steps without speculation
+(what the governor steers; in brackets the part the speculative prompt rows cost), the
+speculative hit rate, compute amplification, whether every run grew the same trees, and
+accuracy.
 
 `--critical-path`: instead, where each search's time went, per query, baseline → SPEX (the
 last pair's runs): waiting on a primary generation, on an adopted speculative one still
@@ -38,10 +39,11 @@ def _ratio(r: dict[str, Any], key: str) -> str:
 
 
 def _labels(r: dict[str, Any], spex: dict[str, Any]) -> tuple[str, str]:
-    """The search (marked when `--oracle` ran it) and the TPOT target, as the tables say them."""
+    """The search (marked when `--oracle` ran it, or `--predictor` chose its predictor) and the
+    TPOT target, as the tables say them."""
     search = f"{r['algorithm']}-{r['target']}"
-    if spex.get("predictor") == "oracle":  # the bound, not SPEX's own prediction
-        search += " (oracle)"
+    if spex.get("predictor") in ("oracle", "lookahead", "algorithm"):  # the bound, or a predictor chosen
+        search += f" ({spex['predictor']})"
     target = spex.get("tpot_target", "unrecorded")
     target = "fixed slack" if target is None else target if isinstance(target, str) else f"+{target:.0%}"
     if spex.get("objective") == "throughput":  # it holds no TPOT target

@@ -20,7 +20,7 @@ from spex.bench.vtime import BenchConfig, BenchResult, EngineFailed, run_bench
 from spex.cli.bench_args import bench_config
 from spex.cli.version import spex_version
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.speculation import PredictorFactory, algorithm_predictor
+from spex.shared.core.speculation import PredictorFactory
 from spex.shared.roofline.hardware import list_profiles
 from spex.shared.runtime.settings import without_password
 from spex.shared.sim.workload import knob_table
@@ -56,6 +56,8 @@ def bench_command(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"--repeats: at least 1, and more only with --mode compare, not {args.repeats}")
     if args.oracle and args.mode != "compare":
         raise ValueError("--oracle: the bound is a comparison (--mode compare)")
+    if args.oracle and args.predictor != "auto":
+        raise ValueError("--oracle: the bound replaces the predictor; drop --predictor")
     try:
         return _bench(cfg, args, console)
     except EngineFailed as exc:
@@ -82,9 +84,7 @@ def _bench(cfg: BenchConfig, args: argparse.Namespace, console: Console) -> int:
 
 
 def _compare(cfg: BenchConfig, repeats: int, console: Console, quiet: bool, oracle: bool = False) -> Repeated:
-    def run(
-        c: BenchConfig, on_finish: Any = None, predictor: PredictorFactory = algorithm_predictor
-    ) -> BenchResult:
+    def run(c: BenchConfig, on_finish: Any = None, predictor: PredictorFactory | None = None) -> BenchResult:
         return _run(c, console, quiet, on_finish, predictor)
 
     return compare_pairs(cfg, repeats, run, oracle)
@@ -126,7 +126,7 @@ def _run(
     console: Console,
     quiet: bool,
     on_finish: Callable[[QueryMachine], None] | None = None,
-    predictor: PredictorFactory = algorithm_predictor,
+    predictor: PredictorFactory | None = None,
 ) -> BenchResult:
     if quiet:
         return run_bench(cfg, on_finish, predictor)

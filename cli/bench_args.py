@@ -15,6 +15,7 @@ from spex.shared.core.machine import REWARDS
 from spex.shared.core.search.answers import SELECTIONS
 from spex.shared.core.search.base import SEARCHES, preset_params
 from spex.shared.core.spec.early_stop import EarlyStop
+from spex.shared.core.speculation import PREDICTORS
 from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.sim.workload import WorkloadKnobs, load_knobs
@@ -89,6 +90,14 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
         "--oracle",
         action="store_true",
         help="compare: SPEX speculates the baseline's final trees (the bound of lossless speculation)",
+    )
+    b.add_argument(
+        "--predictor",
+        choices=list(PREDICTORS),
+        default="auto",
+        help="what chooses the speculative work: the search's own hooks (algorithm), the search replayed "
+        "ahead under guessed rewards (lookahead), or auto: its own hooks where they predict better, else the "
+        "look-ahead (rStar and searches without hooks)",
     )
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
     b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")
@@ -307,6 +316,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
         tpot_budget=args.tpot_budget,
         scheduling=args.scheduling,
         objective=args.objective,
+        predictor=args.predictor,
         backend=args.engine,
         model=args.model,
         prm=args.prm,

@@ -14,6 +14,7 @@ from spex.proto import CONTENTS, PROMPT_PRESETS, SPLITS
 from spex.proto.messages import REWARDS
 from spex.shared.content.reward_prompts import PRM_KINDS
 from spex.shared.core.search import SEARCHES
+from spex.shared.core.speculation import PREDICTORS
 from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.admission import OBJECTIVES
 from spex.shared.runtime.settings import Settings
@@ -35,7 +36,8 @@ UP_FLAGS = {
     "dtype": "--dtype", "max_step_tokens": "--max-step-tokens", "step_split": "--step-split",
     "min_step_tokens": "--min-step-tokens", "max_depth": "--max-depth", "http_host": "--host",
     "http_port": "--port", "metrics_port": "--metrics-port", "redis_password_file": "--redis-password-file",
-    "prm_url": "--prm-url", "objective": "--objective", "profile_file": "--profile-file",
+    "prm_url": "--prm-url", "objective": "--objective", "predictor": "--predictor",
+    "profile_file": "--profile-file",
     "reward": "--reward", "prm_engine": "--prm-engine", "prm_kind": "--prm-kind",
     "prm_step_tag": "--prm-step-tag", "prm_tokens": "--prm-tokens", "prm_chat": "--prm-chat",
     "prompt_preset": "--prompt-preset", "system_prompt": "--system-prompt",
@@ -127,6 +129,7 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--min-step-tokens", type=int, default=None, help=_help("min_step_tokens"))
     u.add_argument("--max-depth", type=int, default=None, help=_help("max_depth"))
     u.add_argument("--objective", choices=list(OBJECTIVES), default=None, help=_help("objective"))
+    u.add_argument("--predictor", choices=list(PREDICTORS), default=None, help=_help("predictor"))
     u.add_argument("--profile-file", default=None, help=_help("profile_file"))
 
 
@@ -235,6 +238,7 @@ def _up_settings(args: argparse.Namespace) -> Settings:
         metrics_port=metrics_port,
         redis_password_file=args.redis_password_file,
         objective=args.objective,
+        predictor=args.predictor,
         profile_file=args.profile_file,
     )
 

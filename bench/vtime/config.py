@@ -16,6 +16,7 @@ from spex.shared.core.machine import REWARDS, Reward
 from spex.shared.core.search import SearchConfig, make_algorithm
 from spex.shared.core.search.answers import AnswerSelection
 from spex.shared.core.spec.early_stop import EarlyStop
+from spex.shared.core.speculation import PREDICTORS, PredictorName
 from spex.shared.core.tree import Tree
 from spex.shared.engine.api import ENGINES, SERVERS, EngineName, ServerName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
@@ -104,6 +105,9 @@ class BenchConfig:
     # target; "throughput", expected useful tokens per second.
     objective: Objective = "slo"
     max_offers: int = 64  # new speculative candidates a query offers per budget round
+    # What chooses the speculative work (`speculation.PREDICTORS`): the search's own hooks,
+    # the look-ahead replay, or auto (its hooks where it has them, else the look-ahead)
+    predictor: PredictorName = "auto"
     scheduling: str = "sglang"  # the sim engine's scheduling ("paused": per-step pausing too)
     cache_nodes: int = 256
     # --- scale-out (simulated engines only)
@@ -147,6 +151,8 @@ class BenchConfig:
             raise ValueError(f"scheduling: must be one of {', '.join(SCHEDULINGS)}, not {self.scheduling!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective: must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
+        if self.predictor not in PREDICTORS:
+            raise ValueError(f"predictor: must be one of {', '.join(PREDICTORS)}, not {self.predictor!r}")
         if self.early_stop.alpha <= 0:
             raise ValueError(f"early_stop_alpha: must be positive, not {self.early_stop.alpha}")
         self._validate_engines()

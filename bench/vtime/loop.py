@@ -35,7 +35,7 @@ from spex.shared.core.commands import (
 )
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.routing import SHARED, Load, Ring, route
-from spex.shared.core.speculation import PredictorFactory, SpecPolicy, algorithm_predictor
+from spex.shared.core.speculation import PredictorFactory, SpecPolicy, predictor_factory
 from spex.shared.engine.api import SERVERS, Completion, Engine, EngineFailed
 from spex.shared.roofline.capacity import TpotGovernor
 from spex.shared.roofline.measured import load_measured
@@ -68,13 +68,16 @@ class BenchResult:
 
 class _Run(Budgeting):
     def __init__(
-        self, cfg: BenchConfig, predictor: PredictorFactory, on_finish: Callable[[QueryMachine], None] | None
+        self,
+        cfg: BenchConfig,
+        predictor: PredictorFactory | None,
+        on_finish: Callable[[QueryMachine], None] | None,
     ) -> None:
         cfg.validate()
         self.cfg = cfg
         self.config = cfg.search_config()
         self.policy = SpecPolicy(cfg.speculating, cfg.cache_nodes, cfg.max_amplification)
-        self.predictor = predictor
+        self.predictor = predictor or predictor_factory(cfg.predictor)
         self.on_finish = on_finish
         self.profile = cfg.sim_profile()
         self.measured = load_measured(cfg.profile_file) if cfg.profile_file else None
@@ -315,11 +318,11 @@ class _Run(Budgeting):
 def run_bench(
     cfg: BenchConfig,
     on_finish: Callable[[QueryMachine], None] | None = None,
-    predictor: PredictorFactory = algorithm_predictor,
+    predictor: PredictorFactory | None = None,
 ) -> BenchResult:
     """Run `cfg` in virtual time. `on_finish` sees each query's machine as it finishes (for
-    progress bars and for drivers that read the final trees); `predictor` replaces the
-    algorithms' own speculation hooks (the oracle bound)."""
+    progress bars and for drivers that read the final trees); `predictor` replaces the one
+    `cfg.predictor` names (the oracle bound)."""
     run = _Run(cfg, predictor, on_finish)
     try:
         return run.run()

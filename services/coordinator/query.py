@@ -19,7 +19,7 @@ from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SEARCHES, SearchConfig
 from spex.shared.core.search.base import parameter_defaults
 from spex.shared.core.spec.early_stop import EarlyStop
-from spex.shared.core.speculation import SpecPolicy
+from spex.shared.core.speculation import SpecPolicy, predictor_factory
 from spex.shared.core.view import TreeWatch
 from spex.shared.runtime.settings import Settings
 
@@ -100,6 +100,7 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
         share=LOCAL_SHARE if speculate else 0,
         same_answer=equivalent if settings.content == "real" else None,  # 0.5 and \frac12 vote together
         tree_key=req.twin_of,
+        predictor=predictor_factory(settings.predictor),
     )
 
 

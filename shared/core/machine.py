@@ -40,7 +40,7 @@ from spex.shared.core.machine_spec import MachineSpeculation
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
 from spex.shared.core.search.answers import Equivalence, extract_answer, normalize_answer, select_answer
 from spex.shared.core.spec.early_stop import EarlyStop, answer_weight, should_stop
-from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy, algorithm_predictor
+from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy, auto_predictor
 from spex.shared.core.tree import Node, Tree
 
 __all__ = ["REWARDS", "QueryMachine", "QueryStats", "Reward"]
@@ -69,7 +69,7 @@ class QueryMachine(MachineSpeculation):
     speculation: SpecPolicy = field(default_factory=SpecPolicy)
     early_stop: EarlyStop = field(default_factory=EarlyStop)
     share: int = 0  # speculative jobs this query may have in flight (set by the T2 allocator)
-    predictor: PredictorFactory = algorithm_predictor
+    predictor: PredictorFactory = auto_predictor
     same_answer: Equivalence | None = None  # answers vote together when equivalent (else by spelling)
     tree_key: str = ""  # whose tree this grows ("": its own id; a baseline twin's: its original's)
     tree: Tree = field(init=False)

@@ -62,6 +62,7 @@ class MachineSpeculation:
     _priors: dict[str, float]
     _prior_sum: float
     _extended: set[str]  # nodes a job of one of whose children was issued: their step is cached
+    events: int  # the version of what the query knows (`SpecView.events`)
 
     # ------------------------------------------------------------------ the SpecView
     def child(self, parent: Node, index: int, action: str = EXPAND) -> Node:

@@ -6,29 +6,46 @@ it asks for that node (a hit), or dropped when it no longer can (a miss). Becaus
 result is a pure function of node identity, serving a handle gives the search exactly what
 generating the node would have — the lossless promise.
 
-What to generate ahead is the predictor's choice. By default it is the search algorithm's own
-hooks (`SearchAlgorithm.predict`, `.spec_alive`, `.spec_distance`, `.spec_likelihood`); a driver may inject
-another (the oracle bound in `spex.bench.oracle` passes one that knows the final tree).
+What to generate ahead is the predictor's choice (`PREDICTORS`, `predictor_factory`):
+
+- `algorithm`: the search's own hand-written hooks (`SearchAlgorithm.predict`, `.spec_alive`,
+  `.spec_distance`, `.spec_likelihood`);
+- `lookahead`: the search replayed ahead under guessed results (`spex.shared.core.lookahead`),
+  which needs nothing from the search's author;
+- `auto` (the default): the search's own hooks where it has them and they predict better
+  (`LOOKAHEAD_FIRST` names the built-in searches whose hooks the look-ahead outruns), else the
+  look-ahead.
+
+A driver may inject another (the oracle bound in `spex.bench.oracle` passes one that knows the
+final tree).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 from spex.proto.messages import SPECULATIVE
 from spex.shared.core.ids import node_seed
+from spex.shared.core.lookahead import LookaheadPredictor
 from spex.shared.core.search.base import SearchAlgorithm, SpecView
 from spex.shared.core.tree import Node
 
 __all__ = [
+    "LOOKAHEAD_FIRST",
     "MAX_SPEC_PRIORITY",
+    "PREDICTORS",
     "Predictor",
     "PredictorFactory",
+    "PredictorName",
     "SpecCache",
     "SpecPolicy",
     "algorithm_predictor",
+    "auto_predictor",
+    "has_own_hooks",
+    "lookahead_predictor",
+    "predictor_factory",
     "spec_priority",
 ]
 
@@ -66,9 +83,47 @@ class Predictor(Protocol):
 PredictorFactory = Callable[[SearchAlgorithm], Predictor]
 
 
+PredictorName = Literal["auto", "algorithm", "lookahead"]
+PREDICTORS: tuple[PredictorName, ...] = get_args(PredictorName)
+# Built-in searches that `auto` gives the look-ahead although they have hooks of their own: on
+# the simulator it outran them (docs/lookahead/README.md: rStar-10, the hit rate below but more
+# candidates from further ahead, most under the throughput objective).
+LOOKAHEAD_FIRST = frozenset({"rstar"})
+
+
 def algorithm_predictor(algorithm: SearchAlgorithm) -> Predictor:
-    """The default: the search algorithm predicts its own future."""
+    """The search's own hooks predict its future (a search without them predicts nothing)."""
     return algorithm
+
+
+def lookahead_predictor(algorithm: SearchAlgorithm) -> Predictor:
+    """The search replayed ahead under guessed results (any search)."""
+    return LookaheadPredictor(algorithm)
+
+
+def has_own_hooks(algorithm: SearchAlgorithm) -> bool:
+    """The search's class writes its own `predict` (the base class's predicts nothing)."""
+    return type(algorithm).predict is not SearchAlgorithm.predict
+
+
+def auto_predictor(algorithm: SearchAlgorithm) -> Predictor:
+    """The default: the search's own hooks where it has them and they predict better, else the
+    look-ahead."""
+    if has_own_hooks(algorithm) and algorithm.name not in LOOKAHEAD_FIRST:
+        return algorithm
+    return LookaheadPredictor(algorithm)
+
+
+def predictor_factory(name: str) -> PredictorFactory:
+    """The factory a predictor's name stands for; an unknown name fails naming the known."""
+    factories: dict[str, PredictorFactory] = {
+        "auto": auto_predictor,
+        "algorithm": algorithm_predictor,
+        "lookahead": lookahead_predictor,
+    }
+    if name not in factories:
+        raise ValueError(f"predictor: must be one of {', '.join(PREDICTORS)}, not {name!r}")
+    return factories[name]
 
 
 class SpecCache:

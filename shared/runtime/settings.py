@@ -17,6 +17,7 @@ from typing import Literal
 from spex.proto import CONTENTS, SPLITS, Content, Limits, Split
 from spex.proto.messages import Reward
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
+from spex.shared.core.speculation import PREDICTORS, PredictorName
 from spex.shared.engine.api import ENGINES, SERVERS, EngineName, ServerName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
 from spex.shared.runtime.settings_content import ContentSettings
@@ -120,6 +121,15 @@ class Settings(ContentSettings, IngressSettings):
         "(expected useful tokens per second, for offline searches)",
         check=lambda v, _: v in OBJECTIVES,
         allowed=" or ".join(OBJECTIVES),
+    )
+    predictor: PredictorName = setting(
+        "auto",
+        env="SPEX_PREDICTOR",
+        help="what chooses a query's speculative work: algorithm (the search's own hooks), lookahead (the "
+        "search replayed ahead under guessed rewards), or auto (its own hooks where it has them and they "
+        "predict better, else the look-ahead: rStar and searches without hooks get the look-ahead)",
+        check=lambda v, _: v in PREDICTORS,
+        allowed=", ".join(PREDICTORS),
     )
     profile_file: str = setting(
         "",

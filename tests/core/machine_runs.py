@@ -10,11 +10,13 @@ from spex.shared.core.speculation import SpecPolicy
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
 
-def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event=None, twin=False):
+def drive(
+    algorithm, target, seed, speculate, share=6, order_seed=0, after_event=None, twin=False, predictor=None
+):
     """Run query 1 of the workload to the end, its commands completed in the order `order_seed`
-    draws, speculating (with `share`) or not, as itself or as its baseline `twin` (a query of its
-    own growing query 1's tree); `after_event(machine)` after each command: (machine, the
-    commands in the order they ran)."""
+    draws, speculating (with `share`, by `predictor`: a factory, None for the default) or not,
+    as itself or as its baseline `twin` (a query of its own growing query 1's tree);
+    `after_event(machine)` after each command: (machine, the commands in the order they ran)."""
     workload = SyntheticWorkload(WorkloadKnobs(), seed, SEARCHES[algorithm].family)
     spec = workload.query(1)
     machine = QueryMachine(
@@ -25,6 +27,7 @@ def drive(algorithm, target, seed, speculate, share=6, order_seed=0, after_event
         speculation=SpecPolicy(enabled=speculate),
         share=share if speculate else 0,
         tree_key=spec.query_id if twin else "",
+        **({} if predictor is None else {"predictor": predictor}),
     )
     rng = random.Random(order_seed)
     log, pending = [], list(machine.start(0.0))

@@ -81,6 +81,12 @@ class SpecView(Protocol):
         """A generation of this node is in flight."""
         ...
 
+    @property
+    def events(self) -> int:
+        """A version of what the query knows: it moves with every result, so a prediction
+        made at one version holds until it moves."""
+        ...
+
 
 class SearchAlgorithm(ABC):
     """A search: `run` is its program; the `spec_*` hooks and `predict` let speculation run
