@@ -22,21 +22,17 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import abstractmethod
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import ClassVar, Generic, TypeVar, cast
+from typing import ClassVar, Generic, TypeVar
 
-import msgspec
 import redis.asyncio as aioredis
 import structlog
 from opentelemetry.trace import Span
 
-from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest, SubmitQuestionRequest, decode
-from spex.proto.messages import PromptFormat
-from spex.proto.names import query_request, spread
-from spex.shared.content.prompt_style import question_format
+from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest
+from spex.proto.names import spread
 from spex.shared.content.prompts import PromptStyle, SizedPrompt, Template, prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
@@ -47,12 +43,12 @@ from spex.shared.runtime.jobs import tell_query
 from spex.shared.runtime.metrics import BUS_HOP, EVENTS, JOB_SECONDS, JOBS, QUEUE_WAIT
 from spex.shared.runtime.service import Service, guarded
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.stored_requests import StoredRequests
 from spex.shared.runtime.tracing import job_span
 
 __all__ = ["Job", "JobWorker", "NoResult"]
 
 Req = TypeVar("Req", GenerateRequest, ScoreRequest)
-QUESTIONS_KEPT = 64  # the stored questions a worker keeps, of the queries it ran jobs for last
 RUNS_SLACK = 1024  # ended runs the index of runs keeps before it is rebuilt
 
 
@@ -107,9 +103,7 @@ class JobWorker(Service, Generic[J]):
         self.aborted = 0  # jobs cancelled, before or while running
         self.log = structlog.get_logger().bind(service=self.service, consumer=settings.consumer)
         self._sized: dict[PromptStyle, SizedPrompt] = {}  # synthetic prompts' pieces, by style
-        self._questions: OrderedDict[str, SubmitQuestionRequest] = (
-            OrderedDict()
-        )  # query id -> its stored request
+        self.stored = StoredRequests(self.bus.r)  # the questions its jobs do not carry
         self._runs: dict[str, str] = {}  # job id -> the request id it ran as here (`_held_run`)
 
     @property
@@ -127,7 +121,7 @@ class JobWorker(Service, Generic[J]):
         or unknown): the job has nothing to run for."""
         template = self.engine.template
         assert template is not None
-        stored = await self._stored(req)
+        stored = await self.stored.prompt(req)
         if stored is None:
             return None
         question, own = stored
@@ -141,29 +135,6 @@ class JobWorker(Service, Generic[J]):
                 self._sized.clear()
             sized = self._sized[style] = SizedPrompt(template, style, count)
         return sized.pieces(question, list(req.steps), prompt)
-
-    async def _stored(self, req: GenerateRequest | ScoreRequest) -> tuple[str, PromptFormat] | None:
-        """The question a job's prompt begins with and the prompt's texts: carried by the job, or
-        the question and its own texts from its query's stored request (`carried_format`) — read
-        once a query, and kept for its next jobs (the last `QUESTIONS_KEPT`). None: no such
-        request (its query answered and expired, or unknown)."""
-        if not req.question_stored:
-            return req.question, req.prompt
-        stored = self._questions.get(req.query_id)
-        if stored is None:
-            key = query_request(req.query_id)
-            blob = cast(bytes | None, await self.bus.r.get(key))
-            request = decode(key, blob) if blob is not None else None
-            if not isinstance(request, SubmitQuestionRequest):
-                return None
-            stored = self._questions[req.query_id] = request
-            while len(self._questions) > QUESTIONS_KEPT:
-                self._questions.popitem(last=False)
-        self._questions.move_to_end(req.query_id)
-        own = question_format(req.prompt, stored)  # the job carries the texts it did not give itself
-        if isinstance(req, ScoreRequest):  # the reward model reads the path in its own chat template
-            own = msgspec.structs.replace(own, chat_template="")
-        return stored.question, own
 
     def path_pieces(
         self, question: str, steps: list[str], template: Template, style: PromptStyle
