@@ -116,7 +116,7 @@ def test_the_oracle_bound_runs_as_interleaved_pairs_on_a_server(server, tmp_path
     r = json.loads(out.read_text())
     assert r["repeats"] == 2 and r["trees_identical"] and r["lossless"]
     for p in r["pairs"]:
-        assert p["spex"]["predictor"] == "oracle" and p["baseline"]["predictor"] == "search"
+        assert p["spex"]["predictor"] == "oracle" and p["baseline"]["predictor"] == "auto"
         assert p["spex"]["spec_issued"] > 0 and p["spex"]["hit_rate"] == 1.0
         assert p["spex"]["spec_cancelled"] == 0 and p["compute_amplification"] == pytest.approx(1.0)
 
