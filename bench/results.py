@@ -8,15 +8,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from spex.bench.vtime import BenchConfig, BenchResult
 from spex.shared.core.ids import digest
-
-if TYPE_CHECKING:
-    from spex.bench.comparison import Comparison, Repeated
 
 __all__ = ["WALL_CLOCK_FIELDS", "RunSummary", "bootstrap_ci95", "ratio", "summarize", "write_json"]
 
@@ -256,8 +253,14 @@ def _model_name(res: BenchResult) -> str:
     return Path(str(getattr(res.gen, "server_info", {}).get("model", "?"))).name
 
 
+class Recorded(Protocol):
+    """A result that writes itself as JSON (a run's summary, a comparison, a repeated one)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 def write_json(
-    record: RunSummary | Comparison | Repeated | dict[str, Any],
+    record: Recorded | dict[str, Any],
     path: str | Path,
     run: dict[str, Any] | None = None,
 ) -> None:

@@ -4,9 +4,8 @@ its content) and the `BenchConfig` they describe."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from spex.bench.vtime import BenchConfig
-from spex.bench.vtime.config import SCHEDULINGS
 from spex.cli.searches import parse_params
 from spex.proto import CONTENTS, MODES, PROMPT_PRESETS, SPLITS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE
@@ -18,7 +17,11 @@ from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.core.speculation import PREDICTORS
 from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.admission import OBJECTIVES
+from spex.shared.sim.requests import SCHEDULINGS
 from spex.shared.sim.workload import WorkloadKnobs, load_knobs
+
+if TYPE_CHECKING:  # the benchmark is imported when it runs, not to parse its flags
+    from spex.bench.vtime import BenchConfig
 
 __all__ = ["DEFAULT_JSON", "add_bench_parser", "bench_config", "parse_mix"]
 
@@ -285,6 +288,8 @@ def _knobs(args: argparse.Namespace) -> WorkloadKnobs:
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:
     """The run `spex bench`'s flags describe (`--mode compare`: the spex run; its baseline is a copy)."""
+    from spex.bench.vtime import BenchConfig
+
     return BenchConfig(
         algorithm=args.algorithm,
         target=args.target,

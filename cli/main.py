@@ -1,10 +1,14 @@
 """The `spex` parser and the table of its subcommands: for each, the function of its command
 group's module that declares its arguments and the one that runs it. The search plug-ins are
-loaded first (`spex.shared.runtime.searches`): the commands that name a search take theirs."""
+loaded first (`spex.shared.runtime.searches`): the commands that name a search take theirs.
+
+A command's module is imported when it runs, not to build the parser: `spex --version` or
+`spex submit` never loads the benchmark, the engines or PyTorch."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -12,7 +16,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from spex.cli import bench, bench_args, chaos, client, model, profile, runtime, searches, top
+from spex.cli import bench_args, chaos, client, model, profile, runtime, searches, top
 from spex.cli.version import spex_version
 from spex.shared.runtime.searches import load_searches
 from spex.shared.runtime.settings import ENV
@@ -25,23 +29,30 @@ PLUGINS_ENV = next(env for env, (name, _) in ENV.items() if name == "search_plug
 AddParser = Callable[[argparse._SubParsersAction], None]
 Command = Callable[[argparse.Namespace, Console], int]
 
-# Every subcommand: the function that declares its arguments, and the one that runs it, in the
-# order `spex --help` lists them.
-COMMANDS: dict[str, tuple[AddParser, Command]] = {
-    "bench": (bench_args.add_bench_parser, bench.bench_command),
-    "worker": (runtime.add_worker_parser, runtime.worker_command),
-    "up": (runtime.add_up_parser, runtime.up_command),
-    "chaos": (chaos.add_chaos_parser, chaos.chaos_command),
-    "demo": (runtime.add_demo_parser, runtime.demo_command),
-    "submit": (client.add_submit_parser, client.client_command),
-    "result": (client.add_result_parser, client.client_command),
-    "cancel": (client.add_cancel_parser, client.client_command),
-    "tree": (client.add_tree_parser, client.client_command),
-    "model": (model.add_model_parser, model.model_command),
-    "profile": (profile.add_profile_parser, profile.profile_command),
-    "top": (top.add_top_parser, top.top_command),
-    "searches": (searches.add_searches_parser, searches.searches_command),
+# Every subcommand: the function that declares its arguments, and the one that runs it (as
+# "module:function", imported when it runs), in the order `spex --help` lists them.
+COMMANDS: dict[str, tuple[AddParser, str]] = {
+    "bench": (bench_args.add_bench_parser, "spex.cli.bench:bench_command"),
+    "worker": (runtime.add_worker_parser, "spex.cli.runtime:worker_command"),
+    "up": (runtime.add_up_parser, "spex.cli.runtime:up_command"),
+    "chaos": (chaos.add_chaos_parser, "spex.cli.chaos:chaos_command"),
+    "demo": (runtime.add_demo_parser, "spex.cli.runtime:demo_command"),
+    "submit": (client.add_submit_parser, "spex.cli.client:client_command"),
+    "result": (client.add_result_parser, "spex.cli.client:client_command"),
+    "cancel": (client.add_cancel_parser, "spex.cli.client:client_command"),
+    "tree": (client.add_tree_parser, "spex.cli.client:client_command"),
+    "model": (model.add_model_parser, "spex.cli.model:model_command"),
+    "profile": (profile.add_profile_parser, "spex.cli.profile:profile_command"),
+    "top": (top.add_top_parser, "spex.cli.top:top_command"),
+    "searches": (searches.add_searches_parser, "spex.cli.searches:searches_command"),
 }
+
+
+def command_of(name: str) -> Command:
+    """The function that runs subcommand `name`, its module imported now."""
+    module, _, function = COMMANDS[name][1].partition(":")
+    command: Command = vars(importlib.import_module(module))[function]
+    return command
 
 
 class _Help(argparse.HelpFormatter):
@@ -90,8 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console()
     try:
-        _, command = COMMANDS[args.command]
-        return command(args, console)
+        return command_of(args.command)(args, console)
     except ValueError as exc:
         print(f"spex: error: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from spex.bench.vtime.config import check_url
 from spex.shared.engine.api import ENGINES, SERVERS
 from spex.shared.roofline.hardware import GPUS, MODELS, Profile, parse_profile
 
@@ -108,6 +107,8 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
     if args.model is None or not Path(args.model, "config.json").is_file():
         raise ValueError(f"--model: {args.model!r} is not a model directory (no config.json)")
     if args.against is not None:
+        from spex.bench.vtime.config import check_url  # the benchmark loads when it runs
+
         check_url(args.against, "--against")
     if args.new_tokens < 3:
         raise ValueError(
@@ -211,6 +212,7 @@ def _side_by_side(
 def _server_profile(args: argparse.Namespace, console: Console) -> int:
     """Sweep a live server: the same cells and report as `--engine hf`."""
     from spex.bench.engine_speed import measure_server, write_report
+    from spex.bench.vtime.config import check_url
     from spex.shared.serving import EngineUnavailable, open_engine
 
     batches = _ints(args.batches or "1,4,8,16", "--batches")

@@ -1,10 +1,9 @@
 """T2 in the virtual-time loop: each worker's admission of the speculative offers of the queries
 routed to it, under the run's objective and within what its KV (or batch) holds; each
 worker's TPOT governor fed from its engine's primary steps; and the shares that come of it.
-The loop (`loop._Run`, one of these) hands the shares to the queries' machines.
-
-The mixin holds no state of its own (as SGLang splits its scheduler): the run's fields it
-reads are declared here for the type checker.
+The loop (`loop._Run`) owns one `Budget`, asks it for the shares of each round and hands them
+to the queries' machines; the budget owns the governors, and reads the engines, their books and
+the machines it is given.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from spex.bench.vtime.bookkeeping import EngineBook
 from spex.bench.vtime.config import BenchConfig
 from spex.bench.vtime.metrics import RunMetrics
 from spex.shared.core.machine import QueryMachine
-from spex.shared.core.search import SearchConfig
 from spex.shared.engine.api import Engine
 from spex.shared.roofline.admission import FLAT, Admission, Objective, Offer, admit, divide, even_split
 from spex.shared.roofline.capacity import StepCurve, TpotGovernor, kv_room
@@ -21,22 +19,28 @@ from spex.shared.roofline.hardware import Profile
 from spex.shared.roofline.measured import MeasuredProfile
 from spex.shared.sim.engine import SimEngine
 
-__all__ = ["Budgeting"]
+__all__ = ["Budget"]
 
 
-class Budgeting:
-    """The speculative budget of each round, over the fields of the run."""
+class Budget:
+    """The speculative budget of each round of a run: `gens` are its generator workers'
+    engines, `books` what each has in flight; `metrics` records the pools and the governor."""
 
-    cfg: BenchConfig
-    config: SearchConfig
-    profile: Profile
-    measured: MeasuredProfile | None
-    gens: list[Engine]
-    books: list[EngineBook]
-    governors: list[TpotGovernor]
-    machines: dict[str, QueryMachine]
-    placed: dict[str, int]  # query id -> the worker its jobs go to (affinity)
-    metrics: RunMetrics
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        profile: Profile,
+        measured: MeasuredProfile | None,
+        gens: list[Engine],
+        books: list[EngineBook],
+        metrics: RunMetrics,
+    ) -> None:
+        self.cfg, self.config, self.profile, self.measured = cfg, cfg.search_config(), profile, measured
+        self.gens, self.books, self.metrics = gens, books, metrics
+        start = cfg.tpot_slack if cfg.tpot_slack is not None else 0.10
+        self.governors = [TpotGovernor(cfg.tpot_target, start) for _ in gens]
+        self.machines: dict[str, QueryMachine] = {}
+        self.placed: dict[str, int] = {}
 
     def _room(self, w: int) -> tuple[StepCurve, int, bool]:
         """Worker `w`'s step curve, the speculative jobs its KV (or batch) holds at most, and
@@ -68,10 +72,11 @@ class Budgeting:
         else:
             objective = self.cfg.objective
         return admit(
-            curve, book.primary_in_flight, book.primary_ctx, offers, objective, self._slack(w), limit
+            curve, book.primary_in_flight, book.primary_ctx, offers, objective, self.slack(w), limit
         )
 
-    def _slack(self, w: int) -> float:
+    def slack(self, w: int) -> float:
+        """Worker `w`'s TPOT slack: the governor's, or the run's fixed one."""
         return self.cfg.tpot_slack if self.cfg.tpot_slack is not None else self.governors[w].slack
 
     def _govern(self) -> None:
@@ -84,11 +89,14 @@ class Budgeting:
             if isinstance(gen, SimEngine):
                 gen.spec_step_slack = self.governors[w].slack  # for scheduling="paused"
 
-    def _shares(self, now: float) -> dict[str, int] | None:
+    def shares(
+        self, now: float, machines: dict[str, QueryMachine], placed: dict[str, int]
+    ) -> dict[str, int] | None:
         """T2: each worker's controller admits the speculative candidates of the queries routed
-        to it (with affinity); without, each worker's admission of all of them sets a pool,
-        and the workers' summed pool is shared in value order. Each query's share (None: no
-        round, nothing speculates or nothing runs)."""
+        to it (with affinity: `placed`, query id -> worker); without, each worker's admission
+        of all of them sets a pool, and the workers' summed pool is shared in value order. Each
+        query's share (None: no round, nothing speculates or nothing runs)."""
+        self.machines, self.placed = machines, placed
         if not self.cfg.speculating or not self.machines:
             return None
         self._govern()
@@ -131,6 +139,6 @@ class Budgeting:
     def _trace_governor(self, now: float, pool: int, bound: str) -> None:
         """A row of worker 0's governor trace when its slack, pool or bound moved (the pool of
         the group it is in: all workers' together without affinity)."""
-        trace, slack, governor = self.metrics.governor, self._slack(0), self.governors[0]
+        trace, slack, governor = self.metrics.governor, self.slack(0), self.governors[0]
         if not trace or (trace[-1][1], trace[-1][2], trace[-1][5]) != (slack, pool, bound):
             trace.append((now, slack, pool, governor.last_growth, governor.windows, bound))

@@ -22,12 +22,10 @@ from spex.shared.engine.api import ENGINES, SERVERS, EngineName, ServerName
 from spex.shared.roofline.admission import OBJECTIVES, Objective
 from spex.shared.roofline.hardware import Profile, parse_profile
 from spex.shared.roofline.measured import load_measured, measured_sim_profile
-from spex.shared.sim.engine import EngineConfig
+from spex.shared.sim.requests import SCHEDULINGS, EngineConfig
 from spex.shared.sim.workload import WorkloadKnobs
 
 __all__ = ["SCHEDULINGS", "BenchConfig", "check_url"]
-
-SCHEDULINGS = ("sglang", "paused")
 
 
 def check_url(url: str | None, name: str) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spex.bench.vtime.bookkeeping import EngineBook, GenJob, RequestId, ScoreJob
-from spex.bench.vtime.budget import Budgeting
+from spex.bench.vtime.budget import Budget
 from spex.bench.vtime.config import BenchConfig
 from spex.bench.vtime.content import make_content, make_engines, sim_generator
 from spex.bench.vtime.metrics import CriticalPath, GovernorRow, QueryRecord, RunMetrics, SpecTotals
@@ -37,7 +37,6 @@ from spex.shared.core.machine import QueryMachine
 from spex.shared.core.routing import SHARED, Load, Ring, route
 from spex.shared.core.speculation import PredictorFactory, SpecPolicy, predictor_factory
 from spex.shared.engine.api import SERVERS, Completion, Engine, EngineFailed
-from spex.shared.roofline.capacity import TpotGovernor
 from spex.shared.roofline.measured import load_measured
 
 __all__ = ["BenchResult", "EngineFailed", "run_bench"]
@@ -66,7 +65,7 @@ class BenchResult:
     governor: list[GovernorRow]  # worker 0's governor as the run went
 
 
-class _Run(Budgeting):
+class _Run:
     def __init__(
         self,
         cfg: BenchConfig,
@@ -109,8 +108,7 @@ class _Run(Budgeting):
         self.book = self.books[0]
         self.where: dict[str, int] = {}  # generation request id -> its worker
         self.metrics = RunMetrics(self.gen.trace is not None, exact_rewards=cfg.content == "synthetic")
-        start = cfg.tpot_slack if cfg.tpot_slack is not None else 0.10
-        self.governors = [TpotGovernor(cfg.tpot_target, start) for _ in self.gens]
+        self.budget = Budget(cfg, self.profile, self.measured, self.gens, self.books, self.metrics)
         self.interpreters: dict[type, Callable[[Any, str, float], int]] = {  # one per Command type
             GenerateCommand: self._generate,
             ScoreCommand: self._score,
@@ -166,7 +164,7 @@ class _Run(Budgeting):
             pool_peak=m.pool_peak,
             starved_rounds=m.starved_rounds,
             share_rounds=m.share_rounds,
-            slack=[self._slack(w) for w in range(len(self.gens))],
+            slack=[self.budget.slack(w) for w in range(len(self.gens))],
             governor=m.governor,
         )
 
@@ -305,8 +303,8 @@ class _Run(Budgeting):
 
     # ------------------------------------------------------------------ T2
     def _rebudget(self, now: float) -> None:
-        """Each query's new speculative share (`budget.Budgeting._shares`), to its machine."""
-        shares = self._shares(now)
+        """Each query's new speculative share (`budget.Budget.shares`), to its machine."""
+        shares = self.budget.shares(now, self.machines, self.placed)
         if shares is None:
             return
         for qid, machine in list(self.machines.items()):

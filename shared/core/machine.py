@@ -9,8 +9,8 @@ The search algorithm is a program (`spex.shared.core.search.base`) that yields `
 requests; the machine turns each needed node into a generate command, scores every generated
 node, and resumes the program once its request is satisfied.
 
-Speculation (T1) lives here and only here, apart from the algorithms (its half of the machine
-is `machine_spec.MachineSpeculation`): after every event the
+Speculation (T1) lives here and only here, apart from the algorithms (the machine's
+`machine_spec.Speculator` owns it): after every event the
 machine asks its predictor (`spex.shared.core.speculation`) for nodes the search will likely
 need, and generates them at low priority as speculative handles in its `SpecCache`. When the
 search asks for a node whose handle is generated, the result is served from that cache; if
@@ -24,43 +24,24 @@ misses stay cached, at most `cache_nodes` per query, oldest dropped first.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from spex.proto.messages import PRIMARY, REWARDS, SPECULATIVE, FinishReason, JobKind, NodeFinishReason, Reward
-from spex.shared.core.commands import (
-    CancelCommand,
-    Command,
-    FinishCommand,
-    PromoteCommand,
-    ScoreCommand,
-    prompt_segments,
-)
+from spex.shared.core.commands import Command, FinishCommand, PromoteCommand, ScoreCommand, prompt_segments
 from spex.shared.core.ids import digest
-from spex.shared.core.machine_spec import MachineSpeculation
+from spex.shared.core.machine_spec import QueryStats, Speculator
 from spex.shared.core.search import Need, SearchConfig, make_algorithm
 from spex.shared.core.search.answers import Equivalence, extract_answer, normalize_answer, select_answer
 from spex.shared.core.spec.early_stop import EarlyStop, answer_weight, should_stop
-from spex.shared.core.speculation import PredictorFactory, SpecCache, SpecPolicy, auto_predictor
+from spex.shared.core.speculation import PredictorFactory, SpecPolicy, auto_predictor
 from spex.shared.core.tree import Node, Tree
 
 __all__ = ["REWARDS", "QueryMachine", "QueryStats", "Reward"]
 
 
 @dataclass
-class QueryStats:
-    nodes_generated: int = 0  # nodes of the final tree (the search's own work)
-    tokens_generated: int = 0
-    spec_issued: int = 0
-    spec_adopted: int = 0  # speculative jobs the search asked for (hits)
-    spec_cancelled: int = 0
-    spec_evicted: int = 0
-    spec_tokens: int = 0  # tokens of completed speculative jobs
-    spec_tokens_consumed: int = 0  # of those, tokens of jobs the search adopted
-    spec_by_distance: dict[int, list[int]] = field(default_factory=dict)  # distance -> [issued, adopted]
-
-
-@dataclass
-class QueryMachine(MachineSpeculation):
+class QueryMachine:
     query_id: str
     question_tokens: int
     config: SearchConfig
@@ -88,31 +69,29 @@ class QueryMachine(MachineSpeculation):
             raise ValueError(f"reward must be one of {REWARDS}, not {self.reward!r}")
         self.tree = Tree(self.tree_key or self.query_id, self.seed, self.question_tokens)
         self.algorithm = make_algorithm(self.tree, self.config)
-        self._predictor = self.predictor(self.algorithm)
-        self._cache = SpecCache(self.seed, self.speculation.cache_nodes)
-        self._program = self.algorithm.run()
-        self._need: Need | None = None
-        self._requested: set[str] = set()  # tree nodes the search asked for
-        self._unscored: set[str] = set()  # ... whose reward is not known yet
-        self._program_done = False
-        self._jobs = {}  # node id -> its generation in flight
-        self._attempts = {}
         # A job id names its node (and a generation's attempt); a node id already names its
         # query, unless this query grows another's tree (a baseline twin's nodes are its
         # original's): then its jobs, generations and scores, carry its own id's hash, or the
         # two queries' jobs would be taken for one another.
         self._job_scope = f"@{digest(self.query_id)[:8]}" if self.tree_key else ""
+        self.spec = Speculator(
+            self.tree,
+            self.algorithm,
+            self.config,
+            self.speculation,
+            self.predictor(self.algorithm),
+            self.stats,
+            self._job_scope,
+        )
+        self._program = self.algorithm.run()
+        self._need: Need | None = None
+        self._requested: set[str] = set()  # tree nodes the search asked for
+        self._unscored: set[str] = set()  # ... whose reward is not known yet
+        self._program_done = False
         self._scoring: set[str] = set()
-        self._stop_with = None  # T3's leading answer once it stopped the search
-        self._spec_failed = set()  # speculative nodes a service gave up on: not retried
+        self._stop_with: str | None = None  # T3's leading answer once it stopped the search
         self.context_tokens = self.question_tokens  # S_KV(q): prefix of the newest search node
-        self._predicted = None  # (k, the prediction) until a change
-        self._settled = False  # housekeeping ran after the last event (a repeat would do nothing)
-        self.events = 0  # events that changed the query's state (a version for its readers)
         self.adopted: set[str] = set()  # tree nodes the search got from speculation (hits)
-        self._priors = {}  # speculative node issued -> its prior
-        self._prior_sum = 0.0  # Σ prior of every speculative job issued
-        self._extended = set()  # nodes whose step a job of one of their children has in its prompt
 
     def solution_steps(self) -> list[str]:
         """The steps of the highest-reward solution that gives the chosen answer; with no answer,
@@ -126,10 +105,39 @@ class QueryMachine(MachineSpeculation):
             return []
         return [n.text for n in max(reached, key=lambda n: (n.depth, n.reward or 0.0)).path()]
 
-    # ------------------------------------------------------------------ what the search waits on
+    # ------------------------------------------------------------------ what its readers see
+    @property
+    def events(self) -> int:
+        """Events that changed the query's state (a version for its readers)."""
+        return self.spec.events
+
+    def busy(self, node: Node) -> bool:
+        """A generation of `node` is in flight."""
+        return self.spec.busy(node)
+
+    def speculative(self) -> Iterator[Node]:
+        """The speculative nodes held now (generated or in flight), not yet asked for."""
+        return self.spec.speculative()
+
+    def spec_offers(self, limit: int, sharing: int = 1) -> tuple[list[float], list[float]]:
+        """What T2 weighs of this query (`Speculator.offers`); a finished query offers nothing."""
+        return ([], []) if self.done else self.spec.offers(limit, sharing)
+
+    def spec_prompts(self, limit: int) -> list[int]:
+        """The prompt tokens of the candidates `spec_offers` names (`Speculator.prompts`)."""
+        return [] if self.done else self.spec.prompts(limit)
+
+    @property
+    def step_tokens(self) -> float:
+        return self.spec.step_tokens
+
+    @property
+    def calibration(self) -> float:
+        return self.spec.calibration
+
     @property
     def jobs_in_flight(self) -> int:
-        return len(self._jobs)
+        return len(self.spec.jobs)
 
     def waiting_on(self) -> tuple[str, list[str]] | None:
         """What the search is blocked on now: ("generate", node ids) or ("score", node ids)."""
@@ -143,7 +151,7 @@ class QueryMachine(MachineSpeculation):
 
     def job_of(self, node_id: str) -> tuple[str, bool] | None:
         """(job id, adopted from speculation) of the generation of `node_id` in flight."""
-        job = self._jobs.get(node_id)
+        job = self.spec.jobs.get(node_id)
         return (job.job_id, job.speculative) if job is not None else None
 
     # ------------------------------------------------------------------ events
@@ -163,15 +171,15 @@ class QueryMachine(MachineSpeculation):
         mean_logprob: float,
         now_s: float,
     ) -> list[Command]:
-        job = self._jobs.get(node_id)
+        job = self.spec.jobs.get(node_id)
         if job is None or job.job_id != job_id or self.done:
             return []  # stale (cancelled or superseded) or duplicate: the first result wins
-        del self._jobs[node_id]
+        del self.spec.jobs[node_id]
         self._changed()
         if job.speculative and not job.adopted:
-            self._cache.finished(node_id, job.distance)
+            self.spec.cache.finished(node_id, job.distance)
         real = node_id in self._requested
-        node = self.tree.nodes[node_id] if real else self._cache.get(node_id)
+        node = self.tree.nodes[node_id] if real else self.spec.cache.get(node_id)
         if node is None:
             return []
         self._fill(node, text, tokens, finish_reason, mean_logprob)
@@ -202,7 +210,7 @@ class QueryMachine(MachineSpeculation):
             return []
         self._scoring.discard(node_id)
         self._changed()
-        node = self.tree.nodes[node_id] if node_id in self._requested else self._cache.get(node_id)
+        node = self.tree.nodes[node_id] if node_id in self._requested else self.spec.cache.get(node_id)
         if node is None or not node.generated:
             return []
         self._scored(node, reward)
@@ -216,31 +224,24 @@ class QueryMachine(MachineSpeculation):
         if self.done:
             return []
         tracked = node_id in self._scoring if kind == "score" else self.job_of(node_id) is not None
-        if not tracked or (kind != "score" and self._jobs[node_id].job_id != job_id):
+        if not tracked or (kind != "score" and self.spec.jobs[node_id].job_id != job_id):
             return []
         self._changed()
         if node_id not in self._requested:  # speculation the search has not asked for: drop it
-            self._spec_failed.add(node_id)
             if kind == "score":
                 self._scoring.discard(node_id)
-            else:
-                del self._jobs[node_id]
-            self._cache.drop(node_id)  # asked for later, it is generated (and scored) afresh
-            self.stats.spec_cancelled += 1
+            self.spec.drop_failed(node_id, generating=kind != "score")
             return self._housekeeping(now_s)
         self.error = f"{kind} job {job_id} failed: {reason}"
         return self._finish(now_s, None, early=False)
 
     def _changed(self) -> None:
-        """An event changed the query: forget the remembered prediction, let housekeeping run
-        again, and move the version its readers compare."""
-        self._predicted, self._settled = None, False
-        self.events += 1
+        self.spec.changed()
 
     def on_cancelled(self, tokens: int) -> None:
         """A cancelled speculative job stopped after `tokens` tokens (all of them waste)."""
         self.stats.spec_tokens += tokens
-        self._settled = False  # the amplification cap may bind now
+        self.spec.settled = False  # the amplification cap may bind now
 
     def cancel(self, now_s: float) -> list[Command]:
         """The client cancelled the query: abort every job in flight, finish without an answer."""
@@ -251,7 +252,7 @@ class QueryMachine(MachineSpeculation):
 
     def on_budget(self, share: int, now_s: float) -> list[Command]:
         """A new speculative share (jobs already in flight past it run to completion)."""
-        if share == self.share and self._settled:
+        if share == self.share and self.spec.settled:
             return []  # nothing changed since the last housekeeping: it would do nothing
         self.share = share
         return self._housekeeping(now_s)
@@ -279,11 +280,11 @@ class QueryMachine(MachineSpeculation):
         """The search asks for `node`: serve it from speculation, adopt a speculative job,
         or generate it."""
         self._requested.add(node.id)
-        handle, distance = self._cache.take(node.id)
-        job = self._jobs.get(node.id)
+        handle, distance = self.spec.cache.take(node.id)
+        job = self.spec.jobs.get(node.id)
         if handle is not None and handle.generated:
             self.adopted.add(node.id)
-            self._count_hit(distance)
+            self.spec.count_hit(distance)
             self.stats.spec_tokens_consumed += handle.tokens
             self._fill(node, handle.text, handle.tokens, handle.finish_reason, handle.mean_logprob)
             self.stats.nodes_generated += 1
@@ -297,10 +298,10 @@ class QueryMachine(MachineSpeculation):
         if job is not None:
             job.adopted = True
             self.adopted.add(node.id)
-            self._count_hit(job.distance)
+            self.spec.count_hit(job.distance)
             commands.append(PromoteCommand(job.job_id))
             return
-        commands.append(self._generate(node, PRIMARY))
+        commands.append(self.spec.generate(node, PRIMARY))
 
     def _resume(self, now_s: float, first: bool = False) -> list[Command]:
         if self.done:
@@ -318,7 +319,7 @@ class QueryMachine(MachineSpeculation):
                     break
                 self._stop_with = self._check_early_stop()
                 if self._stop_with is not None:
-                    commands.extend(self._cancel_speculation())  # what is left to score, it waits for
+                    commands.extend(self.spec.cancel_speculation())  # what is left to score, it waits for
                     break
             first = False
             try:
@@ -357,11 +358,13 @@ class QueryMachine(MachineSpeculation):
         self.done, self.finished_s = True, now_s
         if early:
             self.solutions = [n for n in self.tree if n.terminal and n.scored]
-        cancels: list[Command] = [CancelCommand(j.job_id) for j in self._jobs.values()]
-        self.stats.spec_cancelled += sum(1 for j in self._jobs.values() if j.speculative and not j.adopted)
-        self._jobs.clear()
-        self._cache.clear()
-        return [*cancels, FinishCommand(self.query_id, answer, early)]
+        return [*self.spec.cancel_all(), FinishCommand(self.query_id, answer, early)]
+
+    def _housekeeping(self, now_s: float) -> list[Command]:
+        """The speculator's housekeeping, while the search runs on (`Speculator.housekeeping`)."""
+        if self.done or self._stop_with is not None:
+            return []
+        return self.spec.housekeeping(self.share)
 
 
 def _logprob_reward(mean_logprob: float) -> float:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["Elementwise", "TorchElementwise", "make_elementwise"]
+__all__ = ["Elementwise", "TorchElementwise"]
 
 
 class Elementwise(Protocol):
@@ -67,20 +67,3 @@ class TorchElementwise:
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def make_elementwise(
-    device: torch.device, dtype: torch.dtype, act: Any, silu: bool, shape: tuple[int, int, int, int]
-) -> Elementwise:
-    """The fused kernels on CUDA for a SiLU-gated model, where Triton runs them right
-    (checked against torch's on random rows of the model's `shape` — heads, KV heads, head
-    dimension, MLP width — at start); torch's everywhere else."""
-    if device.type == "cuda" and silu:
-        try:
-            from spex.shared.hf import triton_elementwise
-        except ImportError:
-            return TorchElementwise(act)
-        fused = triton_elementwise.checked(dtype, device, shape)
-        if fused is not None:
-            return fused
-    return TorchElementwise(act)

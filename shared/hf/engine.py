@@ -11,7 +11,7 @@ once (`llama`): one row for each continuing sequence's newest token, plus prompt
 pieces admitted sequences still need, primaries' first, up to `prefill_tokens` a pass (a
 longer piece goes on in the next pass). A piece is computed once whoever needs it, and every
 sequence attends to it where it lies: prompt KV is never copied. Placing prompts and planning
-the pass are `passes.PromptPasses`'s; this module admits, samples, finishes and keeps time.
+the pass are its `passes.PromptPlanner`'s; this module admits, samples, finishes and keeps time.
 
 Deterministic mode makes every number a sequence sees a function of its own tokens (`llama`:
 by construction with the C kernels; on torch, each pass padded to the row count from which
@@ -46,7 +46,7 @@ from spex.shared.hf.kvcache import PrefixCache
 from spex.shared.hf.llama import LlamaRunner
 from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
 from spex.shared.hf.paged import PAGE
-from spex.shared.hf.passes import PromptPasses
+from spex.shared.hf.passes import PromptPlanner
 from spex.shared.hf.sampling import sample
 from spex.shared.hf.sequence import Sequence
 from spex.shared.hf.stepped import SteppedEngine
@@ -67,7 +67,7 @@ class HFConfig:
     cuda_graphs: bool = True  # on CUDA: decode passes replayed from graphs (`graphs`)
 
 
-class HFEngine(SteppedEngine, PromptPasses):
+class HFEngine(SteppedEngine):
     def __init__(
         self, model: Any, tokenizer: Any, config: HFConfig | None = None, runner: LlamaRunner | None = None
     ) -> None:
@@ -85,8 +85,6 @@ class HFEngine(SteppedEngine, PromptPasses):
         self._running: list[Sequence] = []
         self._by_rid: dict[str, Sequence] = {}
         self._seq = 0
-        self._piece_ids = {}
-        self._pending = {}  # prompt pieces being computed: rows done
         self._eos = eos_ids(model, tokenizer)
         if self.config.prefill_tokens < 1:
             raise ValueError(f"prefill_tokens: at least 1, not {self.config.prefill_tokens}")
@@ -100,6 +98,9 @@ class HFEngine(SteppedEngine, PromptPasses):
         )
         if self.runner.pool is not None and self.runner.pool.free_pages < self.runner.pool.pages - 1:
             raise ValueError("runner: its KV pool still holds another engine's sequences (close that engine)")
+        self.prompts = PromptPlanner(
+            tokenizer, self.cache, self.runner, self.config.prefill_tokens, self.config.max_running
+        )
         self.primary = PrimaryAccount()  # the primaries' steps, for the TPOT governor
 
     @property
@@ -118,7 +119,7 @@ class HFEngine(SteppedEngine, PromptPasses):
         return cls(load_lm(path, config.device, config.dtype), load_tokenizer(path), config)
 
     def count_tokens(self, text: str) -> int:
-        return len(self._ids(text))
+        return len(self.prompts.ids(text))
 
     # ------------------------------------------------------------------ the interface
     def submit(self, req: EngineRequest, now_s: float) -> None:
@@ -126,7 +127,7 @@ class HFEngine(SteppedEngine, PromptPasses):
             raise ValueError(f"duplicate request id {req.rid!r}")
         if not req.text or req.output_tokens == 0:
             raise ValueError(f"request {req.rid!r}: a generation needs its prompt text and tokens to make")
-        pieces = [ids for ids in map(self._ids, req.text) if ids]
+        pieces = [ids for ids in map(self.prompts.ids, req.text) if ids]
         if not pieces:
             raise ValueError(f"request {req.rid!r}: an empty prompt")
         if not self._running and not self._waiting:
@@ -164,9 +165,7 @@ class HFEngine(SteppedEngine, PromptPasses):
                 self.cache.unlock(s.entries)
             if s.own is not None:
                 s.own.release()
-        for entry in self._pending:  # half computed, perhaps: never found again
-            self.cache.drop(entry)
-        self._pending.clear()
+        self.prompts.drop_pending()
         self._by_rid.clear()
         self._running.clear()
         self._waiting.clear()
@@ -235,12 +234,12 @@ class HFEngine(SteppedEngine, PromptPasses):
                 if s not in continuing:
                     done.append((s, "finished"))
                     self._running.remove(s)
-            batch, logits_of, primary_rows = self._plan(continuing)
+            batch, logits_of, primary_rows = self.prompts.plan(continuing, self._running)
             if batch.rows:
                 t = time.perf_counter()
                 logits = self.runner.forward(batch, [row for row, _ in logits_of])
                 pass_s = time.perf_counter() - t
-                self._absorb(logits, logits_of)
+                self.prompts.absorb(logits, logits_of, self._running)
         startup_s = self.runner.startup_s - startup_s  # a graph captured in this step
         self.stats.startup_s += startup_s
         pass_s -= startup_s
@@ -284,22 +283,24 @@ class HFEngine(SteppedEngine, PromptPasses):
                     break
             need = 0
             if not s.placed:
-                found = self._found(s)
+                found = self.prompts.found(s)
                 self.cache.lock(found)
                 # A new sequence: its uncached pieces and its output.
                 pieces = [len(p) for p in s.pieces[len(found) :]]
                 need = sum(pieces) + s.req.max_new_tokens
-                if not self._make_room(reserved + need, [*pieces, self._own_tokens(s)]):
+                if not self._make_room(reserved + need, [*pieces, self.prompts.own_tokens(s)]):
                     self.cache.unlock(found)
                     break  # strict order: a large head request is not overtaken
-                self._place(s, found)
+                self.prompts.place(s, found)
+                self.stats.prompt_tokens += s.prompt_tokens
+                self.stats.cached_tokens += s.cached_tokens
             if victim is not None:  # a waiting primary takes the newest speculative slot
                 self._running.remove(victim)
                 self._waiting.append(victim)  # keeps its KV; resumes where it stopped
             reserved += need
             self._waiting.remove(s)
             self._running.append(s)
-            self._ready(s)  # its pieces may have been computed while it waited
+            self.prompts.ready(s)  # its pieces may have been computed while it waited
 
     def _victim_for(self, s: Sequence) -> Sequence | None:
         victims = [r for r in self._running if r.req.priority > s.req.priority and r.abort_s is None]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -27,12 +27,21 @@ import torch
 from spex.shared.hf.attention import Pass
 from spex.shared.hf.paged import NULL_SLOT, WIDTHS, PagedAttention, bucket
 
-if TYPE_CHECKING:
-    from spex.shared.hf.llama import LlamaRunner
-
 __all__ = ["BATCHES", "DecodeGraphs"]
 
 BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # rows a graph is captured for
+
+
+class Forward(Protocol):
+    """The forward pass a graph captures (`llama.LlamaRunner` is one)."""
+
+    device: torch.device
+
+    def compute(
+        self, ids: torch.Tensor, positions: torch.Tensor, plan: Any, want: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Logits of the rows `want` (None: all) of the pass on ids and positions [rows]."""
+        ...
 
 
 @dataclass
@@ -44,7 +53,7 @@ class _Graph:
 
 class DecodeGraphs:
     def __init__(
-        self, runner: LlamaRunner, attention: PagedAttention, max_batch: int, capture: bool = True
+        self, runner: Forward, attention: PagedAttention, max_batch: int, capture: bool = True
     ) -> None:
         self.runner, self.attention, self.pool = runner, attention, attention.pool
         self.sizes = [b for b in BATCHES if b < max_batch] + [max_batch]

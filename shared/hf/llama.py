@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from spex.shared.hf.attention import KernelAttention, Pass, Segment, make_attention
-from spex.shared.hf.elementwise import TorchElementwise, make_elementwise
+from spex.shared.hf.elementwise import Elementwise, TorchElementwise
 from spex.shared.hf.linear import TorchLinear, invariant_rows, make_linear
 from spex.shared.hf.paged import KVPool, PagedAttention, PagedSegment
 
@@ -254,3 +254,20 @@ def _invariant_rows_of(op: TorchLinear, most: int) -> int:
     if key not in _MEASURED:
         _MEASURED[key] = invariant_rows(op, most)
     return _MEASURED[key]
+
+
+def make_elementwise(
+    device: torch.device, dtype: torch.dtype, act: Any, silu: bool, shape: tuple[int, int, int, int]
+) -> Elementwise:
+    """The fused kernels on CUDA for a SiLU-gated model, where Triton runs them right
+    (checked against torch's on random rows of the model's `shape` — heads, KV heads, head
+    dimension, MLP width — at start); torch's everywhere else."""
+    if device.type == "cuda" and silu:
+        try:
+            from spex.shared.hf import triton_elementwise
+        except ImportError:
+            return TorchElementwise(act)
+        fused = triton_elementwise.checked(dtype, device, shape)
+        if fused is not None:
+            return fused
+    return TorchElementwise(act)

@@ -32,6 +32,7 @@ from spex.proto import (
     AnswerResult,
     CancelRequest,
     Limits,
+    NodeEvent,
     ProtocolError,
     SubmissionError,
     SubmissionTooLarge,
@@ -42,10 +43,9 @@ from spex.proto import (
     submission,
 )
 from spex.proto.submission import twin_id
-from spex.proto.tree_record import TreeEntries
 from spex.shared.content.prompt_style import check_chat_template
 from spex.shared.runtime.client_scripts import CANCEL, SUBMIT, SubmitOutcome
-from spex.shared.runtime.client_trees import TreeReads
+from spex.shared.runtime.client_trees import TreeReader
 from spex.shared.runtime.data_loss import DataLoss
 from spex.shared.runtime.durable import Durable
 from spex.shared.runtime.reserve import Room, request_bytes
@@ -121,7 +121,7 @@ def client_key_record(req: SubmitQuestionRequest) -> tuple[str, str]:
     return key, f"{req.query_id}|{body}"
 
 
-class IngressClient(TreeReads):
+class IngressClient:
     def __init__(
         self,
         client: aioredis.Redis,
@@ -145,7 +145,17 @@ class IngressClient(TreeReads):
         self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
         self._kept: dict[str, bytes] = {}  # DATA_KEPT's part -> the token last seen there
         self.loss = DataLoss(client, "ingress", loss_wait_s)
-        self._records: dict[str, tuple[float, TreeEntries]] = {}  # query id -> (read at, its tree record)
+        self.trees = TreeReader(client)
+
+    async def tree_events(
+        self, query_id: str, after: str = "0", count: int = 1000
+    ) -> tuple[list[NodeEvent], str]:
+        """The query's node events after entry `after` (`TreeReader.tree_events`)."""
+        return await self.trees.tree_events(query_id, after, count)
+
+    async def tree(self, query_id: str) -> list[dict[str, Any]]:
+        """The query's tree as its events tell it so far (`TreeReader.tree`)."""
+        return await self.trees.tree(query_id)
 
     def _seen(self, kept: str, token: bytes | str | None) -> bool:
         """`kept` holds `token` now; True if this client saw a token there and none is left

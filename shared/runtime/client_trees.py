@@ -14,17 +14,19 @@ from spex.proto.tree_record import TreeEntries, unpack_tree
 from spex.shared.runtime.streams import entry_after
 from spex.shared.runtime.views import fold_tree
 
-__all__ = ["TreeReads"]
+__all__ = ["TreeReader"]
 
 KEPT_RECORDS = 8  # answered trees' records a client keeps decoded (for readers paging through)
 KEPT_FOR_S = 10.0  # ... for this long each
 
 
-class TreeReads:
-    """`IngressClient`'s tree reads (a mixin: it sets `r` and `_records`)."""
+class TreeReader:
+    """The reads of queries' trees over one Redis client (`IngressClient.trees`), with the
+    answered trees' records it decoded last."""
 
-    r: aioredis.Redis
-    _records: dict[str, tuple[float, TreeEntries]]  # query id -> (read at, its tree record)
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.r = client
+        self._records: dict[str, tuple[float, TreeEntries]] = {}  # query id -> (read at, its tree record)
 
     async def tree_events(
         self, query_id: str, after: str = "0", count: int = 1000

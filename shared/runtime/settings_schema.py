@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
-
-if TYPE_CHECKING:
-    from spex.shared.runtime.settings import Settings
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 __all__ = ["Setting", "flag_help", "read_env", "reader", "reference", "row", "setting"]
 
@@ -28,7 +25,7 @@ class Setting:
 
     env: str
     help: str
-    check: Callable[[Any, Settings], bool] | None = None
+    check: Callable[[Any, Any], bool] | None = None
     allowed: str = ""
 
 
@@ -38,7 +35,7 @@ def setting(
     env: str,
     help: str,
     within: tuple[float, float] | None = None,
-    check: Callable[[T, Settings], bool] | None = None,
+    check: Callable[[T, Any], bool] | None = None,
     allowed: str = "",
     secret: bool = False,
 ) -> T:
@@ -114,7 +111,7 @@ def flag_help(settings: type[Any], name: str, *, variable: bool = True) -> str:
     return text.replace("%", "%%")
 
 
-def _within(lo: float, hi: float) -> Callable[[float, Settings], bool]:
+def _within(lo: float, hi: float) -> Callable[[float, Any], bool]:
     return lambda value, _: lo <= value <= hi
 
 

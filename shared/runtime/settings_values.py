@@ -4,16 +4,13 @@ list of declarations)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from spex.proto import Limits, submission
 from spex.shared.core.search import SEARCHES
 from spex.shared.core.search.rebase import RebaseParams
 from spex.shared.roofline.hardware import parse_profile
 from spex.shared.runtime.searches import load_searches, search_checks
-
-if TYPE_CHECKING:
-    from spex.shared.runtime.settings import Settings
 
 __all__ = [
     "DEFAULT_MAX_TARGET",
@@ -29,6 +26,36 @@ __all__ = [
     "without_password",
 ]
 
+
+
+class Read(Protocol):
+    """The settings these checks and values read (`Settings` is one): declared here, so the
+    values need not import the registry that declares its rows with them."""
+
+    @property
+    def max_question_chars(self) -> int: ...
+    @property
+    def max_target(self) -> str: ...
+    @property
+    def client_in_flight(self) -> int: ...
+    @property
+    def max_prompt_tokens(self) -> int: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def max_depth(self) -> int: ...
+    @property
+    def max_step_tokens(self) -> int: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def prm(self) -> str: ...
+    @property
+    def prm_url(self) -> str: ...
+
+
 DEFAULT_MAX_TARGET = submission.DEFAULT_MAX_TARGET
 # A served engine's (hf, vllm, sglang) bound on a question's tokens, unless SPEX_MAX_PROMPT_TOKENS
 # names the model's: a long served context (a model's own is often shorter).
@@ -36,7 +63,7 @@ SERVED_PROMPT_TOKENS = 131_072
 DEEPEST_PATH_STEPS = RebaseParams().max_depth  # the deepest default search path, in steps
 
 
-def limits_of(s: Settings) -> Limits:
+def limits_of(s: Read) -> Limits:
     """The submission limits `s` sets (`Settings.limits`)."""
     return Limits(
         s.max_question_chars,
@@ -47,7 +74,7 @@ def limits_of(s: Settings) -> Limits:
     )
 
 
-def engine_prompt_tokens(s: Settings) -> int:
+def engine_prompt_tokens(s: Read) -> int:
     """The longest question (in tokens) the generators' engine takes: SPEX_MAX_PROMPT_TOKENS;
     when it is 0, on the simulated engine the profile's KV pool less the deepest path the
     search may grow under it (its steps at their longest), which the engine must hold too."""
@@ -81,7 +108,7 @@ def parse_targets(raw: str) -> dict[str, int]:
     return out
 
 
-def plugins_ok(modules: str, _: Settings) -> bool:
+def plugins_ok(modules: str, _: object) -> bool:
     """Load the search plug-ins (`spex.shared.runtime.searches`): the entry points, and the
     modules SPEX_SEARCH_PLUGINS names; one that fails raises its own one-line error."""
     load_searches(modules)
@@ -97,7 +124,7 @@ def http(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
-def reward_ok(reward: str, s: Settings) -> bool:
+def reward_ok(reward: str, s: Read) -> bool:
     """logprob rewards a model's own text; prm on real content needs a reward model to ask."""
     if reward == "logprob":
         return s.content == "real"

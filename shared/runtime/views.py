@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spex.proto import (
     AnswerResult,
@@ -20,7 +20,8 @@ from spex.proto import (
 )
 
 if TYPE_CHECKING:
-    from spex.shared.runtime.client import IngressClient
+    import redis.asyncio as aioredis
+
     from spex.shared.runtime.settings import Settings
 
 __all__ = [
@@ -34,6 +35,20 @@ __all__ = [
     "served_json",
     "twin_json",
 ]
+
+class Reader(Protocol):
+    """What `overview` reads through (the ingress client is one)."""
+
+    r: aioredis.Redis
+
+    async def cards(self, name: str) -> int:
+        """The members of the set `name`, over its partitions."""
+        ...
+
+    async def counts(self) -> tuple[int, int]:
+        """(questions in flight, of those held by a coordinator)."""
+        ...
+
 
 ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
 # The overview's figures of everyone's work, the operator's alone (null in a client's).
@@ -128,7 +143,7 @@ def fold_tree(events: list[NodeEvent]) -> list[dict[str, Any]]:
 
 
 async def overview(
-    ingress: IngressClient, client: str | None = None, window_s: float = 60.0, listed: int = 50
+    ingress: Reader, client: str | None = None, window_s: float = 60.0, listed: int = 50
 ) -> dict[str, Any]:
     """The cluster at a glance. The operator's (`client` None): the questions in flight (the
     oldest `listed`, each with its tree's events so far), the backlog nobody has taken,

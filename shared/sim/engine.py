@@ -21,7 +21,7 @@ The engine is event-driven: between two external events the batch cannot change,
 of decode steps up to the next completion is planned at once (a "macro step") and cut short
 at the first step boundary after a new arrival or abort. A step that starts at time `s` sees
 every submission made at or before `s`. Planning a step and the KV it holds are
-`planning.StepPlanning`'s; this module takes requests, runs planned steps and commits them.
+its `planning.StepPlanner`'s; this module takes requests, runs planned steps and commits them.
 """
 
 from __future__ import annotations
@@ -29,14 +29,13 @@ from __future__ import annotations
 from spex.proto.messages import PRIMARY
 from spex.shared.engine.api import Completion, CompletionReason, EngineLoad, EngineRequest, EngineStats
 from spex.shared.roofline.hardware import Profile
-from spex.shared.sim.planning import Step, StepPlanning
-from spex.shared.sim.radix import RadixCache
+from spex.shared.sim.planning import Step, StepPlanner
 from spex.shared.sim.requests import EngineConfig, SimRequest
 
 __all__ = ["Completion", "EngineConfig", "EngineLoad", "EngineStats", "SimEngine", "SimRequest"]
 
 
-class SimEngine(StepPlanning):
+class SimEngine:
     template = None  # it reads token counts only: no text, no tokenizer
     count_tokens = None
 
@@ -44,20 +43,37 @@ class SimEngine(StepPlanning):
         self.profile = profile
         self.config = config or EngineConfig()
         self.capacity_tokens = profile.kv_capacity_tokens
-        self.chunk_tokens = self.config.chunked_prefill_tokens or profile.chunked_prefill_tokens
-        self.spec_step_slack = self.config.spec_step_slack  # "paused": a governor may move it
-        self.cache = RadixCache()
         self.stats = EngineStats()
+        chunk_tokens = self.config.chunked_prefill_tokens or profile.chunked_prefill_tokens
+        self.planner = StepPlanner(profile, self.config, self.capacity_tokens, chunk_tokens, self.stats)
+        self.cache = self.planner.cache
         self.clock_s = 0.0  # end of the last committed step
-        self._waiting = []
-        self._running = []  # admitted: prefilling or decoding
+        self._waiting = self.planner.waiting  # the planner's queues, which the engine fills and empties
+        self._running = self.planner.running
         self._by_rid: dict[str, SimRequest] = {}
         self._current: Step | None = None
         self._seq = 0
-        self._private = 0  # Σ generated − committed over running requests (KV not in the cache yet)
         self.trace: list[tuple[float, float, int]] | None = None  # (start, end, batch) per decode run
 
     # ------------------------------------------------------------------ public surface
+    @property
+    def spec_step_slack(self) -> float:
+        """`scheduling="paused"`: how far speculation may stretch a step (a governor moves it)."""
+        return self.planner.spec_step_slack
+
+    @spec_step_slack.setter
+    def spec_step_slack(self, slack: float) -> None:
+        self.planner.spec_step_slack = slack
+
+    @property
+    def used_tokens(self) -> int:
+        return self.planner.used_tokens
+
+    @property
+    def held_tokens(self) -> int:
+        """KV held by admitted requests (SGLang's `num_used`: evictable cache excluded)."""
+        return self.planner.held_tokens
+
     @property
     def running(self) -> int:
         return len(self._running)
@@ -131,7 +147,7 @@ class SimEngine(StepPlanning):
     def next_event_s(self) -> float | None:
         """End of the next planned step, or None when the engine has nothing to do."""
         if self._current is None:
-            self._current = self._plan(self.clock_s)
+            self._current = self.planner.plan(self.clock_s)
         return self._current.end_s if self._current else None
 
     def advance_to(self, t_s: float) -> list[Completion]:
@@ -139,7 +155,7 @@ class SimEngine(StepPlanning):
         out: list[Completion] = []
         while True:
             if self._current is None:
-                self._current = self._plan(self.clock_s)
+                self._current = self.planner.plan(self.clock_s)
                 if self._current is None:
                     self.clock_s = max(self.clock_s, t_s)
                     return out
@@ -190,7 +206,7 @@ class SimEngine(StepPlanning):
                 elif req.output_tokens == 0:
                     out.append(self._finish(req, step.end_s, "finished"))
                 else:
-                    self._ensure_free(1)
+                    self.planner.ensure_free(1)
                     if req.first_token_s is None:
                         req.first_token_s = step.end_s
                     out.extend(self._grow(req, 1, step))  # extend emits a token
@@ -202,7 +218,7 @@ class SimEngine(StepPlanning):
             self.stats.tokens_decoded += steps * len(step.batch)
             if self.trace is not None:
                 self.trace.append((step.start_s, step.end_s, len(step.batch)))
-            self._ensure_free(steps * len(step.batch))
+            self.planner.ensure_free(steps * len(step.batch))
             for req in step.batch:
                 out.extend(self._grow(req, steps, step))
         self.stats.peak_kv_tokens = max(self.stats.peak_kv_tokens, self.held_tokens)
@@ -210,7 +226,7 @@ class SimEngine(StepPlanning):
 
     def _grow(self, req: SimRequest, tokens: int, step: Step) -> list[Completion]:
         req.generated += tokens
-        self._private += tokens
+        self.planner.private += tokens
         if req.generated >= req.output_tokens:
             return [self._finish(req, step.end_s, "finished")]
         if self._abort_due(req, step):
@@ -224,7 +240,7 @@ class SimEngine(StepPlanning):
         return req.abort_s is not None and step.start_s >= req.abort_s
 
     def _finish(self, req: SimRequest, now_s: float, reason: CompletionReason) -> Completion:
-        self._release(req, now_s)
+        self.planner.release(req, now_s)
         return self._complete(req, now_s, reason)
 
     def _complete(self, req: SimRequest, now_s: float, reason: CompletionReason) -> Completion:

@@ -6,8 +6,9 @@ step"), each step's duration, FLOPs and what it would have cost the primaries al
 KV this takes — admission reserves output as SGLang's `new_token_ratio`, a decode that runs
 out of KV retracts the lowest-priority, latest request.
 
-`engine.SimEngine` is one of these; the mixin holds no state of its own (as SGLang splits its
-scheduler): the engine's fields it reads are declared here for the type checker.
+`engine.SimEngine` owns one `StepPlanner`, as vLLM's engine core owns its scheduler: the planner
+owns the queues (waiting, running) and the KV they hold; the engine submits, runs planned steps
+and commits them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from spex.shared.roofline.hardware import Profile
 from spex.shared.sim.radix import RadixCache
 from spex.shared.sim.requests import EngineConfig, SimRequest
 
-__all__ = ["Step", "StepPlanning"]
+__all__ = ["Step", "StepPlanner"]
 
 
 @dataclass
@@ -47,24 +48,30 @@ class Step:
         return self.ends_s[-1]
 
 
-class StepPlanning:
-    """Planning the next step, and the KV it holds, over the fields of `SimEngine`."""
+class StepPlanner:
+    """Planning the next step, and the KV it holds: `capacity_tokens` in all, at most
+    `chunk_tokens` of prompt a step; `stats` are the engine's counters."""
 
-    profile: Profile
-    config: EngineConfig
-    capacity_tokens: int
-    chunk_tokens: int
-    spec_step_slack: float
-    cache: RadixCache
-    stats: EngineStats
-    _waiting: list[SimRequest]
-    _running: list[SimRequest]  # admitted: prefilling or decoding
-    _private: int  # Σ generated − committed over running requests (KV not in the cache yet)
+    def __init__(
+        self,
+        profile: Profile,
+        config: EngineConfig,
+        capacity_tokens: int,
+        chunk_tokens: int,
+        stats: EngineStats,
+    ) -> None:
+        self.profile, self.config, self.stats = profile, config, stats
+        self.capacity_tokens, self.chunk_tokens = capacity_tokens, chunk_tokens
+        self.spec_step_slack = config.spec_step_slack  # "paused": a governor may move it
+        self.cache = RadixCache()
+        self.waiting: list[SimRequest] = []
+        self.running: list[SimRequest] = []  # admitted: prefilling or decoding
+        self.private = 0  # Σ generated − committed over running requests (KV not in the cache yet)
 
     # ------------------------------------------------------------------ KV
     @property
     def used_tokens(self) -> int:
-        return self.cache.total_tokens + self._private
+        return self.cache.total_tokens + self.private
 
     @property
     def held_tokens(self) -> int:
@@ -72,7 +79,7 @@ class StepPlanning:
         return self.used_tokens - self.cache.evictable_tokens
 
     # ------------------------------------------------------------------ planning
-    def _plan(self, start_s: float) -> Step | None:
+    def plan(self, start_s: float) -> Step | None:
         prefill = self._plan_prefill(start_s)
         if prefill is None:
             return self._plan_decode(start_s)
@@ -107,14 +114,14 @@ class StepPlanning:
     def _reserved_tokens(self) -> int:
         ratio = self.config.new_token_ratio
         return sum(
-            max(0, int(r.max_new_tokens * ratio) - r.generated) for r in self._running if r.output_tokens
+            max(0, int(r.max_new_tokens * ratio) - r.generated) for r in self.running if r.output_tokens
         )
 
     def _plan_prefill(self, start_s: float) -> Step | None:
         chunks: list[tuple[SimRequest, int]] = []
         budget = self.chunk_tokens
         # A request admitted in an earlier step whose prompt is not yet computed goes first.
-        for req in self._running:
+        for req in self.running:
             remaining = req.prefill_target - req.prefilled
             if remaining > 0 and budget > 0:
                 n = min(remaining, budget)
@@ -125,12 +132,12 @@ class StepPlanning:
         # (SGLang's) takes a prompt once it is computed: they each compute it.
         block = self.profile.cache_block_tokens
         deferred: list[SimRequest] = []  # admitted once the step's admission is decided (radix)
-        waiting = sorted(self._waiting, key=lambda r: (r.priority, r.seq)) if self._waiting else []
+        waiting = sorted(self.waiting, key=lambda r: (r.priority, r.seq)) if self.waiting else []
         if waiting:
             free = self.capacity_tokens - self.used_tokens
             avail = free + self.cache.evictable_tokens - self._reserved_tokens()
         for req in waiting:
-            if budget <= 0 or len(self._running) + len(deferred) >= self.config.max_running:
+            if budget <= 0 or len(self.running) + len(deferred) >= self.config.max_running:
                 break
             prompt = req.resume_prompt()
             matched, hit = self.cache.match(prompt, start_s)
@@ -152,14 +159,14 @@ class StepPlanning:
             budget -= n
             chunks.append((req, n))
             if block > 1:
-                self._waiting.remove(req)
+                self.waiting.remove(req)
                 self._admit(req, start_s)
             else:
                 deferred.append(req)
         if not chunks:
             return None
         for req in deferred:
-            self._waiting.remove(req)
+            self.waiting.remove(req)
             self._admit(req, start_s)
         work = [(n, r.prefilled) for r, n in chunks]
         batch = [r for r, _ in chunks]
@@ -172,12 +179,12 @@ class StepPlanning:
         prompt = req.resume_prompt()
         _, hit = self.cache.match(prompt, now_s)
         self.cache.lock(hit)  # keep the matched prefix from being evicted to make room
-        self._ensure_free(self.cache.new_tokens(prompt))
+        self.ensure_free(self.cache.new_tokens(prompt))
         req.path = self.cache.insert(prompt, now_s)
         self.cache.lock(req.path)
         self.cache.unlock(hit, now_s)
         req.committed = req.generated  # resumed after a retraction: those tokens are cached
-        self._running.append(req)
+        self.running.append(req)
 
     def _plan_decode(self, start_s: float) -> Step | None:
         batch = self._decode_batch()
@@ -208,7 +215,7 @@ class StepPlanning:
     def _decode_batch(self) -> list[SimRequest]:
         """Sequences that decode in the next step: every primary one, and speculative ones
         while the roofline allows (an aborted one always gets its last step)."""
-        batch = [r for r in self._running if self._decoding(r)]
+        batch = [r for r in self.running if self._decoding(r)]
         if self.config.scheduling != "paused":
             return batch
         slack = self.spec_step_slack
@@ -230,7 +237,7 @@ class StepPlanning:
     def _free_tokens(self) -> int:
         return self.capacity_tokens - self.used_tokens + self.cache.evictable_tokens
 
-    def _ensure_free(self, tokens: int) -> None:
+    def ensure_free(self, tokens: int) -> None:
         short = tokens - (self.capacity_tokens - self.used_tokens)
         if short > 0:
             self.stats.evicted_tokens += self.cache.evict(short)
@@ -238,15 +245,15 @@ class StepPlanning:
     def _retract(self, batch: list[SimRequest], now_s: float) -> None:
         victim = max(batch, key=lambda r: (r.priority, r.seq))
         batch.remove(victim)
-        self._release(victim, now_s)
+        self.release(victim, now_s)
         victim.prefilled = victim.prefill_target = 0
-        self._waiting.append(victim)
+        self.waiting.append(victim)
         self.stats.retractions += 1
 
-    def _release(self, req: SimRequest, now_s: float) -> None:
+    def release(self, req: SimRequest, now_s: float) -> None:
         """Free a request's slot; the KV it computed stays in the cache, unlocked."""
-        self._running.remove(req)
-        self._private -= req.generated - req.committed
+        self.running.remove(req)
+        self.private -= req.generated - req.committed
         if req.generated > req.committed:
             # The private output tokens move into the cache: used_tokens stays the same.
             self.cache.insert((*req.prompt, (req.output_segment, req.generated)), now_s)

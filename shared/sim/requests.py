@@ -9,7 +9,9 @@ from functools import cached_property
 from spex.shared.engine.api import EngineRequest
 from spex.shared.sim.radix import RadixNode, Segment
 
-__all__ = ["EngineConfig", "SimRequest"]
+__all__ = ["SCHEDULINGS", "EngineConfig", "SimRequest"]
+
+SCHEDULINGS = ("sglang", "paused")  # `EngineConfig.scheduling`
 
 
 @dataclass(frozen=True)

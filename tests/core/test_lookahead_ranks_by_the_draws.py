@@ -55,7 +55,7 @@ def machine(monkeypatch):
 def test_each_candidate_is_as_likely_as_the_share_of_draws_that_ask_for_it(machine):
     root = machine.tree.root
     first, second = (machine.tree.nodes[root.child_id(i, "expand")] for i in range(2))
-    out = machine.look.predict(machine, 8)
+    out = machine.look.predict(machine.spec, 8)  # the query's view: its speculator
     # Child 3's reward is drawn from its siblings' 0.9, 0.9 and 0.1: child 0 grows in 2/3 of the
     # draws, child 1 in the rest; each grown child's two children are asked for together.
     assert [n.parent for n in out] == [first, first, second, second]
@@ -70,13 +70,13 @@ def test_each_candidate_is_as_likely_as_the_share_of_draws_that_ask_for_it(machi
 
 
 def test_once_the_reward_arrives_the_other_branch_is_dead(machine):
-    before = machine.look.predict(machine, 8)
+    before = machine.look.predict(machine.spec, 8)
     assert all(machine.look.spec_alive(n) for n in before)  # either child may still grow
     third = machine.tree.nodes[machine.tree.root.child_id(3, "expand")]
     machine.on_scored(third.id, 0.2, 3.0)  # child 1 grows: the search asks for its children
     second = machine.tree.nodes[machine.tree.root.child_id(1, "expand")]
     assert len(second.children) == 2 and all(machine.busy(n) for n in second.children)
-    assert machine.look.predict(machine, 8) == []  # the grandchild waits on a child in flight
+    assert machine.look.predict(machine.spec, 8) == []  # the grandchild waits on a child in flight
     first_kids = [n for n in before if n.parent.index == 0]
     assert first_kids and not any(machine.look.spec_alive(n) for n in first_kids)
 
