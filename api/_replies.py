@@ -32,7 +32,8 @@ class ServedBy:
         engine: `sim`, `hf`, `vllm` or `sglang`.
         model: The model's name (`None` on `sim`).
         content: `"real"` (the model's text) or `"synthetic"` (the workload's stand-ins).
-        reward: `"prm"` or `"logprob"`.
+        reward: `"prm"` (a reward model's) or `"logprob"` (the model's own log-probabilities);
+            on synthetic content `"sim-prm"` or `"sim-logprob"`, the workload's simulated ones.
         demonstration: On synthetic content, the note that the steps are not a model's.
     """
 

@@ -23,11 +23,6 @@ from spex.shared.runtime.settings_schema import flag_help
 # on the engine's batch-invariant mode, so SPEX grows the baseline's very trees.
 DEMO_MODEL_SETTINGS: dict[str, object] = {"max_step_tokens": 48, "max_depth": 4, "deterministic": True}
 
-# `spex up`: the first service's /metrics; the others count up from it. Outside 9100-9999, the
-# range Prometheus's list of exporter ports allocates in whole (9100 is node_exporter's: on a
-# node running both, a service would lose its metrics to it), and clear of 8000 (vLLM), 8080
-# (the ingress) and 9090 (Prometheus).
-DEFAULT_METRICS_PORT = 8700
 # Settings `spex up` takes as flags: a bad value names the flag beside its variable.
 UP_FLAGS = {
     "time_scale": "--time-scale", "engine": "--engine", "engine_url": "--engine-url", "model": "--model",
@@ -78,7 +73,8 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         "--metrics-port",
         type=int,
         default=None,
-        help=f"first /metrics port, one per service in order (default {DEFAULT_METRICS_PORT}; 0: none)",
+        help="the first service's /metrics port, the others counting up from it, one per service in "
+        "order; " + _help("metrics_port"),
     )
     u.add_argument(
         "--generators",
@@ -201,9 +197,6 @@ def _up_settings(args: argparse.Namespace) -> Settings:
     # A real model writes real text unless told otherwise: synthetic content on one (exactly the
     # workload's token counts) is an explicit --content synthetic.
     content = args.content or ("real" if engine != "sim" else None)
-    metrics_port = args.metrics_port
-    if metrics_port is None and "SPEX_METRICS_PORT" not in os.environ:
-        metrics_port = DEFAULT_METRICS_PORT
     return Settings.from_env(
         None,
         time_scale=args.time_scale,
@@ -232,7 +225,7 @@ def _up_settings(args: argparse.Namespace) -> Settings:
         max_depth=args.max_depth,
         http_host=args.host,
         http_port=args.port,
-        metrics_port=metrics_port,
+        metrics_port=args.metrics_port,
         redis_password_file=args.redis_password_file,
         objective=args.objective,
         profile_file=args.profile_file,

@@ -1,0 +1,187 @@
+"""The docs say what the code does, on every page that says it: each fact below is read from the
+code and checked against the pages that state it, so a change to either that leaves the other
+behind fails here. (The sample output of `spex up` and what an answer's `nodes` counts are
+checked against a real run in tests/test_docs_match_a_real_run.py.)"""
+
+import ast
+import inspect
+import re
+from dataclasses import fields
+from pathlib import Path
+
+from spex.cli.main import COMMANDS, build_parser
+from spex.cli.runtime import up_settings
+from spex.proto import ServedBy
+from spex.proto.messages import SPLITS
+from spex.services.coordinator.service import Coordinator
+from spex.services.ingress import OPEN_PATHS
+from spex.services.openapi import document
+from spex.shared.content.prompt_style import DEFAULT_SPLIT, PromptStyle
+from spex.shared.hf.llama import ARCHITECTURES
+from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.views import SERVED_REWARDS, served_json
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def page(path: str) -> str:
+    return (ROOT / path).read_text(encoding="utf-8")
+
+
+def pages() -> dict[str, str]:
+    """Every Markdown page a reader meets: the README and the docs site."""
+    found = {"README.md": page("README.md")}
+    found |= {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(DOCS.rglob("*.md"))}
+    return found
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def coordinator_rounds() -> list[str]:
+    """The rounds the coordinator's loop runs, from the list its `run` gathers."""
+    tree = ast.parse(inspect.getsource(Coordinator.run).strip())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "rounds" for t in node.targets):
+            assert isinstance(node.value, ast.List)
+            return [elt.attr for elt in node.value.elts if isinstance(elt, ast.Attribute)]
+    raise AssertionError("Coordinator.run gathers no `rounds` list")
+
+
+def test_every_page_counts_the_coordinators_rounds_as_the_code_runs_them():
+    rounds = coordinator_rounds()
+    assert len(rounds) >= 2 and all(name.endswith("_round") for name in rounds)
+    said = {
+        (name, word)
+        for name, text in pages().items()
+        for word in re.findall(r"\b(\w+) named rounds\b", flat(text))
+    }
+    assert {name for name, _ in said} >= {"docs/architecture.md", "docs/design/index.md"}
+    wrong = sorted((name, word) for name, word in said if word != NUMBERS[len(rounds)])
+    assert not wrong, f"the coordinator runs {len(rounds)} rounds ({', '.join(rounds)}); pages say: {wrong}"
+    architecture = page("docs/architecture.md")
+    assert all(f"`{name}`" in architecture for name in rounds), rounds
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_pages_name_the_module_that_runs_each_command():
+    cli = flat(_section(page("docs/architecture.md"), "## The command"))
+    design = flat(page("docs/design/index.md").split("cli/", 1)[1].split("data/", 1)[0])
+    for command, (_, run) in COMMANDS.items():
+        module = run.__module__.rsplit(".", 1)[1]
+        # architecture.md: "`client.py` (`submit`, `result`, ...)": the command in what follows
+        # its module's name, before the next module's.
+        after = cli.split(f"`{module}.py`", 1)
+        assert len(after) == 2, f"docs/architecture.md names no `{module}.py` (it runs `spex {command}`)"
+        told = re.split(r"`\w+\.py`", after[1], maxsplit=1)[0]
+        assert f"`{command}`" in told or f"`spex {command}" in told, (command, module, told)
+        # design/index.md's layout: "client (submit, result, ...)"
+        assert re.search(rf"\b{module}\b", design) and re.search(rf"\b{command}\b", design), (command, module)
+
+
+def test_the_named_source_paths_exist():
+    """Every repository path a page names in backticks (`shared/hf/llama.py`) is there."""
+    named = re.compile(r"`((?:proto|search|shared|services|bench|cli|api|tests|k8s|compose)/[\w/.-]+\.\w+)")
+    missing = sorted(
+        (name, path)
+        for name, text in pages().items()
+        for path in named.findall(text)
+        if not (ROOT / path).exists()
+    )
+    assert not missing, f"pages name files the repository does not hold: {missing}"
+
+
+def _written(delimiter: str) -> str:
+    return "`" + delimiter.encode("unicode_escape").decode() + "`"
+
+
+def test_the_step_delimiter_of_each_split_is_the_codes():
+    delimiters = {split: PromptStyle(split=split).delimiter for split in SPLITS}
+    prompts = page("docs/guides/prompts.md")
+    row = next(line for line in prompts.splitlines() if line.startswith("| step delimiter |"))
+    architecture = flat(_section(page("docs/architecture.md"), "## Reasoning content"))
+    for split, delimiter in delimiters.items():
+        assert re.search(rf"{re.escape(_written(delimiter))} for [^|]*`{split}`", row), (split, row)
+        assert re.search(rf"{re.escape(_written(delimiter))} for [^)]*`{split}`", architecture), split
+    assert f"`{DEFAULT_SPLIT}`, the default" in architecture
+    # No page states one delimiter as the delimiter of every step.
+    stated = re.compile(r"step delimiter (`[^`]+`)(?! for)")
+    wrong = sorted((name, d) for name, text in pages().items() for d in stated.findall(flat(text)))
+    assert not wrong, wrong
+
+
+def _option(parser, flag):
+    return next(a for a in parser._actions if flag in a.option_strings)
+
+
+def _subparser(name):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict))
+    return sub.choices[name]
+
+
+def test_no_t2_says_what_it_does_where_the_pages_say_it():
+    said = _option(_subparser("bench"), "--no-t2").help
+    assert "evenly" in said and "softmax" not in said, said
+    for path in ("docs/concepts/techniques.md", "docs/speculation.md"):
+        assert "`--no-t2` keeps the same pool but splits it evenly across queries" in flat(page(path)), path
+    assert "softmax" not in flat(page("docs/reference/cli.md")).split("--no-t2", 1)[1].split("\n", 1)[0]
+
+
+def test_the_in_process_models_the_pages_name_are_the_engines():
+    in_process = page("docs/guides/in-process.md")
+    missing = [kind for kind in ARCHITECTURES if f"`{kind}`" not in in_process]
+    assert not missing, f"docs/guides/in-process.md leaves out {missing} (the hf engine runs {ARCHITECTURES})"
+    gpu = flat(page("docs/gpu/README.md")).lower()
+    said = re.search(r"([\w ,]+) architectures", gpu)
+    assert said and all(kind in said.group(1) for kind in ARCHITECTURES), (said, ARCHITECTURES)
+    assert "runs llama-architecture models:" not in page("docs/guides/in-process.md").lower()
+
+
+def test_the_metrics_port_has_one_default_for_the_flag_and_the_variable(monkeypatch):
+    monkeypatch.delenv("SPEX_METRICS_PORT", raising=False)
+    default = next(f.default for f in fields(Settings) if f.name == "metrics_port")
+    up = _subparser("up")
+    assert f"(default: $SPEX_METRICS_PORT, else {default})" in _option(up, "--metrics-port").help
+    assert up_settings(up.parse_args([])).metrics_port == default
+    monkeypatch.setenv("SPEX_METRICS_PORT", "8700")
+    assert up_settings(up.parse_args([])).metrics_port == 8700
+    assert up_settings(up.parse_args(["--metrics-port", "9000"])).metrics_port == 9000
+    settings_page = page("docs/reference/settings.md")
+    row = next(line for line in settings_page.splitlines() if "`SPEX_METRICS_PORT`" in line)
+    assert f"`{default}`" in row, row
+
+
+def test_an_answer_names_the_simulated_reward_model_as_simulated():
+    synthetic = served_json(ServedBy("sim", "", "synthetic", "prm"))
+    real = served_json(ServedBy("hf", "m", "real", "prm"))
+    assert synthetic is not None and real is not None
+    assert synthetic["reward"] == "sim-prm" and real["reward"] == "prm"
+    assert served_json(ServedBy("hf", "m", "synthetic", "logprob"))["reward"] == "sim-logprob"  # type: ignore[index]
+    assert set(SERVED_REWARDS) == {"prm", "logprob", "sim-prm", "sim-logprob"}
+    for path in ("README.md", "docs/getting-started/first-question.md"):
+        assert "`sim-prm`" in page(path), path
+    answer = document(OPEN_PATHS)["components"]["schemas"]["Answer"]
+    assert answer["properties"]["served_by"]["properties"]["reward"]["enum"] == list(SERVED_REWARDS)
+
+
+def test_the_readme_says_what_make_test_installs():
+    makefile = page("Makefile")
+    quick = flat(page("README.md").split("## Quick start", 1)[1].split("\n## ", 1)[0])
+    assert not re.search(r"no Redis(?! to install)", quick)  # Redis comes with SPEX; it is not absent
+    if "browser" in re.search(r"^test:(.*)$", makefile, re.M).group(1):  # type: ignore[union-attr]
+        assert "chromium" in quick.lower()
+    if "redis-server" in makefile:
+        assert "redis-server" in quick
+
+
+def test_the_data_directory_permissions_are_documented():
+    for path in ("docs/guides/operations.md", "docs/concepts/glossary.md"):
+        text = flat(page(path))
+        assert "mode 700" in text and "chmod 700" in text, path
