@@ -40,7 +40,8 @@ def print_answer(console: Console, answer: AnswerResult) -> None:
     if served is not None:
         model = f" ({served.model})" if served.model else ""
         console.print(
-            f"  answered by: {served.engine}{model}, {served.content} content, reward {served_reward(served)}",
+            f"  answered by: {served.engine}{model}, {served.content} content, "
+            f"reward {served_reward(served)}",
             markup=False,
         )
         if demonstration(served):

@@ -92,7 +92,9 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
     )
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
     b.add_argument(
-        "--no-t2", action="store_true", help="split the speculative pool evenly across queries, not by T2's value"
+        "--no-t2",
+        action="store_true",
+        help="split the speculative pool evenly across queries, not by T2's value",
     )
     b.add_argument("--early-stop", action="store_true", help="T3: stop a search once its answer is settled")
     b.add_argument("--early-stop-alpha", type=float, default=0.5, help="T3 margin scale α")

@@ -9,6 +9,7 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
+from spex.cli.docs_sources import named_paths
 from spex.cli.main import COMMANDS, build_parser
 from spex.cli.runtime import up_settings
 from spex.proto import ServedBy
@@ -86,13 +87,10 @@ def test_the_pages_name_the_module_that_runs_each_command():
 
 
 def test_the_named_source_paths_exist():
-    """Every repository path a page names in backticks (`shared/hf/llama.py`) is there."""
-    named = re.compile(r"`((?:proto|search|shared|services|bench|cli|api|tests|k8s|compose)/[\w/.-]+\.\w+)")
+    """Every repository path a page names in backticks (`shared/hf/llama.py`) is there: the site
+    links each to the file it carries (cli/docs_sources.py)."""
     missing = sorted(
-        (name, path)
-        for name, text in pages().items()
-        for path in named.findall(text)
-        if not (ROOT / path).exists()
+        (name, path) for name, text in pages().items() for path in named_paths(text) if not (ROOT / path).exists()
     )
     assert not missing, f"pages name files the repository does not hold: {missing}"
 
