@@ -63,7 +63,12 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         "--redis", default=None, help="use this Redis, redis://HOST:PORT, instead of an embedded one"
     )
     u.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
-    u.add_argument("--data-dir", default=None, help="embedded Redis data (default ~/.local/share/spex)")
+    u.add_argument(
+        "--data-dir",
+        default=None,
+        help="embedded Redis data and its password: a directory of yours, mode 700, made so if missing "
+        "(default ~/.local/share/spex)",
+    )
     u.add_argument(
         "--fsync", choices=["everysec", "always"], default="everysec", help="embedded Redis: AOF fsync policy"
     )

@@ -180,6 +180,7 @@ def test_the_readme_says_what_make_test_installs():
 
 
 def test_the_data_directory_permissions_are_documented():
+    assert "mode 700" in _option(_subparser("up"), "--data-dir").help
     for path in ("docs/guides/operations.md", "docs/concepts/glossary.md"):
         text = flat(page(path))
         assert "mode 700" in text and "chmod 700" in text, path
