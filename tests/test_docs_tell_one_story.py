@@ -89,9 +89,8 @@ def test_the_pages_name_the_module_that_runs_each_command():
 def test_the_named_source_paths_exist():
     """Every repository path a page names in backticks (`shared/hf/llama.py`) is there: the site
     links each to the file it carries (cli/docs_sources.py)."""
-    missing = sorted(
-        (name, path) for name, text in pages().items() for path in named_paths(text) if not (ROOT / path).exists()
-    )
+    named = {(name, path) for name, text in pages().items() for path in named_paths(text)}
+    missing = sorted((name, path) for name, path in named if not (ROOT / path).exists())
     assert not missing, f"pages name files the repository does not hold: {missing}"
 
 
