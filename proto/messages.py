@@ -330,12 +330,17 @@ class WorkerLoadEvent(Message, frozen=True):
 
 class ServedBy(msgspec.Struct, frozen=True):
     """What answered a question: the engine, its model, what it wrote (the model's text, or the
-    synthetic workload's stand-ins: a demonstration) and what rewarded its steps."""
+    synthetic workload's stand-ins: a demonstration) and what rewarded its steps.
+
+    The wire carries these four fields only. A reader is shown them by
+    `spex.shared.runtime.views.served_json` (an answer's `served_by` over HTTP, the CLI): the
+    model null where it is "", the reward of synthetic content as `sim-prm` or `sim-logprob`, and
+    for synthetic content a `demonstration` sentence besides."""
 
     engine: str = ""  # sim (a simulated GPU) | hf (in process) | vllm | sglang
     model: str = ""  # the generator's model (a directory or a served name; "" on sim)
     content: Content = "synthetic"
-    reward: Reward = "prm"  # a reward model's (the simulated PRM's for synthetic content), or the model's own
+    reward: Reward = "prm"  # a reward model's or the model's own (synthetic content: their simulated draws)
 
 
 class AnswerResult(Message, frozen=True):

@@ -168,6 +168,26 @@ def test_an_answer_names_the_simulated_reward_model_as_simulated():
     assert answer["properties"]["served_by"]["properties"]["reward"]["enum"] == list(SERVED_REWARDS)
 
 
+def test_the_http_page_lists_served_by_as_the_reply_carries_it_and_the_wire_page_as_the_wire_does():
+    """The HTTP reply's `served_by` (`served_json`) has a field and reward values the wire's
+    `ServedBy` lacks; each reference page lists its own, read from the code."""
+    replies = [served_json(ServedBy(e, m, c, r)) for e in ("sim", "hf") for m in ("", "m")
+               for c in ("synthetic", "real") for r in ("prm", "logprob")]  # fmt: skip
+    said = {key: {reply[key] for reply in replies if reply and key in reply} for key in ("reward", "model")}
+    http_fields = {key for reply in replies if reply for key in reply}
+    wire_fields = set(ServedBy.__struct_fields__)
+    assert http_fields - wire_fields == {"demonstration"} and said["reward"] == set(SERVED_REWARDS)
+    assert None in said["model"]  # "" on the wire is null in a reply
+    http = page("docs/reference/http.md").split("`served_by`:", 1)[1].split("\n\n", 2)[1]
+    rows = {line.split("|")[1].strip(" `"): line for line in http.splitlines()[2:]}
+    assert set(rows) == http_fields, rows
+    assert all(f'`"{value}"`' in rows["reward"] for value in SERVED_REWARDS), rows["reward"]
+    wire = page("docs/reference/wire.md").split("### ServedBy", 1)[1].split("\n### ", 1)[0]
+    wire_rows = {line.split("|")[1].strip(" `") for line in wire.splitlines() if line.startswith("| `")}
+    assert wire_rows == wire_fields and "[Reward](#value-sets)" in wire
+    assert "`sim-prm`" in wire and "`demonstration`" in wire  # it says what a reader is shown instead
+
+
 def test_the_readme_says_what_make_test_installs():
     makefile = page("Makefile")
     quick = flat(page("README.md").split("## Quick start", 1)[1].split("\n## ", 1)[0])
