@@ -1,5 +1,6 @@
 """The first-question page shows what a real `spex up` prints and answers: its start-up lines
-are the ones a run prints (ports and paths aside), an answer names the simulated reward model
+are the ones a run prints (ports and paths aside), and the observability guide's are the same
+lines in the same order with the metrics line in its place; an answer names the simulated reward model
 `sim-prm`, and the tree `spex tree` reads holds the answer's `nodes` plus the root and the
 speculative steps the search never used, as the page says. Also: `spex up` refuses a data
 directory others can read, in one line that names the chmod that fixes it."""
@@ -20,6 +21,7 @@ from tests.services.helpers import http, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "getting-started" / "first-question.md").read_text(encoding="utf-8")
+OBSERVABILITY = (ROOT / "docs" / "guides" / "observability.md").read_text(encoding="utf-8")
 HOME_DATA = "~/.local/share/spex"
 
 
@@ -34,9 +36,25 @@ def normalized(text: str, data_dir: str, port: int) -> str:
     return text.replace(f"127.0.0.1:{port}", "127.0.0.1:8080")
 
 
-def start_up_block() -> str:
-    block = PAGE.split("```\nspex up: ", 1)[1].split("```", 1)[0]
+def start_up_block(page: str) -> str:
+    block = page.split("```\nspex up: ", 1)[1].split("```", 1)[0]
     return "spex up: " + block
+
+
+def metrics_sample_holds(run: list[str]) -> None:
+    """The observability guide's start-up sample (`--metrics-port 8700`) is the run's lines in
+    their order, with the metrics line after the logs' and before the last: one port a service,
+    from 8700 up, in the order the run names them."""
+    sample = [
+        normalized(line, HOME_DATA, 8080) for line in start_up_block(OBSERVABILITY).splitlines() if line
+    ]
+    metrics = [line for line in sample if line.startswith("metrics: ")]
+    assert len(metrics) == 1, sample
+    at = sample.index(metrics[0])
+    assert sample[:at] + sample[at + 1 :] == run, f"the guide shows:\n{sample}\na run prints:\n{run}"
+    assert run[at - 1].startswith("logs: ") and at == len(run) - 1, run
+    services = run[0].rpartition("services: ")[2].split(", ")
+    assert metrics[0] == "metrics: " + ", ".join(f"{name} :{8700 + i}" for i, name in enumerate(services))
 
 
 @pytest.mark.redis
@@ -75,9 +93,10 @@ def test_the_first_question_page_shows_a_real_run(tmp_path):
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=60)
-    said = normalized(start_up_block(), HOME_DATA, 8080)
+    said = normalized(start_up_block(PAGE), HOME_DATA, 8080)
     ran = normalized("".join(printed), str(data), port)
     assert said == ran, f"the page shows:\n{said}\na run prints:\n{ran}"
+    metrics_sample_holds([normalized(line, str(data), port) for line in printed if line.strip()])
     body = answer[1]
     assert body["status"] == "answered" and body["served_by"]["reward"] == "sim-prm"
     states = collections.Counter(node["state"] for node in tree["nodes"])
