@@ -215,3 +215,15 @@ def test_the_data_directory_permissions_are_documented():
     for path in ("docs/guides/operations.md", "docs/concepts/glossary.md"):
         text = flat(page(path))
         assert "mode 700" in text and "chmod 700" in text, path
+
+
+def test_every_page_names_the_routes_open_without_a_token_as_the_ingress_serves_them():
+    """The routes the ingress serves without a token (`OPEN_PATHS`), as the README, the operations
+    guide and the HTTP reference name them."""
+    for path in ("README.md", "docs/guides/operations.md"):
+        said = re.search(r"every (?:call|request) but (.*?) needs", flat(page(path)))
+        assert said, path
+        assert set(re.findall(r"`(/[^`]*)`", said.group(1))) == OPEN_PATHS, (path, said.group(1))
+    http = page("docs/reference/http.md")
+    routes = re.findall(r"^### [A-Z]+ (\S+)\n\n.*?\n\nToken: (\w+)", http, re.M | re.S)
+    assert {route for route, token in routes if token == "none"} == OPEN_PATHS, routes
