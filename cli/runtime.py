@@ -78,8 +78,12 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         "--metrics-port",
         type=int,
         default=None,
-        help="the first service's /metrics port, the others counting up from it, one per service in "
-        "order; " + _help("metrics_port"),
+        help=flag_help(
+            Settings,
+            "metrics_port",
+            meaning="Prometheus /metrics ports (0: off): the first service's, the others counting up "
+            "from it, one per service in the order the start-up line names them",
+        ),
     )
     u.add_argument(
         "--generators",
