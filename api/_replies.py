@@ -73,7 +73,7 @@ class Answer:
         early_stopped: Adaptive early termination (T3) ended the search.
         speculative_issued: Speculative generations issued for it.
         speculative_adopted: Of those, the ones its search used.
-        served_by: What answered it (`None`: an answer from before answers said so).
+        served_by: What answered it (`None`: an answer stored by a coordinator that did not record it).
         error: Why it failed (`None` unless it did).
         baseline_twin: Its baseline twin, where one was asked for.
     """

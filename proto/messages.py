@@ -104,7 +104,8 @@ ANSWER_SELECTIONS: tuple[AnswerSelection, ...] = get_args(AnswerSelection)
 NODE_STATES: tuple[NodeState, ...] = get_args(NodeState)
 REWARDS: tuple[Reward, ...] = get_args(Reward)
 PROMPT_PRESETS: tuple[PromptPreset, ...] = get_args(PromptPreset)
-# A job's split when its message names none: what a message from before splits existed meant.
+# A job's split when its message names none: blank-line steps, the ones a sender that does not
+# name a split writes.
 # Coordinators always send theirs (a run's default is DEFAULT_SPLIT, spex.shared.content.prompts).
 WIRE_SPLIT: Split = "blank-line"
 
@@ -356,7 +357,7 @@ class AnswerResult(Message, frozen=True):
     cancelled: bool = False  # its client cancelled it before it was answered
     spec_issued: int = 0  # speculative jobs issued for it (0 for a baseline query)
     spec_adopted: int = 0  # ... that the search used
-    served_by: ServedBy | None = None  # None: from a coordinator before answers said so
+    served_by: ServedBy | None = None  # None: from a coordinator that does not record it
 
 
 class NodeEvent(Message, frozen=True):

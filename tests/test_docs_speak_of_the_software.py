@@ -20,6 +20,10 @@ NOTEBOOK = {
     "a commit": r"\bcommits? `?[0-9a-f]{7,40}\b|\(`?[0-9a-f]{7}`?\)",
     "the machine it was written on": r"\bthis (machine|CPU)\b",
     "the project's history": r"\bthe project's (earlier|first|engine)\b",
+    "where the docs were written": r"\b(tested|measured|checked|downloaded|run|ran) here\b|\bhere \(\d+ cores"
+    r"|\b\d+ s here\b|\bbusy with a benchmark\b",
+    "what the writers could not read": r"\bnot recovered\b|\bonly as images\b",
+    "the software's past": r"\bhas always (been )?written\b|\bfrom before\b|\bnone of this has run\b",
 }
 
 
@@ -69,6 +73,9 @@ def test_the_notebook_words_are_caught():
         "a commit": "at commit 47fee29",
         "the machine it was written on": "about 25 s on this CPU",
         "the project's history": "the project's earlier rule",
+        "where the docs were written": "a vLLM server here (2 cores; 37 s here)",
+        "what the writers could not read": "the per-cell plot was not recovered",
+        "the software's past": "as SPEX has always written it",
     }
     for what, pattern in NOTEBOOK.items():
         assert re.search(pattern, samples[what], re.I), what

@@ -79,7 +79,7 @@ def served_reward(served: ServedBy) -> str:
 
 
 def served_json(served: ServedBy | None) -> dict[str, Any] | None:
-    """What answered, as JSON (None: an answer from before answers said so)."""
+    """What answered, as JSON (None: an answer stored by a coordinator that did not record it)."""
     if served is None:
         return None
     out: dict[str, Any] = {
