@@ -141,7 +141,9 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
 
 def _driver_args(b: argparse.ArgumentParser) -> None:
     """Which driver runs the workload (one run, the grid, the services, the affinity bench)."""
-    b.add_argument("--grid", action="store_true", help="run the SPEX paper's main figure (Fig. 10) and ablations")
+    b.add_argument(
+        "--grid", action="store_true", help="run the SPEX paper's main figure (Fig. 10) and ablations"
+    )
     b.add_argument("--distributed", action="store_true", help="run through the real services (sim engine)")
     b.add_argument(
         "--time-scale",

@@ -186,7 +186,7 @@ def _answer() -> Schema:
         "early_stopped": _t("boolean", "T3 stopped the search"),
         "speculative_issued": _t("integer", "speculative jobs issued for it"),
         "speculative_adopted": _t("integer", "... that the search used"),
-        "served_by": _served("what answered it (null: an answer stored by a coordinator that did not record it)"),
+        "served_by": _served("what answered it (null: stored by a coordinator that did not record it)"),
         "baseline_twin": _object(
             {
                 "query_id": _t("string", "the twin's: searched with speculation off, same seed"),
