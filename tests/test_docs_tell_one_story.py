@@ -227,3 +227,36 @@ def test_every_page_names_the_routes_open_without_a_token_as_the_ingress_serves_
     http = page("docs/reference/http.md")
     routes = re.findall(r"^### [A-Z]+ (\S+)\n\n.*?\n\nToken: (\w+)", http, re.M | re.S)
     assert {route for route, token in routes if token == "none"} == OPEN_PATHS, routes
+
+
+# Glossary terms a page uses in passing, by their entry's anchor.
+GLOSSED = {
+    "fencing epoch": "fencing-epoch",
+    "KEDA": "keda",
+    "XTRIM MINID": "xtrim-minid",
+    "bounded loads": "consistent-hashing-with-bounded-loads",
+    "Kumaraswamy": "kumaraswamy-distribution",
+}
+
+
+def test_a_glossary_term_is_linked_to_its_entry_where_a_page_first_uses_it():
+    """Outside code blocks; a page that points at the glossary itself first (the terms page) or
+    cites each term's source (the references) is exempt."""
+    glossary = page("docs/concepts/glossary.md")
+    unlinked = []
+    for name, text in pages().items():
+        if name.endswith(("glossary.md", "references.md")) or name.startswith("docs/reference/"):
+            continue
+        body = re.sub(r"```.*?```", "", text, flags=re.S)
+        for term, anchor in GLOSSED.items():
+            assert term.lower() in glossary.lower(), term
+            used = re.search(re.escape(term), body)
+            if used is None:
+                continue
+            link = re.search(rf"\[[^\]]*{re.escape(term)}[^\]]*\]\([^)]*glossary\.md#{anchor}\)", body)
+            pointer = re.search(r"\[glossary\]\([^)#]*glossary\.md\)", body)
+            if not (link and link.start() <= used.start()) and not (
+                pointer and pointer.start() < used.start()
+            ):
+                unlinked.append(f"{name}: {term}")
+    assert not unlinked, unlinked
