@@ -103,6 +103,7 @@ def test_the_first_question_page_shows_a_real_run(tmp_path):
     assert states["root"] == 1 and states["primary"] + states["adopted"] == body["nodes"], states
     beside = states["cancelled"] + states["unused"] + states["speculative"]  # speculation never used
     assert len(tree["nodes"]) == body["nodes"] + 1 + beside
+    assert body["speculative_issued"] >= states["adopted"] + beside  # jobs: a node may be issued twice
     page = flat(PAGE)
     assert "The nodes whose state is `primary` or `adopted` are the search's tree, `nodes` of them" in page
     for state in ("root", "cancelled", "unused", "speculative"):
