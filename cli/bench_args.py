@@ -47,7 +47,9 @@ def _workload_args(b: argparse.ArgumentParser) -> None:
         "--reward",
         choices=list(REWARDS),
         default="prm",
-        help="a step's reward: the PRM's score or its log-probability",
+        help="a step's reward: prm, a reward model's score (--prm DIR or --prm-url URL; with neither, "
+        "the simulated PRM of --reward-profile on the sim and hf engines' synthetic content, refused "
+        "on real content and on vllm and sglang), or logprob, the generator's own log-probability",
     )
     b.add_argument(
         "--answer-selection",
