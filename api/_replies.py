@@ -32,7 +32,8 @@ class ServedBy:
         engine: `sim`, `hf`, `vllm` or `sglang`.
         model: The model's name (`None` on `sim`).
         content: `"real"` (the model's text) or `"synthetic"` (the workload's stand-ins).
-        reward: `"prm"` or `"logprob"`.
+        reward: `"prm"` (a reward model's) or `"logprob"` (the model's own log-probabilities);
+            on synthetic content `"sim-prm"` or `"sim-logprob"`, the workload's simulated ones.
         demonstration: On synthetic content, the note that the steps are not a model's.
     """
 
@@ -72,7 +73,7 @@ class Answer:
         early_stopped: Adaptive early termination (T3) ended the search.
         speculative_issued: Speculative generations issued for it.
         speculative_adopted: Of those, the ones its search used.
-        served_by: What answered it (`None`: an answer from before answers said so).
+        served_by: What answered it (`None`: an answer stored by a coordinator that did not record it).
         error: Why it failed (`None` unless it did).
         baseline_twin: Its baseline twin, where one was asked for.
     """

@@ -223,7 +223,8 @@ def _markdown(report: dict[str, Any]) -> str:
         lines.append("")
     lines += [
         "**Ablation** (Llemma-7B@A6000): speedup with T1 only / T1+T2 / T1+T2+T3; and T1+T2 on the "
-        "project's earlier engine, which paused speculative sequences step by step (no stock engine can)",
+        "simulated engine's `--scheduling paused`, which pauses speculative sequences step by step "
+        "(no stock engine can)",
         "",
     ]
     lines.append("| search | B | T1 | T1+T2 | T1+T2+T3 | T1+T2, per-step pausing |")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from spex.shared.runtime.views import demonstration
+from spex.shared.runtime.views import demonstration, served_reward
 
 if TYPE_CHECKING:
     from spex.proto import AnswerResult
@@ -40,7 +40,8 @@ def print_answer(console: Console, answer: AnswerResult) -> None:
     if served is not None:
         model = f" ({served.model})" if served.model else ""
         console.print(
-            f"  answered by: {served.engine}{model}, {served.content} content, reward {served.reward}",
+            f"  answered by: {served.engine}{model}, {served.content} content, "
+            f"reward {served_reward(served)}",
             markup=False,
         )
         if demonstration(served):

@@ -51,7 +51,9 @@ def _workload_args(b: argparse.ArgumentParser) -> None:
         "--reward",
         choices=list(REWARDS),
         default="prm",
-        help="a step's reward: the PRM's score or its log-probability",
+        help="a step's reward: prm, a reward model's score (--prm DIR or --prm-url URL; with neither, "
+        "the simulated PRM of --reward-profile on the sim and hf engines' synthetic content, refused "
+        "on real content and on vllm and sglang), or logprob, the generator's own log-probability",
     )
     b.add_argument(
         "--answer-selection",
@@ -103,7 +105,11 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
         "look-ahead (rStar and searches without hooks)",
     )
     b.add_argument("--no-t1", action="store_true", help="no intra-query speculation")
-    b.add_argument("--no-t2", action="store_true", help="even speculative shares instead of T2's softmax")
+    b.add_argument(
+        "--no-t2",
+        action="store_true",
+        help="split the speculative pool evenly across queries, not by T2's value",
+    )
     b.add_argument("--early-stop", action="store_true", help="T3: stop a search once its answer is settled")
     b.add_argument("--early-stop-alpha", type=float, default=0.5, help="T3 margin scale α")
     b.add_argument("--early-stop-min", type=int, default=None, help="T3 minimum answers t")
@@ -149,7 +155,9 @@ def _speculation_args(b: argparse.ArgumentParser) -> None:
 
 def _driver_args(b: argparse.ArgumentParser) -> None:
     """Which driver runs the workload (one run, the grid, the services, the affinity bench)."""
-    b.add_argument("--grid", action="store_true", help="run the paper's main figure and ablations")
+    b.add_argument(
+        "--grid", action="store_true", help="run the SPEX paper's main figure (Fig. 10) and ablations"
+    )
     b.add_argument("--distributed", action="store_true", help="run through the real services (sim engine)")
     b.add_argument(
         "--time-scale",

@@ -53,14 +53,20 @@ def _allowed(schema: Schema) -> str:
     return "; ".join(said)
 
 
-def _properties(schema: Schema) -> list[str]:
+def _properties(schema: Schema, within: str = "") -> list[str]:
+    """A schema's fields as a table, then each field that is an object of named fields as a
+    table of its own (`within`: the path of fields it is in)."""
     required = set(schema.get("required", ()))
     lines = ["| Field | Type | Required | Default | Allowed | Meaning |", "|---|---|---|---|---|---|"]
+    nested = []
     for name, prop in schema.get("properties", {}).items():
         default = f"`{json.dumps(prop['default'])}`" if "default" in prop else ""
-        cells = [f"`{name}`", _type(prop), "yes" if name in required else "", default, _allowed(prop)]
+        kind = _type(prop) + (" (its fields below)" if "properties" in prop else "")
+        cells = [f"`{name}`", kind, "yes" if name in required else "", default, _allowed(prop)]
         lines.append("| " + " | ".join([*cells, cell(prop.get("description", ""))]) + " |")
-    return lines
+        if "properties" in prop:
+            nested += ["", f"`{within}{name}`:", "", *_properties(prop, f"{within}{name}.")]
+    return lines + nested
 
 
 def _operation(method: str, path: str, op: Schema) -> list[str]:

@@ -110,6 +110,8 @@ def cli_page() -> str:
         "",
         f"{parser.description}.",
         "",
+        "The SPEX paper the help texts name is [Zhong et al., OSDI '26](../references.md#spex-paper).",
+        "",
         "| Command | What it does |",
         "|---|---|",
     ]

@@ -24,11 +24,6 @@ from spex.shared.runtime.settings_schema import flag_help
 # on the engine's batch-invariant mode, so SPEX grows the baseline's very trees.
 DEMO_MODEL_SETTINGS: dict[str, object] = {"max_step_tokens": 48, "max_depth": 4, "deterministic": True}
 
-# `spex up`: the first service's /metrics; the others count up from it. Outside 9100-9999, the
-# range Prometheus's list of exporter ports allocates in whole (9100 is node_exporter's: on a
-# node running both, a service would lose its metrics to it), and clear of 8000 (vLLM), 8080
-# (the ingress) and 9090 (Prometheus).
-DEFAULT_METRICS_PORT = 8700
 # Settings `spex up` takes as flags: a bad value names the flag beside its variable.
 UP_FLAGS = {
     "time_scale": "--time-scale", "engine": "--engine", "engine_url": "--engine-url", "model": "--model",
@@ -70,7 +65,12 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         "--redis", default=None, help="use this Redis, redis://HOST:PORT, instead of an embedded one"
     )
     u.add_argument("--redis-password-file", default=None, help=_help("redis_password_file"))
-    u.add_argument("--data-dir", default=None, help="embedded Redis data (default ~/.local/share/spex)")
+    u.add_argument(
+        "--data-dir",
+        default=None,
+        help="embedded Redis data and its password: a directory of yours, mode 700, made so if missing "
+        "(default ~/.local/share/spex)",
+    )
     u.add_argument(
         "--fsync", choices=["everysec", "always"], default="everysec", help="embedded Redis: AOF fsync policy"
     )
@@ -80,7 +80,12 @@ def add_up_parser(sub: argparse._SubParsersAction) -> None:
         "--metrics-port",
         type=int,
         default=None,
-        help=f"first /metrics port, one per service in order (default {DEFAULT_METRICS_PORT}; 0: none)",
+        help=flag_help(
+            Settings,
+            "metrics_port",
+            meaning="Prometheus /metrics ports (0: off): the first service's, the others counting up "
+            "from it, one per service in the order the start-up line names them",
+        ),
     )
     u.add_argument(
         "--generators",
@@ -204,9 +209,6 @@ def _up_settings(args: argparse.Namespace) -> Settings:
     # A real model writes real text unless told otherwise: synthetic content on one (exactly the
     # workload's token counts) is an explicit --content synthetic.
     content = args.content or ("real" if engine != "sim" else None)
-    metrics_port = args.metrics_port
-    if metrics_port is None and "SPEX_METRICS_PORT" not in os.environ:
-        metrics_port = DEFAULT_METRICS_PORT
     return Settings.from_env(
         None,
         time_scale=args.time_scale,
@@ -235,7 +237,7 @@ def _up_settings(args: argparse.Namespace) -> Settings:
         max_depth=args.max_depth,
         http_host=args.host,
         http_port=args.port,
-        metrics_port=metrics_port,
+        metrics_port=args.metrics_port,
         redis_password_file=args.redis_password_file,
         objective=args.objective,
         predictor=args.predictor,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import msgspec
 
 from spex.proto import AnswerResult, ServedBy
+from spex.shared.runtime.views import SIMULATED
 
 if TYPE_CHECKING:
     from spex import Answer, Client, ClientError
@@ -177,6 +178,7 @@ def _served(answer: Answer) -> ServedBy | None:
         return None
     said = asdict(answer.served_by)
     said.pop("demonstration")
+    said["reward"] = said["reward"].removeprefix(SIMULATED)  # the wire says prm or logprob for both
     try:
         return msgspec.convert({k: v or "" for k, v in said.items()}, ServedBy)
     except msgspec.ValidationError:

@@ -104,7 +104,8 @@ ANSWER_SELECTIONS: tuple[AnswerSelection, ...] = get_args(AnswerSelection)
 NODE_STATES: tuple[NodeState, ...] = get_args(NodeState)
 REWARDS: tuple[Reward, ...] = get_args(Reward)
 PROMPT_PRESETS: tuple[PromptPreset, ...] = get_args(PromptPreset)
-# A job's split when its message names none: what a message from before splits existed meant.
+# A job's split when its message names none: blank-line steps, the ones a sender that does not
+# name a split writes.
 # Coordinators always send theirs (a run's default is DEFAULT_SPLIT, spex.shared.content.prompts).
 WIRE_SPLIT: Split = "blank-line"
 
@@ -330,12 +331,17 @@ class WorkerLoadEvent(Message, frozen=True):
 
 class ServedBy(msgspec.Struct, frozen=True):
     """What answered a question: the engine, its model, what it wrote (the model's text, or the
-    synthetic workload's stand-ins: a demonstration) and what rewarded its steps."""
+    synthetic workload's stand-ins: a demonstration) and what rewarded its steps.
+
+    The wire carries these four fields only. A reader is shown them by
+    `spex.shared.runtime.views.served_json` (an answer's `served_by` over HTTP, the CLI): the
+    model null where it is "", the reward of synthetic content as `sim-prm` or `sim-logprob`, and
+    for synthetic content a `demonstration` sentence besides."""
 
     engine: str = ""  # sim (a simulated GPU) | hf (in process) | vllm | sglang
     model: str = ""  # the generator's model (a directory or a served name; "" on sim)
     content: Content = "synthetic"
-    reward: Reward = "prm"  # a reward model's (the simulated PRM's for synthetic content), or the model's own
+    reward: Reward = "prm"  # a reward model's or the model's own (synthetic content: their simulated draws)
 
 
 class AnswerResult(Message, frozen=True):
@@ -351,7 +357,7 @@ class AnswerResult(Message, frozen=True):
     cancelled: bool = False  # its client cancelled it before it was answered
     spec_issued: int = 0  # speculative jobs issued for it (0 for a baseline query)
     spec_adopted: int = 0  # ... that the search used
-    served_by: ServedBy | None = None  # None: from a coordinator before answers said so
+    served_by: ServedBy | None = None  # None: from a coordinator that does not record it
 
 
 class NodeEvent(Message, frozen=True):

@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 import time
@@ -92,10 +93,19 @@ def lock_data_dir(data_dir: Path) -> int:
 
 
 def _private(path: Path, what: str) -> None:
-    """`path` is ours and nobody else's: another user must not plant or read the password."""
+    """`path` is ours and nobody else's: another user must not plant or read the password (the
+    data directory holds it and Redis's data). The refusal names the fix."""
     st = path.lstat()
-    if path.is_symlink() or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise ValueError(f"{what}: {path} must be owned by you and private (chmod go-rwx), not a link")
+    if path.is_symlink():
+        raise ValueError(f"{what}: {path} is a link: give the directory it points to, or another")
+    if st.st_uid != os.getuid():
+        raise ValueError(f"{what}: {path} belongs to another user: give one of your own")
+    if st.st_mode & 0o077:
+        private = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+        raise ValueError(
+            f"{what}: {path} is open to others (mode {stat.S_IMODE(st.st_mode):o}; it holds the Redis "
+            f"password): run `chmod {private:o} {path}`"
+        )
 
 
 def _log_dir(data_dir: Path) -> Path:

@@ -25,9 +25,10 @@ from spex.proto import (
     SubmitQuestionRequest,
     submission,
 )
-from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, PROMPT_PRESETS, REWARDS
+from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, PROMPT_PRESETS
 from spex.proto.submission import MAX_PROMPT_TOKENS
 from spex.services.openai_params import EXTRA_FIELDS, HONOURED, MODEL, NEUTRAL
+from spex.shared.runtime.views import SERVED_REWARDS
 
 __all__ = ["BOUNDS", "SHAPES", "Schema", "client_fields", "ref", "schemas"]
 
@@ -153,7 +154,12 @@ def _served(description: str) -> Schema:
     """What answers questions (`views.served_json`)."""
     engine = _t("string", "sim (a simulated GPU), hf (in process), vllm or sglang")
     content = _t("string", "real: the model's text; synthetic: the workload's stand-ins", enum=list(CONTENTS))
-    reward = _t("string", "prm: a reward model's; logprob: the model's own", enum=list(REWARDS))
+    reward = _t(
+        "string",
+        "prm: a reward model's; logprob: the model's own log-probabilities; sim-prm, sim-logprob: the "
+        "synthetic workload's simulated ones",
+        enum=list(SERVED_REWARDS),
+    )
     properties = {
         "engine": engine,
         "model": _t(["string", "null"], "the generator's model (null on sim)"),
@@ -180,7 +186,7 @@ def _answer() -> Schema:
         "early_stopped": _t("boolean", "T3 stopped the search"),
         "speculative_issued": _t("integer", "speculative jobs issued for it"),
         "speculative_adopted": _t("integer", "... that the search used"),
-        "served_by": _served("what answered it (null: an answer from before answers said so)"),
+        "served_by": _served("what answered it (null: stored by a coordinator that did not record it)"),
         "baseline_twin": _object(
             {
                 "query_id": _t("string", "the twin's: searched with speculation off, same seed"),

@@ -66,7 +66,7 @@ def test_submit_result_tree_over_http_print_what_the_redis_path_prints(live):
     assert twin_line in waited.stdout, waited.stdout
     kept = waited.stdout.split(twin_line)[0]  # its last line (wrapped, as rich wraps at 80)
     assert over_redis.returncode == 0 and over_redis.stdout == kept
-    assert "  answered by: sim, synthetic content, reward prm\n" in kept
+    assert "  answered by: sim, synthetic content, reward sim-prm\n" in kept
     assert "  note: a demonstration: synthetic content on a simulated GPU" in kept.replace("\n", " ")
     assert result.returncode == 0 and result.stdout.startswith(f"{other}: ")
     saved = json.loads((tmp / "tree.json").read_text())

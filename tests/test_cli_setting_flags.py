@@ -32,6 +32,13 @@ def test_a_flag_that_sets_one_setting_has_the_settings_help():
     assert {"--host", "--port", "--deterministic", "--time-scale", "--objective"} <= checked
 
 
+def test_the_metrics_port_flag_says_its_own_words_once_then_the_variable():
+    help_text = _up_options()["--metrics-port"].help
+    assert help_text == flag_help(Settings, "metrics_port", meaning=help_text.split(" (default: ")[0])
+    assert help_text.startswith("Prometheus /metrics ports (0: off): the first service's")
+    assert help_text.endswith("(default: $SPEX_METRICS_PORT, else 0)") and help_text.count("(0: off") == 1
+
+
 def test_the_help_says_the_variable_then_the_default():
     f = next(f for f in fields(Settings) if f.name == "http_port")
     assert flag_help(Settings, "http_port") == f"{row(f).help} (default: $SPEX_HTTP_PORT, else 8080)"

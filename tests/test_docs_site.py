@@ -1,6 +1,7 @@
 """The documentation site builds with `mkdocs build --strict`: a broken link or anchor, or a page
 under docs/ that the nav leaves out, fails the build (mkdocs.yml's `validation`); the Python
-API's reference is rendered from the docstrings in that build."""
+API's reference is rendered from the docstrings in that build, and the source files the pages
+name are carried and linked (cli/docs_sources.py)."""
 
 import os
 import shutil
@@ -38,6 +39,10 @@ def test_the_docs_site_builds_strict_with_every_page_in_the_nav(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     for page in ("index.html", "journal/index.html", "reference/index.html", "reference/cli/index.html"):
         assert (site / page).is_file(), page
+    # A source path a page names links to the file as the clone holds it, carried by the site.
+    assert 'href="../source/shared/hf/llama.py/"' in (site / "gpu/index.html").read_text()
+    carried = (site / "source/shared/hf/llama.py/index.html").read_text()
+    assert "ARCHITECTURES" in carried and "LlamaRunner" in carried
     python = (site / "reference/python/index.html").read_text()
     for docstring in (spex.evaluate.__doc__, spex.Client.__doc__, spex.QuestionResult.__doc__):
         assert docstring is not None and docstring.splitlines()[0].split("`")[0] in python

@@ -161,7 +161,8 @@ class Settings(ContentSettings, IngressSettings):
     metrics_port: int = setting(
         0,
         env="SPEX_METRICS_PORT",
-        help="Prometheus /metrics port of this process (0: off)",
+        help="Prometheus /metrics port of this process (0: off; the compose file and the manifests give "
+        "8700, clear of vLLM's 8000, the ingress's 8080, Prometheus's 9090 and the exporters' 9100-9999)",
         check=lambda v, _: 0 <= v < 65536,
     )
     log_level: str = setting(

@@ -99,13 +99,14 @@ def reference(settings: type[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def flag_help(settings: type[Any], name: str, *, variable: bool = True) -> str:
+def flag_help(settings: type[Any], name: str, *, variable: bool = True, meaning: str = "") -> str:
     """The argparse help of a command-line flag that sets the field `name`: the setting's meaning
-    and, for a flag whose absence leaves the setting to its variable, where its default comes from.
-    A flag with a default of its own (`variable=False`) says the meaning alone."""
+    (or `meaning`, for a flag that means more than the setting does) and, for a flag whose absence
+    leaves the setting to its variable, where its default comes from. A flag with a default of its
+    own (`variable=False`) says the meaning alone."""
     f = next(f for f in fields(settings) if f.name == name)
     r = row(f)
-    text = r.help
+    text = meaning or r.help
     if variable:
         text += f" (default: ${r.env}, else {_shown(f.default) if f.default != '' else 'empty'})"
     return text.replace("%", "%%")

@@ -18,6 +18,7 @@ from spex.proto import (
     decode,
     names,
 )
+from spex.proto.messages import REWARDS
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANSWERS_SAMPLED",
+    "SERVED_REWARDS",
+    "SIMULATED",
     "answer_status",
     "demonstration",
     "fold_tree",
@@ -33,6 +36,7 @@ __all__ = [
     "overview",
     "served_by",
     "served_json",
+    "served_reward",
     "twin_json",
 ]
 
@@ -51,6 +55,12 @@ class Reader(Protocol):
 
 
 ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent answers
+# What rewarded an answer's steps, as readers are shown it: a reward model's (`prm`) or the
+# model's own log-probabilities (`logprob`) on real content; on synthetic content the simulated
+# PRM's (`sim-prm`) or the simulated log-probabilities (`sim-logprob`), which are the workload's
+# draws, not a model's. The wire (`ServedBy.reward`) keeps `prm` and `logprob` for both.
+SIMULATED = "sim-"
+SERVED_REWARDS: tuple[str, ...] = (*REWARDS, *(SIMULATED + r for r in REWARDS))
 # The overview's figures of everyone's work, the operator's alone (null in a client's).
 _OPERATORS = (
     "answered", "answers_per_s", "nodes_per_s", "speculative_issued", "speculative_adopted", "hit_rate",
@@ -78,13 +88,18 @@ def demonstration(served: ServedBy | None) -> str:
     return f"a demonstration: synthetic content on {where}, not a model's text or answer"
 
 
+def served_reward(served: ServedBy) -> str:
+    """What rewarded the steps, as readers are shown it (`SERVED_REWARDS`)."""
+    return SIMULATED + served.reward if served.content == "synthetic" else served.reward
+
+
 def served_json(served: ServedBy | None) -> dict[str, Any] | None:
-    """What answered, as JSON (None: an answer from before answers said so)."""
+    """What answered, as JSON (None: an answer stored by a coordinator that did not record it)."""
     if served is None:
         return None
     out: dict[str, Any] = {
         "engine": served.engine, "model": served.model or None, "content": served.content,
-        "reward": served.reward,
+        "reward": served_reward(served),
     }  # fmt: skip
     if demonstration(served):
         out["demonstration"] = demonstration(served)

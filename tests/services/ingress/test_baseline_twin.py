@@ -67,7 +67,7 @@ def test_a_twin_searches_the_same_tree_and_the_answer_says_so(redis_url):
     assert all(p is not None and "baseline_twin" not in p for p in plain)
     assert plain[0]["tree_digest"] != plain[1]["tree_digest"]
     served = answer["served_by"]
-    assert served["engine"] == "sim" and served["content"] == "synthetic" and served["reward"] == "prm"
+    assert served["engine"] == "sim" and served["content"] == "synthetic" and served["reward"] == "sim-prm"
     assert served["demonstration"].startswith("a demonstration: synthetic content on a simulated GPU")
 
 

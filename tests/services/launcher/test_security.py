@@ -32,12 +32,12 @@ def test_a_data_dir_others_can_read_is_refused(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
     shared.chmod(0o755)
-    with pytest.raises(ValueError, match="must be owned by you and private"):
+    with pytest.raises(ValueError, match=f"open to others \\(mode 755; .*run `chmod 700 {shared}`"):
         embedded_redis(shared)
     private = tmp_path / "private"
     embedded_redis(private)
     (private / "redis.password").chmod(0o644)
-    with pytest.raises(ValueError, match="password file"):
+    with pytest.raises(ValueError, match="password file: .*run `chmod 600 "):
         embedded_redis(private)
 
 
