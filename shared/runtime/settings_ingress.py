@@ -102,5 +102,5 @@ class IngressSettings:
         env="SPEX_MEMORY_PER_TARGET",
         within=(0, 2**30),
         help="bytes a question's search may hold in Redis a unit of its target, reserved while it is in "
-        "flight (0: the measured figure of its algorithm, 8,500-23,000)",
+        "flight (0: the measured figure of its algorithm, 18,000-36,000)",
     )
