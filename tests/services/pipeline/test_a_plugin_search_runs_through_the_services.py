@@ -48,7 +48,9 @@ def test_every_service_serves_the_plugin_and_a_twin_finds_it_lossless(redis_url,
             bad = await asyncio.to_thread(
                 http, "POST", base, {"question": "1+1?", "algorithm": "pruned_sc", "params": {"depth": 3}}
             )
-            asked = {"question": "What is 12 * 13?", "algorithm": "pruned_sc", "target": 8, "seed": 3}
+            # Sixteen samples: a search long enough that the allocator's rounds give it a budget
+            # whatever their phase against its rounds (a short one speculates only when in phase).
+            asked = {"question": "What is 12 * 13?", "algorithm": "pruned_sc", "target": 16, "seed": 3}
             _, submitted = await asyncio.to_thread(http, "POST", base, {**asked, "baseline_twin": True})
             return models, unknown, bad, await _answer(base, submitted["query_id"])
         finally:
