@@ -115,6 +115,11 @@ class DataLoss:
         marker, awaited, _ = self.keys(part)
         return bool(await self._done(keys=[marker, awaited], args=[me]))
 
+    @property
+    def watching(self) -> bool:
+        """An epoch token was read: a loss from now on is noticed by `check`."""
+        return bool(self._seen)
+
     async def check(self) -> bool:
         """Read the epoch tokens; a loss nobody marked (a token seen, none there now) is marked.
         True if one was. The first read of a part only remembers its token."""

@@ -27,7 +27,6 @@ __all__ = [
 ]
 
 
-
 class Read(Protocol):
     """The settings these checks and values read (`Settings` is one): declared here, so the
     values need not import the registry that declares its rows with them."""

@@ -40,6 +40,7 @@ __all__ = [
     "twin_json",
 ]
 
+
 class Reader(Protocol):
     """What `overview` reads through (the ingress client is one)."""
 

@@ -168,6 +168,8 @@ class JobWorker(Service, Generic[J]):
         # entries while the heartbeat round may reclaim the same ones (idle while Redis was
         # away); both would pass the handler's "already ours" check before either started it.
         job_id = d.message.job_id if isinstance(d.message, GenerateRequest | ScoreRequest) else ""
+        if job_id and not self.loss.watching:  # a job: a question was submitted, its token is there
+            await self.loss.check()  # read now, so a loss before the next heartbeat is noticed
         if job_id and job_id in self._dispatching:
             self.log.info("job_already_dispatching", job_id=job_id, entry_id=d.entry_id)
             return
