@@ -76,11 +76,13 @@ class FakeVLLM:
         fail_after: int = 0,
         request_ms: float = 0.0,
         prefill_ms_per_token: float = 0.0,
+        first_answer_at: int = 0,
     ) -> None:
         self.max_num_seqs, self.step_s, self.per_seq_s = max_num_seqs, step_ms / 1e3, per_seq_ms / 1e3
         # What the step that admits a request adds: a fixed cost, and its uncached prompt's prefill.
         self.request_s, self.prefill_s_per_token = request_ms / 1e3, prefill_ms_per_token / 1e3
         self.fail_after = fail_after  # > 0: every completion request after this many fails (a 500)
+        self.first_answer_at = first_answer_at  # no answer from a prompt of fewer steps than this
         self.served = 0
         self.waiting: list[_Seq] = []
         self.running: list[_Seq] = []
@@ -179,7 +181,8 @@ class FakeVLLM:
         else:  # a step of arithmetic, now and then the answer (the stop string is not returned)
             a, b, r = _draw(seed, prompt, "a") % 50, _draw(seed, prompt, "b") % 50, _draw(seed, prompt, "r")
             text = f"{a} + {b} = {a + b}."
-            if r % 3 == 0 or prompt.count(stop[0]) >= 4:
+            steps = prompt.count(stop[0])
+            if steps >= self.first_answer_at and (r % 3 == 0 or steps >= 4):
                 text += f" The answer is \\boxed{{{a + b}}}."
             out, finish, stop_reason = _tokens(text), "stop", stop[0]
             if len(out) > limit:

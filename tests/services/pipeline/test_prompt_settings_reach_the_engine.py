@@ -25,7 +25,9 @@ async def answered(
 ) -> tuple[dict[str, AnswerResult | None], list]:
     """Each question (text -> its own submission fields) searched by real services on the fake
     server: the answers, and every completion request the server got."""
-    async with in_process() as (url, fake):
+    # The root's steps never answer: a step's text follows from its seed, drawn from the question's
+    # random id, and a search answered at its first steps would have no child to look at.
+    async with in_process(first_answer_at=1) as (url, fake):
         cluster = Cluster(
             redis_url, "inprocess", engine="vllm", engine_url=url, content="real", reward="logprob",
             max_step_tokens=24, max_depth=3, **settings,
