@@ -42,8 +42,12 @@ def test_coordinator_survives_a_fuzzed_inbox(fuzz):
         query = fuzz.run(settle(coord, qid, query, added[-1][0]), DRAIN_S + 10)
         applied = [(i, f) for i, f in added if entry_order(i) <= entry_order(query.last_id)]
         fuzz.check_dead_letters(inbox, applied, grouped=False)
-        result = fuzz.run(answer(fuzz, coord, qid), DRAIN_S + 10)
-        assert result is not None, f"{qid}: no answer after its inbox was fuzzed"
+        result = fuzz.run(answer(fuzz, qid), DRAIN_S + 10)
+        events = [e["event"] for e in list(fuzz.logs)[since:] if e.get("query_id") == qid]
+        held = coord.queries.get(qid)
+        assert result is not None, (
+            f"{qid}: no answer after its inbox was fuzzed (held: {held and held.phase}; its events: {events})"
+        )
         fuzz.healthy(since)
         count(test, 1, len(entries))
 
@@ -86,9 +90,11 @@ async def settle(coord, qid: str, query: Any, last: str) -> Any:
         await asyncio.sleep(0.01)
 
 
-async def answer(fuzz: Fuzz, coord, qid: str) -> AnswerResult | None:
-    """The query's answer, cancelling it first if it is still searching."""
-    if qid in coord.queries:
-        with contextlib.suppress(Answered):  # answered meanwhile
-            await fuzz.cluster.client.cancel(qid)
+async def answer(fuzz: Fuzz, qid: str) -> AnswerResult | None:
+    """The query's answer, cancelling it first if it is still searching. (Not whether the
+    coordinator holds it now: a stall past the lease — the test thread drawing a large case holds
+    the interpreter — drops it until it is adopted again, and with no generator running only the
+    cancel ends it.)"""
+    with contextlib.suppress(Answered):  # answered already
+        await fuzz.cluster.client.cancel(qid)
     return await fuzz.cluster.client.result(qid, timeout_s=DRAIN_S)
