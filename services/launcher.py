@@ -27,11 +27,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from spex.services.step_curve import describe
 from spex.shared.engine.api import SERVERS
 from spex.shared.runtime.redis_server import RedisServer
 from spex.shared.runtime.settings import ENV, Settings, urls, without_password
-from spex.shared.runtime.stack import describe_stack
+from spex.shared.runtime.stack import describe_stack, describe_step_curve
 from spex.shared.runtime.supervisor import Supervisor, stop_reason
 
 __all__ = [
@@ -212,7 +211,7 @@ def up(
         base = f"http://{settings.http_host}:{settings.http_port}"
         say(f"HTTP ingress: {base}/v1/questions (live view: {base}/, OpenAI API: {base}/v1)")
         say(describe_stack(settings))
-        say(f"speculation: objective {settings.objective}; step curve: {describe(settings)}")
+        say(f"speculation: objective {settings.objective}; step curve: {describe_step_curve(settings)}")
         say(f"logs: {logs}" + ("" if data_dir is not None else " (removed when this stops)"))
         if ports:
             say("metrics: " + ", ".join(f"{n} :{p}" for n, p in ports.items()))

@@ -6,8 +6,8 @@ import pytest
 from spex.bench.vtime.config import BenchConfig
 from spex.bench.vtime.content import ENGINE_BUILDERS as BENCH_BUILDERS
 from spex.bench.vtime.content import make_engines
-from spex.services.generator_engines import ENGINE_BUILDERS as GENERATOR_BUILDERS
-from spex.services.generator_engines import live_engine
+from spex.services.generator.engines import ENGINE_BUILDERS as GENERATOR_BUILDERS
+from spex.services.generator.engines import live_engine
 from spex.shared.engine import ENGINES, SERVERS
 from spex.shared.runtime.settings import Settings
 

@@ -15,8 +15,8 @@ from spex.cli.runtime import up_settings
 from spex.proto import ServedBy
 from spex.proto.messages import SPLITS
 from spex.services.coordinator.service import Coordinator
-from spex.services.ingress import OPEN_PATHS
-from spex.services.openapi import document
+from spex.services.ingress.openapi import document
+from spex.services.ingress.service import OPEN_PATHS
 from spex.shared.content.prompt_style import DEFAULT_SPLIT, PromptStyle
 from spex.shared.hf.llama import ARCHITECTURES
 from spex.shared.runtime.settings import Settings

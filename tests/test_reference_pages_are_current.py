@@ -11,8 +11,8 @@ from spex.cli.docs_reference import PAGES, main, pages, stale
 from spex.cli.main import build_parser
 from spex.proto import messages
 from spex.proto.names import KEYS, STREAMS, Name
-from spex.services.ingress import OPEN_PATHS
-from spex.services.openapi import document
+from spex.services.ingress.openapi import document
+from spex.services.ingress.service import OPEN_PATHS
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.settings_schema import row
 

@@ -8,9 +8,10 @@ from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.settings_values import urls, without_password
 from spex.shared.runtime.views import demonstration, served_by
 
-__all__ = ["describe_stack"]
+__all__ = ["SWEEP_CACHE", "describe_stack", "describe_step_curve"]
 
 SERVER_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+SWEEP_CACHE = "~/.cache/spex/profiles"  # the in-process engine's start-up curves, per model and machine
 
 
 def describe_stack(settings: Settings) -> str:
@@ -45,3 +46,17 @@ def _reward_model(s: Settings) -> str:
     if s.prm_url:
         return f"via {SERVER_NAMES[s.prm_engine]} at {without_password(s.prm_url)}"
     return f"in process (model {s.prm})" if s.prm else ""
+
+
+def describe_step_curve(settings: Settings) -> str:
+    """Which step curve speculation is budgeted by, in one phrase."""
+    if settings.engine == "sim":
+        return f"the catalog's simulated {settings.profile}"
+    if settings.profile_file:
+        return f"the measured curve in {settings.profile_file}"
+    if settings.engine == "hf" and settings.startup_sweep:
+        return f"measured by the generator at its start (cached in {SWEEP_CACHE})"
+    return (
+        f"the catalog's {settings.profile}, a guess for this engine (measure one: `spex profile "
+        "--engine vllm|sglang --json F`, then --profile-file F)"
+    )

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from spex.proto.messages import PROMPT_PRESETS
 from spex.proto.submission import CLIENT_FIELDS, MODES
-from spex.services.ingress import IngressService
+from spex.services.ingress.service import IngressService
 from spex.shared.core.search import SEARCHES
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import RedisServer, free_port

@@ -10,7 +10,7 @@ import json
 import structlog
 
 from spex.proto.messages import SPECULATIVE
-from spex.services.step_curve import publish_curve
+from spex.services.generator.step_curve import publish_curve
 from spex.shared.hf.engine import HFEngine
 from spex.shared.hf.threaded import ThreadedEngine
 from spex.shared.runtime.connect import redis_client

@@ -21,8 +21,8 @@ from typing import Any
 from spex.proto.names import ALLOCATOR_LEASE
 from spex.services.allocator import Allocator
 from spex.services.coordinator import Coordinator
-from spex.services.generator import Generator
-from spex.services.ingress import IngressService
+from spex.services.generator.service import Generator
+from spex.services.ingress.service import IngressService
 from spex.services.launcher import service_env
 from spex.services.scorer import Scorer
 from spex.shared.runtime.client import IngressClient

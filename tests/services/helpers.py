@@ -9,7 +9,7 @@ import urllib.request
 
 from spex.proto import AnswerResult, GenerateRequest, ScoreRequest, SubmitQuestionRequest, decode, encode
 from spex.proto.names import ANSWERS, DEFAULT_POOL, GENERATOR_GROUP, dead_letter, query_request, worker_jobs
-from spex.services.generator import Generator
+from spex.services.generator.service import Generator
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings

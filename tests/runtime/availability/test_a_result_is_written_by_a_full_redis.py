@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 
 from spex.proto import GenerateResult, decode
 from spex.proto.names import GENERATOR_GROUP, dead_letter, query_inbox
-from spex.services.generator import Generator
+from spex.services.generator.service import Generator
 from spex.shared.runtime.settings import Settings
 from tests.services.helpers import generator_with_a_job, wait_for
 

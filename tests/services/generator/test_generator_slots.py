@@ -16,7 +16,7 @@ from spex.proto.names import (
     worker_jobs,
     worker_load,
 )
-from spex.services.generator import Generator
+from spex.services.generator.service import Generator
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from spex.services.generator_engines import live_engine
+from spex.services.generator.engines import live_engine
 from spex.shared.runtime.redis_server import free_port
 from spex.shared.runtime.settings import Settings
 from spex.shared.serving import EngineUnavailable

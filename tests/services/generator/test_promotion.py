@@ -7,7 +7,7 @@ import asyncio
 from spex.proto import SPECULATIVE, GenerateRequest, SubmitQuestionRequest
 from spex.proto.names import DEFAULT_POOL, GENERATOR_GROUP, gen_jobs, query_request, worker_jobs
 from spex.services.coordinator.handlers import Outgoing, Publish, effects
-from spex.services.generator import Generator
+from spex.services.generator.service import Generator
 from spex.shared.core.commands import PromoteCommand
 from spex.shared.core.machine import QueryMachine
 from spex.shared.core.search import SearchConfig

@@ -8,8 +8,8 @@ import json
 import socket
 import time
 
-from spex.services.http_body import BODY_TIMEOUT_S
-from spex.services.ingress import IDLE_TIMEOUT_S
+from spex.services.ingress.http_body import BODY_TIMEOUT_S
+from spex.services.ingress.service import IDLE_TIMEOUT_S
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import wait_http

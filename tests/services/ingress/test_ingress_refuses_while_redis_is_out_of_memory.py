@@ -6,7 +6,7 @@ real HTTP."""
 
 import asyncio
 
-from spex.services.readiness import FRESH_S
+from spex.services.ingress.readiness import FRESH_S
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import http_retry_after, wait_http

@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 import structlog
 
 from spex.proto import AnswerResult
-from spex.services.admission import MemoryAdmission
 from spex.services.coordinator.store import QueryStore
+from spex.services.ingress.admission import MemoryAdmission
 from spex.shared.runtime.client import IngressClient, MemoryFull
 from spex.shared.runtime.reserve import BYTES_PER_TARGET, FIXED_BYTES, PROMPT_COPIES, Room, search_bytes
 

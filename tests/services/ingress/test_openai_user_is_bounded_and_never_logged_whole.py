@@ -7,7 +7,7 @@ import hashlib
 
 import aiohttp
 
-from spex.services.openai_params import MAX_USER_CHARS
+from spex.services.ingress.openai_params import MAX_USER_CHARS
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import held_or_refused, http, wait_http

@@ -8,8 +8,8 @@ import re
 import pytest
 import redis.asyncio as aioredis
 
-from spex.services.ingress import OPEN_PATHS, IngressService
-from spex.services.openapi import OPENAPI_VERSION, document
+from spex.services.ingress.openapi import OPENAPI_VERSION, document
+from spex.services.ingress.service import OPEN_PATHS, IngressService
 from spex.shared.runtime.settings import Settings
 
 METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
@@ -32,7 +32,7 @@ def documented(doc) -> set[tuple[str, str]]:
 
 def test_every_route_is_documented_and_every_documented_route_is_served():
     routes, doc = served(), document(OPEN_PATHS)
-    assert routes - documented(doc) == set(), "served but not in spex.services.openapi"
+    assert routes - documented(doc) == set(), "served but not in spex.services.ingress.openapi"
     assert documented(doc) - routes == set(), "documented but not served"
 
 

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from spex.services.ingress import OPEN_PATHS
-from spex.services.openapi import document
+from spex.services.ingress.openapi import document
+from spex.services.ingress.service import OPEN_PATHS
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import wait_http

@@ -8,11 +8,11 @@ import msgspec
 import pytest
 
 from spex.proto import AnswerResult, NodeEvent, ServedBy, SubmissionError, SubmitQuestionRequest, submission
-from spex.services.ingress import OPEN_PATHS
-from spex.services.openai_params import EXTRA_FIELDS, HONOURED, NEUTRAL, ParamError, chat_ask
-from spex.services.openapi import document
-from spex.services.openapi_schemas import BOUNDS, SHAPES
-from spex.services.watch import answer_json
+from spex.services.ingress.openai_params import EXTRA_FIELDS, HONOURED, NEUTRAL, ParamError, chat_ask
+from spex.services.ingress.openapi import document
+from spex.services.ingress.openapi_schemas import BOUNDS, SHAPES
+from spex.services.ingress.service import OPEN_PATHS
+from spex.services.ingress.watch import answer_json
 from spex.shared.runtime.views import fold_tree, node_json, twin_json
 
 TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
@@ -133,7 +133,5 @@ def test_a_chat_request_s_documented_parameters_are_the_ones_the_endpoint_reads(
     assert refusal.value.field == "undocumented"
     # A system message before the question is the question's own system prompt.
     system = {"role": "system", "content": [{"type": "text", "text": "Be terse."}]}
-    asked = chat_ask(
-        {**ask, "messages": [system, *ask["messages"]]}, temperature=0.3, searches=["rebase"]
-    )
+    asked = chat_ask({**ask, "messages": [system, *ask["messages"]]}, temperature=0.3, searches=["rebase"])
     assert asked.question == "x" and asked.fields["system_prompt"] == "Be terse."

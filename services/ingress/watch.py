@@ -27,9 +27,9 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from spex.proto import AnswerResult, ServedBy
-from spex.services.backpressure import with_retry_after
-from spex.services.long_lived import POLL_S, STREAM, Slots, SlotsFull, poll
-from spex.services.readiness import Readiness
+from spex.services.ingress.backpressure import with_retry_after
+from spex.services.ingress.long_lived import POLL_S, STREAM, Slots, SlotsFull, poll
+from spex.services.ingress.readiness import Readiness
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.views import answer_status, node_json, overview, served_json
 
@@ -84,7 +84,7 @@ class WatchRoutes:
         self.scoped = scoped
         self._overviews: dict[str | None, tuple[float, dict[str, Any]]] = {}
         self.readiness = Readiness(client.r)
-        self.page = resources.files("spex.services").joinpath("web/index.html").read_bytes()
+        self.page = resources.files("spex.services.ingress").joinpath("web/index.html").read_bytes()
 
     def routes(self) -> list[web.RouteDef]:
         return [

@@ -1,10 +1,10 @@
-"""The JSON schemas of the ingress's OpenAPI document (`spex.services.openapi`): what its
+"""The JSON schemas of the ingress's OpenAPI document (`spex.services.ingress.openapi`): what its
 routes take and answer.
 
 A question's fields are read off the wire contract: their names, types and defaults are
 `spex.proto.submission.CLIENT_FIELDS` and `SubmitQuestionRequest`'s, their value sets and
 bounds the ones `spex.proto.submission.validate` checks (a test holds the two equal). The
-answer's, a node's and the overview's are what `spex.services.watch.answer_json`,
+answer's, a node's and the overview's are what `spex.services.ingress.watch.answer_json`,
 `spex.shared.runtime.views.node_json` and `views.overview` return (tests hold them equal too).
 """
 
@@ -27,7 +27,7 @@ from spex.proto import (
 )
 from spex.proto.messages import ANSWER_SELECTIONS, ANSWER_WEIGHTS, PROMPT_PRESETS
 from spex.proto.submission import MAX_PROMPT_TOKENS
-from spex.services.openai_params import EXTRA_FIELDS, HONOURED, MODEL, NEUTRAL
+from spex.services.ingress.openai_params import EXTRA_FIELDS, HONOURED, MODEL, NEUTRAL
 from spex.shared.runtime.views import SERVED_REWARDS
 
 __all__ = ["BOUNDS", "SHAPES", "Schema", "client_fields", "ref", "schemas"]

@@ -4,8 +4,8 @@ A real engine's curve comes from SPEX_PROFILE_FILE (`spex profile --json`), or e
 in-process engine, from a short sweep of the engine itself at the generator's start, cached
 per model, engine settings and machine (`spex.shared.hf.sweep.startup_curve`). A worker that
 publishes none (the simulated engine; a server with no profile file) is budgeted by the
-catalog's SPEX_PROFILE, which the allocator reads itself — for a server, a guess. `describe`
-says which, in the words `spex up` prints.
+catalog's SPEX_PROFILE, which the allocator reads itself — for a server, a guess. `spex up` says
+which (`spex.shared.runtime.stack.describe_step_curve`).
 """
 
 from __future__ import annotations
@@ -22,25 +22,11 @@ from spex.proto.names import home, worker_curve
 from spex.shared.engine.api import SERVERS
 from spex.shared.roofline.measured import Cell, parse_measured
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.stack import SWEEP_CACHE
 
-__all__ = ["CURVE_TTL_S", "describe", "publish_curve"]
+__all__ = ["CURVE_TTL_S", "publish_curve"]
 
 CURVE_TTL_S = 7 * 86_400  # a curve outlives no worker by long (a restarted one writes it again)
-SWEEP_CACHE = "~/.cache/spex/profiles"
-
-
-def describe(settings: Settings) -> str:
-    """Which step curve speculation is budgeted by, in one phrase."""
-    if settings.engine == "sim":
-        return f"the catalog's simulated {settings.profile}"
-    if settings.profile_file:
-        return f"the measured curve in {settings.profile_file}"
-    if settings.engine == "hf" and settings.startup_sweep:
-        return f"measured by the generator at its start (cached in {SWEEP_CACHE})"
-    return (
-        f"the catalog's {settings.profile}, a guess for this engine (measure one: `spex profile "
-        "--engine vllm|sglang --json F`, then --profile-file F)"
-    )
 
 
 async def publish_curve(

@@ -42,13 +42,13 @@ from redis.exceptions import AuthenticationError, RedisClusterException, RedisEr
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
 from spex.proto.submission import twin_id
-from spex.services import admission, openapi
-from spex.services.backpressure import BusyRefusals, with_retry_after
-from spex.services.callers import Callers
-from spex.services.http_body import BodyRefused, read_json_object
-from spex.services.long_lived import Slots
-from spex.services.openai_api import OpenAIRoutes, openai_error, serves
-from spex.services.watch import WatchRoutes, answer_json
+from spex.services.ingress import admission, openapi
+from spex.services.ingress.backpressure import BusyRefusals, with_retry_after
+from spex.services.ingress.callers import Callers
+from spex.services.ingress.http_body import BodyRefused, read_json_object
+from spex.services.ingress.long_lived import Slots
+from spex.services.ingress.openai_api import OpenAIRoutes, openai_error, serves
+from spex.services.ingress.watch import WatchRoutes, answer_json
 from spex.shared.runtime.availability import REDIS, REFUSING_RETRY_AFTER_S, refusal, unavailable
 from spex.shared.runtime.client import (
     Answered,
@@ -331,7 +331,3 @@ def main() -> int:
     return run_service(
         "ingress", IngressService, retry_once=True, pool_size=lambda s: s.http_redis_connections
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

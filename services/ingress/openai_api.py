@@ -3,7 +3,7 @@ so an application that speaks the OpenAI API asks SPEX as it would ask any model
 
 `model` names the search: `spex:<algorithm>-<target>` (`spex:rebase-16`, `spex:rstar-8`) or
 `spex:<algorithm>` (its default target). The question is the one user message. Every other
-parameter is honoured or refused with a 400 naming it (`spex.services.openai_params`); SPEX's
+parameter is honoured or refused with a 400 naming it (`spex.services.ingress.openai_params`); SPEX's
 own client fields ride as extra body fields (the client's `extra_body`). The reply is one
 choice whose message is the solution's steps and its answer (cut at `stop` and `max_tokens`);
 `usage` counts the question's and the reply's tokens; a `spex` field carries the query id, the
@@ -31,10 +31,10 @@ from aiohttp import web
 from redis.exceptions import RedisClusterException, RedisError
 
 from spex.proto import AnswerResult, SubmissionError, SubmissionTooLarge
-from spex.services.backpressure import with_retry_after
-from spex.services.http_body import BodyRefused, read_json_object
-from spex.services.long_lived import POLL_S, STREAM, WAIT, Slots, SlotsFull, poll
-from spex.services.openai_params import ChatAsk, ParamError, chat_ask
+from spex.services.ingress.backpressure import with_retry_after
+from spex.services.ingress.http_body import BodyRefused, read_json_object
+from spex.services.ingress.long_lived import POLL_S, STREAM, WAIT, Slots, SlotsFull, poll
+from spex.services.ingress.openai_params import ChatAsk, ParamError, chat_ask
 from spex.shared.core.search import SEARCHES
 from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.client import (

@@ -1,5 +1,5 @@
 """What each parameter of a chat completions request does on SPEX's OpenAI face
-(`spex.services.openai_api`): every one it is sent is honoured, or refused with a 400 in
+(`spex.services.ingress.openai_api`): every one it is sent is honoured, or refused with a 400 in
 OpenAI's shape whose `param` names it — none is accepted and ignored.
 
 Honoured (`HONOURED` says how): `model` names the search, the one user message is the

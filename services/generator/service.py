@@ -45,9 +45,9 @@ from spex.proto.names import (
     worker_jobs,
     worker_load,
 )
-from spex.services.generator_engines import live_engine
-from spex.services.step_curve import publish_curve
-from spex.services.step_sources import SOURCES, Step, StepSource
+from spex.services.generator.engines import live_engine
+from spex.services.generator.step_curve import publish_curve
+from spex.services.generator.step_sources import SOURCES, Step, StepSource
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.runtime.bus import Delivery
 from spex.shared.runtime.jobs import job_wanted
@@ -364,7 +364,3 @@ def _job_problem(req: GenerateRequest, real_engine: bool) -> str:
 
 def main() -> int:
     return run_service("generator", Generator)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -2,7 +2,7 @@
 `GET /openapi.json`, and `spex.cli.docs_reference` renders the docs' HTTP reference from it.
 
 Each route's operation is written here beside the statuses it answers; the schemas they take
-and return are `spex.services.openapi_schemas`'s. A test holds the operations equal to the
+and return are `spex.services.ingress.openapi_schemas`'s. A test holds the operations equal to the
 routes the ingress's app registers (tests/services/ingress/test_openapi_covers_every_route.py),
 so no route is served undocumented and no documented one is missing.
 """
@@ -13,9 +13,9 @@ from collections.abc import Collection
 from typing import Any
 
 from spex.proto import submission
-from spex.services.backpressure import RETRIED, RETRY_AFTER_S
-from spex.services.openai_api import WAIT_S
-from spex.services.openapi_schemas import Schema, ref, schemas
+from spex.services.ingress.backpressure import RETRIED, RETRY_AFTER_S
+from spex.services.ingress.openai_api import WAIT_S
+from spex.services.ingress.openapi_schemas import Schema, ref, schemas
 from spex.shared.runtime.availability import REFUSING_RETRY_AFTER_S
 from spex.shared.runtime.client import MemoryFull
 from spex.shared.runtime.pool import POOL_WAIT_S
@@ -135,7 +135,7 @@ def _questions() -> dict[str, dict[str, Schema]]:
 
 
 def _watch() -> dict[str, dict[str, Schema]]:
-    """What the ingress shows of the searches, and its probes (`spex.services.watch`)."""
+    """What the ingress shows of the searches, and its probes (`spex.services.ingress.watch`)."""
     unreachable = _refused(UNAVAILABLE)
     no_such = _refused("no such question (or another client's)")
     tree = {"200": _json("its nodes so far", ref("Tree")), "404": no_such, "503": unreachable}
@@ -192,7 +192,7 @@ def _watch() -> dict[str, dict[str, Schema]]:
 
 
 def _openai() -> dict[str, dict[str, Schema]]:
-    """The OpenAI-compatible face (`spex.services.openai_api`)."""
+    """The OpenAI-compatible face (`spex.services.ingress.openai_api`)."""
     completion = {
         "description": "the completion (with stream: chat.completion.chunk events, then data: [DONE])",
         "content": {JSON: {"schema": ref("ChatCompletion")}, SSE: {"schema": {"type": "string"}}},

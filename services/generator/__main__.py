@@ -1,0 +1,3 @@
+from spex.services.generator.service import main
+
+raise SystemExit(main())

@@ -1,0 +1,3 @@
+from spex.services.ingress.service import main
+
+raise SystemExit(main())
