@@ -131,30 +131,27 @@ class Coordinator(Service):
     async def run(self, stop: asyncio.Event) -> None:
         await self.bus.ensure_group(INGRESS, COORDINATOR_GROUP)
         rounds = [
-            self.intake_round,
-            self.inbox_round,
-            self.lease_round,
-            self.takeover_round,
-            self.route_round,
-        ]
+            self.intake_round, self.inbox_round, self.lease_round, self.takeover_round, self.route_round
+        ]  # fmt: skip
         await asyncio.gather(*(loop_forever(stop, body, self.log, self.bus.reconnected) for body in rounds))
 
     # ------------------------------------------------------------------ the five rounds
-    async def intake_round(self) -> None:
+    # Each is one pass that returns the pause before its next (`run` paces them; a test drives
+    # passes in any order). They share the held queries; what each writes is its own below.
+    async def intake_round(self) -> float:
         """New questions from the ingress stream: each adopted (none while shedding)."""
         if self.shedding:
-            await asyncio.sleep(self.settings.block_ms / 1000)
-            return
+            return self.settings.block_ms / 1000
         for d in await self.bus.read([INGRESS], COORDINATOR_GROUP, count=8, block_ms=self.settings.block_ms):
             await self._on_submitted(d)
+        return 0.0
 
-    async def inbox_round(self) -> None:
+    async def inbox_round(self) -> float:
         """The new inbox entries of every query we hold (leases confirmed, replays done)."""
         fresh = time.monotonic() - self.settings.lease_s
         live = {q: h for q, h in self.queries.items() if h.renewed > fresh and not h.replaying}
         if not live:  # none held, or every lease is unconfirmed (we stalled): wait
-            await asyncio.sleep(self.settings.block_ms / 1000)
-            return
+            return self.settings.block_ms / 1000
         after = {q: h.last_id for q, h in live.items()}
         await self.driver.apply_read(
             live, await self.store.read_inboxes(after, INBOX_BATCH, self.settings.block_ms)
@@ -163,11 +160,12 @@ class Coordinator(Service):
             self._stats_sent = time.monotonic()
             await self._publish_stats()
         await self.observer.send_due(self.queries.values())
+        return 0.0
 
-    async def lease_round(self) -> None:
-        """Renew our leases (one round trip for all); recover from a Redis restart or a loss of
-        its data: what we held, stored again before the loss's marker lets go of us."""
-        await asyncio.sleep(self.settings.lease_s / 3)
+    async def lease_round(self) -> float:
+        """Renew our leases (one round trip for all), a third of a lease apart; recover from a
+        Redis restart or a loss of its data: what we held, stored again before the loss's
+        marker lets go of us."""
         standing = await self.loss.round(self.owner, MEMBERS_WINDOW_LEASES * self.settings.lease_s)
         self.members = standing.members
         released = self.holdings.released
@@ -193,11 +191,11 @@ class Coordinator(Service):
             for part in {*standing.awaited, *self._marked}:
                 await self.loss.done(self.owner, part)
             self._marked.clear()
+        return self.settings.lease_s / 3
 
-    async def takeover_round(self) -> None:
+    async def takeover_round(self) -> float:
         """Take over queries whose holder stopped renewing and questions a coordinator that
-        died left pending; trim the streams read as they come."""
-        await asyncio.sleep(self.settings.lease_s / 3)
+        died left pending, a third of a lease apart; trim the streams read as they come."""
         # A coordinator that died between reading a question and taking its lease left the
         # question pending in the ingress group: take it over (unless shedding new work).
         if not self.shedding:
@@ -213,10 +211,10 @@ class Coordinator(Service):
             }
             await self.store.trim_fan_out(keep)
             await self.store.recount_reserves()  # no drift in memory admission outlives a round
-        if self.shedding:  # queries whose leases lapsed are new work too: another takes them
-            return
-        for qid in await self.store.expired():
-            await self._take_over(qid)
+        if not self.shedding:  # queries whose leases lapsed are new work too: another takes them
+            for qid in await self.store.expired():
+                await self._take_over(qid)
+        return self.settings.lease_s / 3
 
     def _shed(self, since_s: float, held: int) -> None:
         """Stop adopting new questions while our leases are renewed later than `SHED_SHARE`
@@ -227,10 +225,10 @@ class Coordinator(Service):
             self.log.warning(event, held=held, renewal_gap_s=round(since_s, 3))
         self.shedding = shedding
 
-    async def route_round(self) -> None:
+    async def route_round(self) -> float:
         """Re-read the live generators and their loads (where each job goes)."""
         await self.router.refresh(self.queries.keys())
-        await asyncio.sleep(REFRESH_S)
+        return REFRESH_S
 
     # ------------------------------------------------------------------ intake
     async def _on_submitted(self, d: Delivery) -> None:

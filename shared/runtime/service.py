@@ -84,15 +84,16 @@ class LoopFailed(RuntimeError):
 
 async def loop_forever(
     stop: asyncio.Event,
-    body: Callable[[], Awaitable[None]],
+    body: Callable[[], Awaitable[float | None]],
     log: FilteringBoundLogger,
     on_reconnect: Callable[[], None],
     max_failures: int = MAX_CONSECUTIVE_FAILURES,
 ) -> None:
-    """Run `body` until `stop`. Redis being unavailable (unreachable, or refusing writes:
-    `availability.unavailable`) is waited out, with backoff, for as long as it takes, and the
-    consumer re-reads its own pending entries afterwards (not counted as deliveries); the
-    process logs one line when Redis goes and one when it is back. Any other error is logged
+    """Run `body` until `stop`, each pass followed by the pause it returns (if any). Redis
+    being unavailable (unreachable, or refusing writes: `availability.unavailable`) is waited
+    out, with backoff, for as long as it takes, and the consumer re-reads its own pending
+    entries afterwards (not counted as deliveries); the process logs one line when Redis goes
+    and one when it is back. Any other error is logged
     and retried with backoff; after `max_failures` in a row the loop raises LoopFailed, so the
     service exits with status 1 instead of lingering half-alive (bad input never gets here:
     handlers dead-letter it)."""
@@ -102,9 +103,11 @@ async def loop_forever(
     try:
         while not stop.is_set():
             try:
-                await body()
+                pause_s = await body()
                 backoff, failures = 0.05, 0
                 REDIS.up(me, log)
+                if pause_s:  # the pause the pass asks for before the next
+                    await asyncio.sleep(pause_s)
             except Exception as exc:  # noqa: BLE001 - the one place failures are handled
                 reason = unavailable(exc)
                 if reason is not None:
