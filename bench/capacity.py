@@ -28,10 +28,11 @@ from typing import Any
 
 from spex.bench.results import summarize, write_json
 from spex.bench.vtime import BenchConfig, run_bench
-from spex.proto import QueryStatsEvent, WorkerLoadEvent, encode, names
+from spex.proto import QueryStatsEvent, WorkerLoadEvent, names
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import RedisServer, redis_binaries
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.workers import WorkerRegistry
 
 __all__ = ["allocator_rounds", "capacity_table", "main", "per_gpu"]
 
@@ -69,17 +70,17 @@ async def _allocator_round_s(url: str, queries: int, workers: int) -> dict[str, 
     settings = Settings(redis_url=url, consumer="alloc-bench")
     r = redis_client(settings)
     await r.flushall()
-    async with r.pipeline(transaction=False) as pipe:  # live queries and workers
+    async with r.pipeline(transaction=False) as pipe:  # live queries
         for i in range(queries):
             pipe.set(names.query_request(f"q{i:06d}"), b"x")
-        for w in range(workers):
-            load = WorkerLoadEvent(
-                msg_id=f"load/{w}", query_id="", worker=f"gen-{w}", primary=8, primary_ctx=4096, spec=4,
-                running=12, waiting=0, kv_held=8192, kv_capacity=200_000,
-            )  # fmt: skip
-            pipe.set(names.home(names.worker_load(f"gen-{w}")), encode(load))
-            pipe.zadd(names.home(names.GEN_WORKERS), {f"gen-{w}": 0})
         await pipe.execute()
+    registry = WorkerRegistry(r)
+    for w in range(workers):  # and live workers (for the whole run)
+        load = WorkerLoadEvent(
+            msg_id=f"load/{w}", query_id="", worker=f"gen-{w}", primary=8, primary_ctx=4096, spec=4,
+            running=12, waiting=0, kv_held=8192, kv_capacity=200_000,
+        )  # fmt: skip
+        await registry.report(load, ttl_ms=3_600_000)
     allocator = Allocator(r, settings)
 
     def telemetry(hit: float) -> None:

@@ -25,14 +25,12 @@ from spex.proto import BudgetUpdateEvent, Message, ProtocolError, QueryStatsEven
 from spex.proto.names import (
     ALLOCATOR_LEASE,
     ALLOCATOR_STATUS,
-    GEN_WORKERS,
     QUERY_STATS,
     home,
     query_inbox,
     query_request,
     spread,
     worker_curve,
-    worker_load,
 )
 from spex.shared.core.search import SEARCHES
 from spex.shared.roofline.admission import DEFAULT_STEP_TOKENS, Admission, Offer, admit, divide
@@ -44,6 +42,7 @@ from spex.shared.runtime.metrics import GOVERNOR_SLACK, SPEC_BUDGET, SPEC_POOL
 from spex.shared.runtime.service import Service, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.streams import read_streams
+from spex.shared.runtime.workers import WorkerRegistry
 
 __all__ = ["Allocator", "main"]
 
@@ -56,6 +55,7 @@ class Allocator(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.bus = Bus(client, settings.consumer)
         self.r = client
+        self.registry = WorkerRegistry(client)
         self.settings = settings
         profile = parse_profile(settings.profile)
         self.profile = profile
@@ -120,22 +120,12 @@ class Allocator(Service):
 
     async def _worker_loads(self) -> list[WorkerLoadEvent]:
         """The load of every live generator (a worker's key expires when it dies): those the
-        registry knows, one MGET (their keys share partition 0's slot)."""
-        out = []
-        members: Any = await self.r.zrange(home(GEN_WORKERS), 0, -1)
-        keys = [home(worker_load(m.decode() if isinstance(m, bytes) else str(m))) for m in members]
-        raws: Any = await self.r.mget(keys) if keys else []
-        for key, raw in zip(keys, raws, strict=True):
-            if raw is None:
-                continue
-            try:
-                load = decode(key, raw)
-            except ProtocolError as exc:
-                self.log.warning("worker_load_malformed", key=key, error=str(exc))
-                continue
-            if isinstance(load, WorkerLoadEvent):
-                out.append(load)
-        return out
+        registry knows."""
+
+        def malformed(worker: str, error: str) -> None:
+            self.log.warning("worker_load_malformed", worker=worker, error=error)
+
+        return list((await self.registry.live(malformed)).values())
 
     def _offer(self, m: QueryStatsEvent, sharing: int = 1) -> Offer:
         """A query's speculative jobs and candidates on an engine `sharing` queries share, its

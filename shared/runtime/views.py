@@ -14,11 +14,11 @@ from spex.proto import (
     NodeEvent,
     ProtocolError,
     ServedBy,
-    WorkerLoadEvent,
     decode,
     names,
 )
 from spex.proto.messages import REWARDS
+from spex.shared.runtime.workers import WorkerRegistry
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -191,12 +191,8 @@ async def overview(
     for part in names.spread(names.ANSWERS):
         recent += await r.xrevrange(part, "+", since, count=ANSWERS_SAMPLED)
     total, held = await ingress.counts()
-    workers_known: Any = await r.zrange(names.home(names.GEN_WORKERS), 0, -1)
-    async with r.pipeline(transaction=False) as pipe:
-        pipe.get(names.ALLOCATOR_STATUS)
-        for w in workers_known:
-            pipe.get(names.home(names.worker_load(w.decode())))
-        status, *loads = await pipe.execute()
+    status: Any = await r.get(names.ALLOCATOR_STATUS)
+    live = await WorkerRegistry(r).live()  # a worker's load key expires with it: no key, no worker
     answered = issued = adopted = nodes = 0
     for _, fields in recent:
         try:
@@ -209,20 +205,15 @@ async def overview(
             nodes += answer.nodes
     allocator = json.loads(status) if status else {}
     workers = []
-    for name, raw in zip(workers_known, loads, strict=True):
-        try:  # a worker's load key expires with it: no key, no worker
-            load = decode(names.worker_load(name.decode()), raw) if raw is not None else None
-        except ProtocolError:
-            continue
-        if isinstance(load, WorkerLoadEvent):
-            workers.append({
-                "worker": load.worker, "running": load.running, "waiting": load.waiting,
-                "primary": load.primary, "speculative": load.spec, "slots": load.slots,
-                "kv_held": load.kv_held, "kv_capacity": load.kv_capacity,
-                "prefix_cache_hit_rate": round(load.prefix_cache_hit_rate, 3),
-                "slack": allocator.get("slack", {}).get(load.worker),
-                "pool": allocator.get("pool", {}).get(load.worker),
-            })  # fmt: skip
+    for load in live.values():
+        workers.append({
+            "worker": load.worker, "running": load.running, "waiting": load.waiting,
+            "primary": load.primary, "speculative": load.spec, "slots": load.slots,
+            "kv_held": load.kv_held, "kv_capacity": load.kv_capacity,
+            "prefix_cache_hit_rate": round(load.prefix_cache_hit_rate, 3),
+            "slack": allocator.get("slack", {}).get(load.worker),
+            "pool": allocator.get("pool", {}).get(load.worker),
+        })  # fmt: skip
     return {
         "scope": "operator",
         "in_flight": total,
