@@ -27,7 +27,6 @@ from spex.proto import (
     GenerateResult,
     PromoteRequest,
     ProtocolError,
-    WorkerLoadEvent,
     decode,
 )
 from spex.proto.names import (
@@ -286,28 +285,9 @@ class Generator(JobWorker[_GenJob]):
             return
         JOBS_IN_FLIGHT.labels("generator", consumer).set(len(self.jobs))
         load = self.engine.load()
-        event = WorkerLoadEvent(
-            msg_id=f"load/{consumer}/{time.monotonic_ns()}",
-            query_id="",
-            worker=consumer,
-            primary=load.primary,
-            primary_ctx=load.primary_ctx,
-            spec=load.spec,
-            running=load.running,
-            waiting=load.waiting,
-            kv_held=load.kv_held,
-            kv_capacity=load.kv_capacity,
-            prefix_cache_hit_rate=load.prefix_cache_hit_rate,
-            jobs_done=self.done,
-            jobs=len(self.jobs),
-            slots=self.settings.worker_slots,
-            queries=len({job.request.query_id for job in self.jobs.values()}),
-            prompt_tokens=load.prompt_tokens,
-            cached_tokens=load.cached_tokens,
-            primary_steps=load.primary_steps,
-            primary_step_s=load.primary_step_s,
-            primary_alone_s=load.primary_alone_s,
-        )
+        queries = len({job.request.query_id for job in self.jobs.values()})
+        msg_id = f"load/{consumer}/{time.monotonic_ns()}"
+        event = load.event(msg_id, consumer, self.done, len(self.jobs), self.settings.worker_slots, queries)
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
         await self.registry.report(event, ttl_ms)
 
