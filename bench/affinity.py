@@ -20,6 +20,7 @@ from rich.table import Table
 from spex.bench.distributed import drive
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
+from spex.proto.names import Partitions
 from spex.services.launcher import up
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
@@ -86,7 +87,7 @@ async def _hit_rate(live: Settings) -> tuple[float, dict[str, int]]:
     load reports."""
     r = redis_client(live)
     try:
-        loads = list((await WorkerRegistry(r).live()).values())
+        loads = list((await WorkerRegistry(r, Partitions(live.partitions)).live()).values())
     finally:
         await r.aclose()
     prompt = sum(w.prompt_tokens for w in loads)

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from spex.proto.names import SCORE_JOBS, SCORER_GROUP
+from spex.proto.names import SCORE_JOBS, SCORER_GROUP, Partitions
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.workers import WorkerRegistry
 
@@ -54,7 +54,7 @@ class BarrierTrace:
 
     async def _poll(self) -> None:
         client = aioredis.Redis.from_url(self._live.redis_url, password=self._live.password() or None)
-        registry = WorkerRegistry(client)
+        registry = WorkerRegistry(client, Partitions(self._live.partitions))
         try:
             while not self._stop.is_set():
                 row = await self._sample(client, registry)

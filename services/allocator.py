@@ -26,10 +26,9 @@ from spex.proto.names import (
     ALLOCATOR_LEASE,
     ALLOCATOR_STATUS,
     QUERY_STATS,
-    home,
+    Partitions,
     query_inbox,
     query_request,
-    spread,
     worker_curve,
 )
 from spex.shared.core.search import SEARCHES
@@ -53,9 +52,10 @@ PUBLISH_BATCH = 1000  # budget updates sent in one pipeline
 
 class Allocator(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        self.bus = Bus(client, settings.consumer)
+        self.partitions = parts = Partitions(settings.partitions)  # the deployment's
+        self.bus = Bus(client, settings.consumer, partitions=parts)
         self.r = client
-        self.registry = WorkerRegistry(client)
+        self.registry = WorkerRegistry(client, parts)
         self.settings = settings
         profile = parse_profile(settings.profile)
         self.profile = profile
@@ -64,7 +64,7 @@ class Allocator(Service):
         self.latest: dict[str, tuple[float, QueryStatsEvent]] = {}
         self.published: dict[str, int] = {}  # last share sent per query
         self.rounds = 0
-        self._last = dict.fromkeys(spread(QUERY_STATS), "$")  # each part: where we are
+        self._last = dict.fromkeys(parts.spread(QUERY_STATS), "$")  # each part: where we are
         self.governors: dict[str, TpotGovernor] = {}  # per worker
         self.curves: dict[str, MeasuredProfile | None] = {}  # per live worker: its published curve
         self._gauged: set[str] = set()  # workers whose gauges this allocator set
@@ -202,10 +202,11 @@ class Allocator(Service):
                 share=shares[m.query_id],
                 k_total=self.k_total,
             )
-            updates.append((query_inbox(m.query_id), event))
+            updates.append((query_inbox(m.query_id, self.partitions), event))
+        parts = self.partitions
         for start in range(0, len(updates), PUBLISH_BATCH):  # every update of the round at once
             batch = updates[start : start + PUBLISH_BATCH]
-            await self.bus.publish_many(batch, require=lambda message: query_request(message.query_id))
+            await self.bus.publish_many(batch, require=lambda message: query_request(message.query_id, parts))
 
     def _note(self, worker: str, demand: int, pool: int, bound: str) -> None:
         """Tell `worker`'s governor what its admission met: the slack may rise only if it bound."""
@@ -220,7 +221,7 @@ class Allocator(Service):
         for name in loads:
             if name in self.curves:
                 continue
-            raw: Any = await self.r.get(home(worker_curve(name)))
+            raw: Any = await self.r.get(self.partitions.home(worker_curve(name)))
             curve = None
             if raw is not None:
                 try:

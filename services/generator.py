@@ -36,7 +36,6 @@ from spex.proto.names import (
     gen_jobs,
     query_inbox,
     query_request,
-    spread,
     worker_jobs,
 )
 from spex.services.generator_engines import live_engine
@@ -81,10 +80,10 @@ class Generator(JobWorker[_GenJob]):
         self.adopted: list[str] = []  # streams of dead peers, read before ours
         self._grouped: set[str] = set()  # dead peers' streams whose group we made sure of
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
-        self._control_last = dict.fromkeys(spread(GEN_CONTROL), "$")  # each part: where we are
+        self._control_last = dict.fromkeys(self.partitions.spread(GEN_CONTROL), "$")  # each part: read to
         # Promotions of jobs not (yet) here: applied if the job arrives (bounded, oldest out).
         self._promoted: OrderedDict[str, int] = OrderedDict()
-        self.registry = WorkerRegistry(client)
+        self.registry = WorkerRegistry(client, self.partitions)
 
     async def prepare(self) -> None:
         await publish_curve(self.bus.r, self.settings, self.engine, self.log)  # before the engine's thread
@@ -109,7 +108,7 @@ class Generator(JobWorker[_GenJob]):
         assert isinstance(req, GenerateRequest)
         if await self.held_already(d):  # our own pending entry, redelivered after a reconnect
             return
-        if not await job_wanted(self.bus.r, req.query_id, req.job_id):
+        if not await job_wanted(self.bus, req.query_id, req.job_id):
             # Cancelled while queued, or its query is unknown or answered: never starts.
             await self.bus.ack(d, GENERATOR_GROUP)
             self.aborted += 1
@@ -180,7 +179,8 @@ class Generator(JobWorker[_GenJob]):
             logprobs=logprobs,
             worker=self.settings.consumer,
         )
-        await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
+        qid, parts = req.query_id, self.partitions
+        await self.bus.publish(query_inbox(qid, parts), result, require=query_request(qid, parts))
 
     # ------------------------------------------------------------------ loops
     async def _intake_round(self) -> None:
@@ -260,7 +260,7 @@ class Generator(JobWorker[_GenJob]):
                 self.log.info("job_adopted", worker=peer, entry_id=d.entry_id)
                 await self.dispatch(d)
             await self.bus.trim_now_and_then(stream)
-            parts = spread(stream)
+            parts = self.partitions.spread(stream)
             lengths = [await self.bus.r.xlen(part) for part in parts]
             if not any(lengths) and await self.registry.forget(peer):
                 for part in parts:

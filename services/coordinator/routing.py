@@ -8,7 +8,7 @@ from collections.abc import Collection
 
 import redis.asyncio as aioredis
 
-from spex.proto.names import gen_jobs, worker_jobs
+from spex.proto.names import Partitions, gen_jobs, worker_jobs
 from spex.shared.core.routing import SHARED, Load, Ring, route
 from spex.shared.runtime.workers import WorkerRegistry
 
@@ -18,8 +18,8 @@ REFRESH_S = 0.1
 
 
 class Router:
-    def __init__(self, r: aioredis.Redis, pool: str, affinity: bool) -> None:
-        self.registry = WorkerRegistry(r)
+    def __init__(self, r: aioredis.Redis, partitions: Partitions, pool: str, affinity: bool) -> None:
+        self.registry = WorkerRegistry(r, partitions)
         self.pool = pool
         self.affinity = affinity
         self.ring = Ring()

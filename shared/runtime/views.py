@@ -45,6 +45,7 @@ class Reader(Protocol):
     """What `overview` reads through (the ingress client is one)."""
 
     r: aioredis.Redis
+    partitions: names.Partitions
 
     async def cards(self, name: str) -> int:
         """The members of the set `name`, over its partitions."""
@@ -167,15 +168,15 @@ async def overview(
     most), each generator's load and its governor's slack. A client's (a tenant's): its own
     questions in flight and the oldest `listed` of them, and nothing of the rest — the figures
     it may not see are null, the workers an empty list (`scope` says which)."""
-    r, now_ms = ingress.r, int(time.time() * 1000)
-    mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client)
+    r, parts, now_ms = ingress.r, ingress.partitions, int(time.time() * 1000)
+    mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client, parts)
     in_flight: Any = []
-    for part in names.spread(mine):  # the oldest of each part, then the oldest of those
+    for part in parts.spread(mine):  # the oldest of each part, then the oldest of those
         in_flight += await r.zrange(part, 0, listed - 1, withscores=True)
     in_flight = sorted(in_flight, key=lambda member: member[1])[:listed]
     async with r.pipeline(transaction=False) as pipe:
         for qid, _ in in_flight:
-            pipe.xlen(names.query_tree(qid.decode()))
+            pipe.xlen(names.query_tree(qid.decode(), parts))
         sizes = await pipe.execute()
     questions = [
         {"query_id": qid.decode(), "waiting_s": round((now_ms - ms) / 1000, 1), "events": n}
@@ -188,11 +189,11 @@ async def overview(
         }  # fmt: skip
     recent: Any = []
     since = f"{now_ms - int(window_s * 1000)}"
-    for part in names.spread(names.ANSWERS):
+    for part in parts.spread(names.ANSWERS):
         recent += await r.xrevrange(part, "+", since, count=ANSWERS_SAMPLED)
     total, held = await ingress.counts()
     status: Any = await r.get(names.ALLOCATOR_STATUS)
-    live = await WorkerRegistry(r).live()  # a worker's load key expires with it: no key, no worker
+    live = await WorkerRegistry(r, parts).live()  # a worker's load key expires with it: no key, no worker
     answered = issued = adopted = nodes = 0
     for _, fields in recent:
         try:

@@ -17,7 +17,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from spex.proto import ProtocolError, WorkerLoadEvent, decode, encode
-from spex.proto.names import GEN_WORKERS, home, worker_load
+from spex.proto.names import GEN_WORKERS, Partitions, worker_load
 from spex.shared.runtime.streams import as_str
 
 __all__ = ["FORGET_S", "WorkerRegistry"]
@@ -52,14 +52,14 @@ OnMalformed = Callable[[str, str], None]
 class WorkerRegistry:
     """The generator workers' registry on one Redis (the client is injected)."""
 
-    def __init__(self, r: aioredis.Redis) -> None:
-        self.r = r
+    def __init__(self, r: aioredis.Redis, partitions: Partitions) -> None:
+        self.r, self.partitions = r, partitions
         self._report = r.register_script(_REPORT)
         self._forget = r.register_script(_FORGET)
-        self._workers = home(GEN_WORKERS)
+        self._workers = partitions.home(GEN_WORKERS)
 
     def _load_key(self, worker: str) -> str:
-        return home(worker_load(worker))
+        return self.partitions.home(worker_load(worker))
 
     # ------------------------------------------------------------------ a worker's
     async def report(self, event: WorkerLoadEvent, ttl_ms: int) -> None:

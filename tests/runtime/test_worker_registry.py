@@ -8,7 +8,7 @@ import asyncio
 import redis.asyncio as aioredis
 
 from spex.proto import WorkerLoadEvent
-from spex.proto.names import GEN_WORKERS, worker_load
+from spex.proto.names import GEN_WORKERS, SINGLE, worker_load
 from spex.shared.runtime.workers import WorkerRegistry
 
 
@@ -22,7 +22,7 @@ def load(worker: str, jobs: int) -> WorkerLoadEvent:
 async def scenario(redis_url: str) -> dict:
     r = aioredis.from_url(redis_url)
     try:
-        registry = WorkerRegistry(r)
+        registry = WorkerRegistry(r, SINGLE)
         await registry.report(load("gen-a", 1), ttl_ms=60_000)
         await registry.report(load("gen-b", 2), ttl_ms=60_000)
         await registry.report(load("gen-c", 3), ttl_ms=50)

@@ -4,7 +4,7 @@ reference every pipeline test compares against), and the allocator's shares a qu
 
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import BudgetUpdateEvent, decode
-from spex.proto.names import query_inbox
+from spex.proto.names import SINGLE, query_inbox
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
@@ -54,6 +54,6 @@ async def budgets_received(cluster, answers):
     """BudgetUpdateEvents in the queries' inboxes (the allocator's T2 shares)."""
     count = 0
     for qid in answers:
-        for _, fields in await cluster.client.r.xrange(query_inbox(qid)):
-            count += isinstance(decode(query_inbox(qid), fields[b"e"]), BudgetUpdateEvent)
+        for _, fields in await cluster.client.r.xrange(query_inbox(qid, SINGLE)):
+            count += isinstance(decode(query_inbox(qid, SINGLE), fields[b"e"]), BudgetUpdateEvent)
     return count
