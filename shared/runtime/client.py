@@ -137,9 +137,8 @@ class IngressClient:
         (0: its algorithm's, `reserve.search_bytes`); `room`: what the searches in flight may
         reserve in all (`services.admission`; None, or it answering None: no limit);
         `loss_wait_s`: SPEX_DATA_LOSS_WAIT_S, the longest a loss this client marks stands;
-        `partitions`: the deployment's (every key built here is of its count)."""
-        self.r = client
-        self.partitions = partitions
+        `partitions`: the deployment's, which every key built here is of."""
+        self.r, self.partitions = client, partitions
         self.backlog_limit = backlog_limit
         self.limits = limits or Limits()
         self.per_target = per_target
@@ -221,8 +220,8 @@ class IngressClient:
             except (Backpressure, KeyConflict) as exc:  # refused: the question is not kept either
                 with contextlib.suppress(UnknownQuery):
                     await self._cancel_one(qid)
-                parts = self.partitions
-                await self.r.delete(parts.placed(names.submitted_key(f"{client}/{key}", parts), qid))
+                p = self.partitions
+                await self.r.delete(p.placed(names.submitted_key(f"{client}/{key}", p), qid))
                 raise type(exc)(f"{exc} (its baseline twin was refused: the question is withdrawn)") from None
         return qid
 
@@ -374,9 +373,8 @@ class IngressClient:
 
     async def _cancel_one(self, query_id: str) -> None:
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
-        parts = self.partitions
-        keys = [names.query_request(query_id, parts), names.query_inbox(query_id, parts)]
-        keys.append(names.reply_key(query_id, parts))
+        q, p = query_id, self.partitions
+        keys = [names.query_request(q, p), names.query_inbox(q, p), names.reply_key(q, p)]
         done = int(await self._cancel(keys=keys, args=[encode(msg)]))
         if done == 0:
             raise UnknownQuery(query_id)
