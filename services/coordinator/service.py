@@ -100,10 +100,8 @@ class Coordinator(Service):
         self.limits = settings.limits  # what a question is held to (computed once)
         self.owner = settings.consumer
         self.log = structlog.get_logger().bind(service="coordinator", consumer=settings.consumer)
-        self.store = QueryStore(
-            client, settings.consumer, settings.lease_s, settings.result_ttl_s, settings.memory_per_target,
-            partitions=parts,
-        )
+        per_target, ttl_s = settings.memory_per_target, settings.result_ttl_s
+        self.store = QueryStore(client, self.owner, settings.lease_s, ttl_s, per_target, partitions=parts)
         self.recovery = Recovery(self.store)
         self.router = Router(client, parts, DEFAULT_POOL, settings.affinity)
         self.holdings = Holdings(self.owner, self.recovery, self.log)

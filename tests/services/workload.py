@@ -4,7 +4,7 @@ reference every pipeline test compares against), and the allocator's shares a qu
 
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import BudgetUpdateEvent, decode
-from spex.proto.names import SINGLE, query_inbox
+from spex.proto.names import query_inbox
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
@@ -52,8 +52,8 @@ def virtual_time(algorithm, target, questions, mode, seed=0, early_stop=None):
 
 async def budgets_received(cluster, answers):
     """BudgetUpdateEvents in the queries' inboxes (the allocator's T2 shares)."""
-    count = 0
+    count, parts = 0, cluster.client.partitions
     for qid in answers:
-        for _, fields in await cluster.client.r.xrange(query_inbox(qid, SINGLE)):
-            count += isinstance(decode(query_inbox(qid, SINGLE), fields[b"e"]), BudgetUpdateEvent)
+        for _, fields in await cluster.client.r.xrange(query_inbox(qid, parts)):
+            count += isinstance(decode(query_inbox(qid, parts), fields[b"e"]), BudgetUpdateEvent)
     return count
