@@ -20,11 +20,11 @@ from rich.table import Table
 from spex.bench.distributed import drive
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
-from spex.proto import ProtocolError, WorkerLoadEvent, decode
-from spex.proto.names import worker_load
+from spex.proto.names import Partitions
 from spex.services.launcher import up
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.workers import WorkerRegistry
 
 __all__ = ["run_affinity"]
 
@@ -86,18 +86,8 @@ async def _hit_rate(live: Settings) -> tuple[float, dict[str, int]]:
     """The generators' prefix-cache hit rate (cached / prompt tokens, all workers), from their
     load reports."""
     r = redis_client(live)
-    loads: list[WorkerLoadEvent] = []
     try:
-        async for key in r.scan_iter(match=worker_load.glob):
-            raw: Any = await r.get(key)
-            if raw is None:
-                continue
-            try:
-                event = decode(key.decode(), raw)
-            except ProtocolError:
-                continue
-            if isinstance(event, WorkerLoadEvent):
-                loads.append(event)
+        loads = list((await WorkerRegistry(r, Partitions(live.partitions)).live()).values())
     finally:
         await r.aclose()
     prompt = sum(w.prompt_tokens for w in loads)

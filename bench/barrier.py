@@ -12,15 +12,17 @@ neither holds any.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 
-from spex.proto import WorkerLoadEvent, decode
-from spex.proto.names import GEN_WORKERS, SCORE_JOBS, SCORER_GROUP, home, worker_load
+from spex.proto.names import SCORE_JOBS, SCORER_GROUP, Partitions
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.workers import WorkerRegistry
 
 __all__ = ["FIELDS", "BarrierTrace", "barrier_share", "plot_barrier"]
 
@@ -35,7 +37,7 @@ class BarrierTrace:
     def __init__(self, live: Settings, every_s: float) -> None:
         self.every_s = every_s
         self.rows: list[tuple[float, ...]] = []
-        self._client = redis.Redis.from_url(live.redis_url, password=live.password() or None)
+        self._live = live
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="barrier-trace", daemon=True)
 
@@ -46,28 +48,29 @@ class BarrierTrace:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._client.close()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            row = self._sample()
-            if row is not None:
-                self.rows.append(row)
-            self._stop.wait(self.every_s)
+        asyncio.run(self._poll())
 
-    def _sample(self) -> tuple[float, ...] | None:
-        members: Any = self._client.zrange(home(GEN_WORKERS), 0, 0)
-        if not members:
+    async def _poll(self) -> None:
+        client = aioredis.Redis.from_url(self._live.redis_url, password=self._live.password() or None)
+        registry = WorkerRegistry(client, Partitions(self._live.partitions))
+        try:
+            while not self._stop.is_set():
+                row = await self._sample(client, registry)
+                if row is not None:
+                    self.rows.append(row)
+                await asyncio.sleep(self.every_s)
+        finally:
+            await client.aclose()
+
+    async def _sample(self, client: aioredis.Redis, registry: WorkerRegistry) -> tuple[float, ...] | None:
+        load = next(iter((await registry.live()).values()), None)  # the generator (the run has one)
+        if load is None:
             return None
-        key = home(worker_load(members[0].decode()))
-        raw: Any = self._client.get(key)
-        if raw is None:
-            return None
-        load = decode(key, raw)
-        assert isinstance(load, WorkerLoadEvent)
         pending = 0
         try:
-            groups: Any = self._client.xinfo_groups(SCORE_JOBS)
+            groups: Any = await client.xinfo_groups(SCORE_JOBS)
         except redis.ResponseError:  # no score job yet: no stream
             groups = []
         for group in groups:

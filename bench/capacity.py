@@ -28,10 +28,12 @@ from typing import Any
 
 from spex.bench.results import summarize, write_json
 from spex.bench.vtime import BenchConfig, run_bench
-from spex.proto import QueryStatsEvent, WorkerLoadEvent, encode, names
+from spex.proto import QueryStatsEvent, WorkerLoadEvent, names
+from spex.proto.names import Partitions
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import RedisServer, redis_binaries
 from spex.shared.runtime.settings import Settings
+from spex.shared.runtime.workers import WorkerRegistry
 
 __all__ = ["allocator_rounds", "capacity_table", "main", "per_gpu"]
 
@@ -67,19 +69,19 @@ async def _allocator_round_s(url: str, queries: int, workers: int) -> dict[str, 
     from spex.services.allocator import Allocator
 
     settings = Settings(redis_url=url, consumer="alloc-bench")
-    r = redis_client(settings)
+    r, parts = redis_client(settings), Partitions(settings.partitions)
     await r.flushall()
-    async with r.pipeline(transaction=False) as pipe:  # live queries and workers
+    async with r.pipeline(transaction=False) as pipe:  # live queries
         for i in range(queries):
-            pipe.set(names.query_request(f"q{i:06d}"), b"x")
-        for w in range(workers):
-            load = WorkerLoadEvent(
-                msg_id=f"load/{w}", query_id="", worker=f"gen-{w}", primary=8, primary_ctx=4096, spec=4,
-                running=12, waiting=0, kv_held=8192, kv_capacity=200_000,
-            )  # fmt: skip
-            pipe.set(names.home(names.worker_load(f"gen-{w}")), encode(load))
-            pipe.zadd(names.home(names.GEN_WORKERS), {f"gen-{w}": 0})
+            pipe.set(names.query_request(f"q{i:06d}", parts), b"x")
         await pipe.execute()
+    registry = WorkerRegistry(r, parts)
+    for w in range(workers):  # and live workers (for the whole run)
+        load = WorkerLoadEvent(
+            msg_id=f"load/{w}", query_id="", worker=f"gen-{w}", primary=8, primary_ctx=4096, spec=4,
+            running=12, waiting=0, kv_held=8192, kv_capacity=200_000,
+        )  # fmt: skip
+        await registry.report(load, ttl_ms=3_600_000)
     allocator = Allocator(r, settings)
 
     def telemetry(hit: float) -> None:
@@ -115,8 +117,9 @@ async def _publish_ms(url: str, n: int) -> dict[str, list[float]]:
     from spex.proto import GenerateResult
     from spex.shared.runtime.bus import Bus
 
-    r = redis_client(Settings(redis_url=url, redis_cluster=True, partitions=8))
-    bus = Bus(r, "capacity")
+    settings = Settings(redis_url=url, redis_cluster=True, partitions=8)
+    r, parts = redis_client(settings), Partitions(settings.partitions)
+    bus = Bus(r, "capacity", partitions=parts)
     durable = bus._durable
     out: dict[str, list[float]] = {}
     for label in ("durable", "plain", "durable", "plain"):
@@ -128,7 +131,7 @@ async def _publish_ms(url: str, n: int) -> dict[str, list[float]]:
                 msg_id=f"{qid}/r", query_id=qid, job_id="j", node_id="n", text="x" * 200, tokens=50
             )
             start = time.perf_counter()
-            await bus.publish(names.query_inbox(qid), result)
+            await bus.publish(names.query_inbox(qid, parts), result)
             times.append(time.perf_counter() - start)
         times.sort()
         out.setdefault(label, []).extend([1e3 * times[n // 2], 1e3 * times[int(0.99 * n)]])
@@ -143,9 +146,7 @@ def durable_publish_ms(n: int = 400) -> dict[str, list[float]]:
     from spex.shared.runtime.redis_cluster import RedisCluster
 
     with RedisCluster() as cluster:
-        out = asyncio.run(_publish_ms(cluster.url, n))
-    names.use_partitions(1)
-    return out
+        return asyncio.run(_publish_ms(cluster.url, n))
 
 
 def capacity_table(searches: list[dict[str, Any]], allocator: dict[str, Any]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from rich.table import Table
 from spex.bench.results import summarize
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import ScoreResult
-from spex.proto.names import query_inbox
+from spex.proto.names import SINGLE, Partitions, query_inbox
 from spex.services.launcher import up
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.client import IngressClient
@@ -37,7 +37,7 @@ __all__ = ["choose_time_scale", "drive", "live_coordinator", "run_distributed"]
 async def drive(live: Settings, cfg: BenchConfig, mode: str) -> dict[str, Any]:
     """Keep `batch_size` questions in flight until all are answered (`live`: the settings
     `up` yields, with the Redis URL and password)."""
-    client = IngressClient(redis_client(live))
+    client = IngressClient(redis_client(live), partitions=Partitions(live.partitions))
     workload = SyntheticWorkload(WorkloadKnobs(), cfg.seed)
     synthetic = [workload.query(cfg.first_question + i) for i in range(cfg.questions)]
     sem = asyncio.Semaphore(cfg.batch_size)
@@ -68,9 +68,9 @@ async def drive(live: Settings, cfg: BenchConfig, mode: str) -> dict[str, Any]:
 
 async def bus_hop_latency(url: str, n: int = 500) -> tuple[float, float]:
     """p50/p99 seconds from XADD to delivery through a blocked XREADGROUP, on loopback."""
-    stream, group = query_inbox("hop"), "hop"
-    producer = Bus(aioredis.Redis.from_url(url), "producer")
-    consumer = Bus(aioredis.Redis.from_url(url), "consumer")
+    stream, group = query_inbox("hop", SINGLE), "hop"  # a single Redis at `url`
+    producer = Bus(aioredis.Redis.from_url(url), "producer", partitions=SINGLE)
+    consumer = Bus(aioredis.Redis.from_url(url), "consumer", partitions=SINGLE)
     await consumer.ensure_group(stream, group)
     hops: list[float] = []
     for i in range(n):
@@ -96,15 +96,15 @@ async def coordinator_events_per_s(live: Settings, cfg: BenchConfig) -> tuple[fl
     from spex.proto.names import query_lease, query_request, reply_key
     from spex.services.coordinator import Coordinator
 
-    client = redis_client(live)
+    client, parts = redis_client(live), Partitions(live.partitions)
     coord = Coordinator(client, replace(live, consumer="replayer"))
     requests = []
-    async for key in client.scan_iter(match=query_request.glob):
+    async for key in client.scan_iter(match=query_request.glob(parts)):
         blob: Any = await client.get(key)
         req = decode(key.decode(), blob)
         assert isinstance(req, SubmitQuestionRequest)
         requests.append(req)
-        await client.delete(reply_key(req.query_id), query_lease(req.query_id))
+        await client.delete(reply_key(req.query_id, parts), query_lease(req.query_id, parts))
     start = time.perf_counter()
     for req in requests:
         await coord.adopt(req)

@@ -29,7 +29,7 @@ import redis.asyncio as aioredis
 from spex.bench.distributed import _cpu_s, _redis_cpu_s
 from spex.bench.soak import service_pids
 from spex.proto import Limits, decode
-from spex.proto.names import ANSWERS
+from spex.proto.names import ANSWERS, Partitions
 from spex.services.launcher import up
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
@@ -70,7 +70,8 @@ async def _follow(r: aioredis.Redis, want: set[str], t0: float, timeout_s: float
 
 async def drive(live: Settings, n: int, args: argparse.Namespace) -> dict[str, float]:
     r = redis_client(live)
-    client = IngressClient(r, backlog_limit=max(live.backlog_limit, n), limits=Limits())
+    limit, parts = max(live.backlog_limit, n), Partitions(live.partitions)
+    client = IngressClient(r, backlog_limit=limit, limits=Limits(), partitions=parts)
     connections = asyncio.Semaphore(SUBMITTERS)
 
     async def submit(i: int) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from spex.bench.chaos.incidents import long_question
-from spex.proto.names import ANSWERS
+from spex.proto.names import ANSWERS, Partitions
 from spex.services.coordinator.store import SEARCH_KEPT_S
 from spex.services.launcher import up
 from spex.shared.runtime.client import IngressClient
@@ -147,13 +147,18 @@ async def peak(
     }
 
 
+def _client(settings: Settings) -> IngressClient:
+    parts = Partitions(settings.partitions)
+    return IngressClient(redis_client(settings), settings.backlog_limit, settings.limits, partitions=parts)
+
+
 async def measure(
     settings: Settings,
     questions: int,
     say: Callable[[str], object],
     searches: tuple[tuple[str, int], ...] = SEARCHES,
 ) -> list[dict[str, Any]]:
-    client = IngressClient(redis_client(settings), settings.backlog_limit, settings.limits)
+    client = _client(settings)
     rows = []
     try:
         for n, (algorithm, target) in enumerate(searches):
@@ -205,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 async def _peak_on(
     settings: Settings, algorithm: str, target: int, questions: int, chars: int
 ) -> dict[str, Any]:
-    client = IngressClient(redis_client(settings), settings.backlog_limit, settings.limits)
+    client = _client(settings)
     try:
         return await peak(client, algorithm, target, questions, chars)
     finally:

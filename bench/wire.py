@@ -21,7 +21,7 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from spex.proto import GenerateRequest, encode
-from spex.proto.names import gen_jobs
+from spex.proto.names import SINGLE, gen_jobs
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.redis_server import RedisServer
 
@@ -79,7 +79,8 @@ async def _mget(r: aioredis.Redis, depth: int) -> float:
 
 async def _measure(url: str) -> dict[str, Any]:
     r = aioredis.Redis.from_url(url)
-    bus, reader = Bus(aioredis.Redis.from_url(url), "w"), Bus(aioredis.Redis.from_url(url), "r")
+    bus = Bus(aioredis.Redis.from_url(url), "w", partitions=SINGLE)  # a single Redis at `url`
+    reader = Bus(aioredis.Redis.from_url(url), "r", partitions=SINGLE)
     rows = []
     small = await _hop(bus, reader, 0)
     for depth in DEPTHS:

@@ -213,6 +213,7 @@ def _through_redis(
     from redis.exceptions import AuthenticationError, ConnectionError, ResponseError, TimeoutError
 
     from spex.cli.transport import RedisIngress
+    from spex.proto.names import Partitions
     from spex.shared.runtime.availability import refusal
     from spex.shared.runtime.client import IngressClient
     from spex.shared.runtime.connect import redis_client
@@ -220,7 +221,9 @@ def _through_redis(
 
     async def run() -> int:
         settings = Settings.from_env(None, redis_url=args.redis, redis_password_file=args.redis_password_file)
-        ingress = RedisIngress(IngressClient(redis_client(settings), limits=settings.limits))
+        parts = Partitions(settings.partitions)
+        client = IngressClient(redis_client(settings), limits=settings.limits, partitions=parts)
+        ingress = RedisIngress(client)
         return await _run(ingress, args, asked, console)
 
     try:

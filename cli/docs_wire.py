@@ -20,7 +20,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import msgspec
 
 from spex.proto import messages, names
-from spex.proto.names import KEYS, STREAMS, Name
+from spex.proto.names import KEYS, STREAMS, Family
 
 __all__ = ["cell", "comments", "prose", "wire_page"]
 
@@ -126,8 +126,8 @@ def _default(field: msgspec.structs.FieldInfo) -> str:
     return "required" if field.default is msgspec.NODEFAULT else _json(field.default)
 
 
-def _name(name: str | Name) -> str:
-    return name.pattern if isinstance(name, Name) else name
+def _name(name: str | Family) -> str:
+    return name.pattern if isinstance(name, Family) else name
 
 
 def _carriers() -> dict[str, list[str]]:
@@ -149,11 +149,11 @@ def _names_section() -> list[str]:
     rows: dict[str, list[str]] = defaultdict(list)
     for attr, node in _declarations(ast.parse(source)):
         value = getattr(names, attr, None)
-        if attr not in names.__all__ or not isinstance(value, (str, Name)):
+        if attr not in names.__all__ or not isinstance(value, (str, Family)):
             continue
         kinds = carried.get(_name(value), ())
         where = max(((n, rule) for n, rule in rules if n < node.lineno), default=(0, ""))[1]
-        if where == "streams" and not (kinds or isinstance(value, Name)):
+        if where == "streams" and not (kinds or isinstance(value, Family)):
             where = "other"  # a constant beside the streams (a pool's name), not a stream
         carries = ", ".join(f"[{k.__name__}](#{k.__name__.lower()})" for k in kinds)
         rows[where].append(f"| `{attr}` | `{_name(value)}` | {carries} | {cell(said.get(attr, ''))} |")

@@ -1,23 +1,27 @@
 """Every Redis name SPEX uses — streams, keys, consumer groups — and the messages each carries.
 
-A name that depends on an id is a `Name`: call it to build the name, `.parse` to get the id
-back, so no service slices strings. A query's keys share the hash tag `{q:<id>}`, which keeps
+A name that depends on an id is a `Name` (a query's key: a `QueryName`; one named after a
+client: a `ClientName`): call it to build the name, `.parse` to get the id back, so no service
+slices strings. A query's keys share the hash tag `{q:<id>}`, which keeps
 them in one Redis Cluster slot (so one Lua script may touch them all).
 
-Partitions (a Redis Cluster): with `use_partitions(n)`, n > 1, every global stream and set is
+Partitions (a Redis Cluster): with `Partitions(n)`, n > 1, every global stream and set is
 split into n parts, `<name>:{pK}`, and a query's keys take its partition's tag in front,
 `{pK}{q:<id>}:in` (Redis hashes the first braces only). A query's keys, the parts of the
 global streams its messages go to (`placed`), its client key and its in-flight entries then
 share one slot, so every script stays one atomic call on one shard, and a read of many
 queries' inboxes is one command per partition. Readers read every part (`spread`). The worker
-registry lives in part 0 (`home`). With one partition (a single Redis) every name is as
-written here.
+registry lives in part 0 (`home`). With one partition (a single Redis, `SINGLE`) every name is
+as written here. A query's key and a client's are built with the deployment's `Partitions`
+(`query_inbox(qid, partitions)`), which each service, bus and client holds: nothing here is
+set by a process.
 """
 
 from __future__ import annotations
 
 import re
 import zlib
+from dataclasses import dataclass
 
 from spex.proto.messages import (
     AnswerResult,
@@ -58,18 +62,18 @@ __all__ = [
     "QUERY_STATS",
     "SCORER_GROUP",
     "SCORE_JOBS",
+    "SINGLE",
     "STREAMS",
+    "ClientName",
+    "Family",
     "Name",
+    "Partitions",
     "QueryName",
     "client_in_flight",
     "dead_letter",
     "gen_jobs",
-    "home",
     "logical",
     "message_types",
-    "partition",
-    "partitions",
-    "placed",
     "query_cancelled",
     "query_checkpoint",
     "query_epoch",
@@ -80,16 +84,14 @@ __all__ = [
     "query_tree",
     "query_tree_record",
     "reply_key",
-    "spread",
     "submitted_key",
-    "use_partitions",
     "worker_jobs",
     "worker_curve",
     "worker_load",
 ]
 
 
-class Name:
+class Family:
     """A family of names with one id in it: `pattern` holds `<id>` where the id goes."""
 
     def __init__(self, pattern: str) -> None:
@@ -99,115 +101,121 @@ class Name:
         self.pattern, self._head, self._tail = pattern, head, tail
         self._re = re.compile(re.escape(head) + "(.+)" + re.escape(tail), re.S)
 
-    def __call__(self, ident: str) -> str:
+    def _name(self, ident: str) -> str:
         return f"{self._head}{ident}{self._tail}"
 
-    def parse(self, name: str | bytes) -> str | None:
-        """The id in `name`, or None if `name` is not of this family."""
+    def _ident(self, name: str | bytes) -> str | None:
         text = name.decode() if isinstance(name, bytes) else name
         m = self._re.fullmatch(text)
         return m.group(1) if m else None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.pattern!r})"
+
+
+class Name(Family):
+    """A family whose names are the same however the deployment is partitioned."""
+
+    def __call__(self, ident: str) -> str:
+        return self._name(ident)
+
+    def parse(self, name: str | bytes) -> str | None:
+        """The id in `name`, or None if `name` is not of this family."""
+        return self._ident(name)
 
     @property
     def glob(self) -> str:
         """A SCAN pattern that matches every name of the family."""
         return self("*")
 
-    def __repr__(self) -> str:
-        return f"Name({self.pattern!r})"
-
 
 _TAG = re.compile(r"\{p\d+\}")  # a partition's hash tag, in front of a name
+_SUFFIX = re.compile(r":\{p(\d+)\}$")
 
 
-class QueryName(Name):
+class QueryName(Family):
     """A key of one query: with partitions, its partition's tag goes in front."""
 
-    def __call__(self, ident: str) -> str:
-        name = super().__call__(ident)
-        return name if _partitions == 1 else f"{{p{partition(ident)}}}{name}"
+    def __call__(self, ident: str, partitions: Partitions) -> str:
+        name = self._name(ident)
+        return name if partitions.count == 1 else f"{{p{partitions.partition(ident)}}}{name}"
 
     def parse(self, name: str | bytes) -> str | None:
+        """The query id in `name` (with its partition's tag or without), or None if `name` is
+        not of this family."""
         text = name.decode() if isinstance(name, bytes) else name
         m = _TAG.match(text)
-        return super().parse(text[m.end() :] if m else text)
+        return self._ident(text[m.end() :] if m else text)
 
-    @property
-    def glob(self) -> str:
-        return ("" if _partitions == 1 else "{p*}") + super().__call__("*")
+    def glob(self, partitions: Partitions) -> str:
+        """A SCAN pattern that matches every name of the family."""
+        return ("" if partitions.count == 1 else "{p*}") + self._name("*")
 
 
-class ClientName(Name):
+class ClientName(Family):
     """A key named after a client or its client key (text a client chose): with partitions,
     its braces (and `%`) are escaped, so a client's own `{...}` can neither pick the key's
     slot nor pass for a partition's tag (`key:{p3}`)."""
 
-    def __call__(self, ident: str) -> str:
-        if _partitions > 1:
+    def __call__(self, ident: str, partitions: Partitions) -> str:
+        if partitions.count > 1:
             ident = ident.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-        return super().__call__(ident)
+        return self._name(ident)
 
-    def parse(self, name: str | bytes) -> str | None:
-        if _partitions == 1:
-            return super().parse(name)
-        ident = super().parse(logical(name))
+    def parse(self, name: str | bytes, partitions: Partitions) -> str | None:
+        if partitions.count == 1:
+            return self._ident(name)
+        ident = self._ident(logical(name))
         if ident is None:
             return ident
         return ident.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
 
 
 # ---------------------------------------------------------------------------- partitions
-_partitions = 1
-_SUFFIX = re.compile(r":\{p(\d+)\}$")
+@dataclass(frozen=True)
+class Partitions:
+    """How a deployment splits its global streams and sets (a property of the deployment, like
+    the names themselves: every process of it builds its keys with the same count). Each
+    service, bus and client holds the one it was built with."""
+
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.count <= 16384:
+            raise ValueError(f"partitions: {self.count}; 1 to 16384")
+
+    def partition(self, ident: str) -> int:
+        """The partition of a query (or of a client key): a stable hash of it."""
+        return 0 if self.count == 1 else zlib.crc32(ident.encode()) % self.count
+
+    def _part(self, name: str, k: int) -> str:
+        if self.count == 1:
+            return name
+        # Redis hashes the first `{...}`: a name that holds a brace of its own (a client key may)
+        # takes the tag in front.
+        return f"{{p{k}}}{name}" if "{" in name else f"{name}:{{p{k}}}"
+
+    def _placed_already(self, name: str) -> bool:
+        return self.count == 1 or _TAG.match(name) is not None or _SUFFIX.search(name) is not None
+
+    def placed(self, name: str, query_id: str) -> str:
+        """Where a message (or entry) of query `query_id` goes on the global stream or set
+        `name`: its partition's part. A query's own key (already tagged) stays as it is."""
+        return name if self._placed_already(name) else self._part(name, self.partition(query_id))
+
+    def spread(self, name: str) -> list[str]:
+        """Every part of the global stream or set `name` (for its readers)."""
+        if self._placed_already(name):
+            return [name]
+        return [self._part(name, k) for k in range(self.count)]
+
+    def home(self, name: str) -> str:
+        """A key of the worker registry (the workers' set and their load reports, written by
+        one script): in partition 0."""
+        return name if self._placed_already(name) else self._part(name, 0)
 
 
-def use_partitions(count: int) -> None:
-    """Split the global streams and sets into `count` partitions (a property of the
-    deployment, like the names themselves: every process of it sets the same, at start)."""
-    global _partitions
-    if not 1 <= count <= 16384:
-        raise ValueError(f"partitions: {count}; 1 to 16384")
-    _partitions = count
-
-
-def partitions() -> int:
-    return _partitions
-
-
-def partition(ident: str) -> int:
-    """The partition of a query (or of a client key): a stable hash of it."""
-    return 0 if _partitions == 1 else zlib.crc32(ident.encode()) % _partitions
-
-
-def _part(name: str, k: int) -> str:
-    if _partitions == 1:
-        return name
-    # Redis hashes the first `{...}`: a name that holds a brace of its own (a client key may)
-    # takes the tag in front.
-    return f"{{p{k}}}{name}" if "{" in name else f"{name}:{{p{k}}}"
-
-
-def _placed_already(name: str) -> bool:
-    return _partitions == 1 or _TAG.match(name) is not None or _SUFFIX.search(name) is not None
-
-
-def placed(name: str, query_id: str) -> str:
-    """Where a message (or entry) of query `query_id` goes on the global stream or set
-    `name`: its partition's part. A query's own key (already tagged) stays as it is."""
-    return name if _placed_already(name) else _part(name, partition(query_id))
-
-
-def spread(name: str) -> list[str]:
-    """Every part of the global stream or set `name` (for its readers)."""
-    if _placed_already(name):
-        return [name]
-    return [_part(name, k) for k in range(_partitions)]
-
-
-def home(name: str) -> str:
-    """A key of the worker registry (the workers' set and their load reports, written by one
-    script): in partition 0."""
-    return name if _placed_already(name) else _part(name, 0)
+SINGLE = Partitions(1)  # a single Redis: every name as written here
 
 
 def logical(name: str | bytes) -> str:
@@ -277,7 +285,7 @@ GEN_WORKERS = "gen:workers"  # zset: generator worker -> its last load report (m
 # its stream may hold jobs, so peers find (and drain) the stream of a worker that died
 
 # Stream (or stream family) -> the message types it carries.
-STREAMS: dict[str | Name, tuple[type[Message], ...]] = {
+STREAMS: dict[str | Name | QueryName, tuple[type[Message], ...]] = {
     INGRESS: (SubmitQuestionRequest,),
     gen_jobs: (GenerateRequest, CancelRequest),
     GEN_CONTROL: (CancelRequest, PromoteRequest),
@@ -289,7 +297,7 @@ STREAMS: dict[str | Name, tuple[type[Message], ...]] = {
 }
 
 # Key (or key family) holding one encoded message -> its type.
-KEYS: dict[str | Name, tuple[type[Message], ...]] = {
+KEYS: dict[str | Name | QueryName, tuple[type[Message], ...]] = {
     reply_key: (AnswerResult,),
     query_request: (SubmitQuestionRequest,),
     worker_load: (WorkerLoadEvent,),
@@ -301,6 +309,6 @@ def message_types(name: str) -> tuple[type[Message], ...]:
     name = logical(name)
     for table in (STREAMS, KEYS):
         for family, types in table.items():
-            if family == name or (isinstance(family, Name) and family.parse(name) is not None):
+            if family == name or (isinstance(family, (Name, QueryName)) and family.parse(name) is not None):
                 return types
     raise ValueError(f"no message types are registered for {name!r}")

@@ -25,14 +25,11 @@ from spex.proto import BudgetUpdateEvent, Message, ProtocolError, QueryStatsEven
 from spex.proto.names import (
     ALLOCATOR_LEASE,
     ALLOCATOR_STATUS,
-    GEN_WORKERS,
     QUERY_STATS,
-    home,
+    Partitions,
     query_inbox,
     query_request,
-    spread,
     worker_curve,
-    worker_load,
 )
 from spex.shared.core.search import SEARCHES
 from spex.shared.roofline.admission import DEFAULT_STEP_TOKENS, Admission, Offer, admit, divide
@@ -44,6 +41,7 @@ from spex.shared.runtime.metrics import GOVERNOR_SLACK, SPEC_BUDGET, SPEC_POOL
 from spex.shared.runtime.service import Service, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.streams import read_streams
+from spex.shared.runtime.workers import WorkerRegistry
 
 __all__ = ["Allocator", "main"]
 
@@ -54,8 +52,10 @@ PUBLISH_BATCH = 1000  # budget updates sent in one pipeline
 
 class Allocator(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        self.bus = Bus(client, settings.consumer)
+        self.partitions = parts = Partitions(settings.partitions)  # the deployment's
+        self.bus = Bus(client, settings.consumer, partitions=parts)
         self.r = client
+        self.registry = WorkerRegistry(client, parts)
         self.settings = settings
         profile = parse_profile(settings.profile)
         self.profile = profile
@@ -64,7 +64,7 @@ class Allocator(Service):
         self.latest: dict[str, tuple[float, QueryStatsEvent]] = {}
         self.published: dict[str, int] = {}  # last share sent per query
         self.rounds = 0
-        self._last = dict.fromkeys(spread(QUERY_STATS), "$")  # each part: where we are
+        self._last = dict.fromkeys(parts.spread(QUERY_STATS), "$")  # each part: where we are
         self.governors: dict[str, TpotGovernor] = {}  # per worker
         self.curves: dict[str, MeasuredProfile | None] = {}  # per live worker: its published curve
         self._gauged: set[str] = set()  # workers whose gauges this allocator set
@@ -120,22 +120,12 @@ class Allocator(Service):
 
     async def _worker_loads(self) -> list[WorkerLoadEvent]:
         """The load of every live generator (a worker's key expires when it dies): those the
-        registry knows, one MGET (their keys share partition 0's slot)."""
-        out = []
-        members: Any = await self.r.zrange(home(GEN_WORKERS), 0, -1)
-        keys = [home(worker_load(m.decode() if isinstance(m, bytes) else str(m))) for m in members]
-        raws: Any = await self.r.mget(keys) if keys else []
-        for key, raw in zip(keys, raws, strict=True):
-            if raw is None:
-                continue
-            try:
-                load = decode(key, raw)
-            except ProtocolError as exc:
-                self.log.warning("worker_load_malformed", key=key, error=str(exc))
-                continue
-            if isinstance(load, WorkerLoadEvent):
-                out.append(load)
-        return out
+        registry knows."""
+
+        def malformed(worker: str, error: str) -> None:
+            self.log.warning("worker_load_malformed", worker=worker, error=error)
+
+        return list((await self.registry.live(malformed)).values())
 
     def _offer(self, m: QueryStatsEvent, sharing: int = 1) -> Offer:
         """A query's speculative jobs and candidates on an engine `sharing` queries share, its
@@ -212,10 +202,11 @@ class Allocator(Service):
                 share=shares[m.query_id],
                 k_total=self.k_total,
             )
-            updates.append((query_inbox(m.query_id), event))
+            updates.append((query_inbox(m.query_id, self.partitions), event))
+        parts = self.partitions
         for start in range(0, len(updates), PUBLISH_BATCH):  # every update of the round at once
             batch = updates[start : start + PUBLISH_BATCH]
-            await self.bus.publish_many(batch, require=lambda message: query_request(message.query_id))
+            await self.bus.publish_many(batch, require=lambda message: query_request(message.query_id, parts))
 
     def _note(self, worker: str, demand: int, pool: int, bound: str) -> None:
         """Tell `worker`'s governor what its admission met: the slack may rise only if it bound."""
@@ -230,7 +221,7 @@ class Allocator(Service):
         for name in loads:
             if name in self.curves:
                 continue
-            raw: Any = await self.r.get(home(worker_curve(name)))
+            raw: Any = await self.r.get(self.partitions.home(worker_curve(name)))
             curve = None
             if raw is not None:
                 try:

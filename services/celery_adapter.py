@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from celery import Celery
 
+from spex.proto.names import Partitions
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
@@ -41,7 +42,10 @@ def make_app(settings: Settings) -> Celery:
         timeout_s: float = 600.0,
     ) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            client = IngressClient(redis_client(settings), settings.backlog_limit, settings.limits)
+            client = IngressClient(
+                redis_client(settings), settings.backlog_limit, settings.limits,
+                partitions=Partitions(settings.partitions),
+            )  # fmt: skip
             try:
                 qid = await client.submit(
                     question, client_key=client_key, algorithm=algorithm, target=target, mode=mode

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from spex.proto import AnswerResult
+from spex.proto.names import Partitions
 from spex.services.launcher import up
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
@@ -116,7 +117,7 @@ def _run(
 async def _ask(
     settings: Settings, asked: list[DemoQuestion], algorithm: str, target: int, mode: str, console: Console
 ) -> ModeRun:
-    client = IngressClient(redis_client(settings))
+    client = IngressClient(redis_client(settings), partitions=Partitions(settings.partitions))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     answers: dict[str, AnswerResult | None] = {}
     start = time.monotonic()

@@ -71,7 +71,7 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
         assert isinstance(req, ScoreRequest)
         if any(job.request.job_id == req.job_id for job, _ in self._checked) or await self.held_already(d):
             return
-        if not await job_wanted(self.bus.r, req.query_id):  # unknown or answered: nothing to score for
+        if not await job_wanted(self.bus, req.query_id):  # unknown or answered: nothing to score for
             await self.bus.ack(d, SCORER_GROUP)
             return
         problem = _job_problem(req, reward_model=self.reads_text)
@@ -126,7 +126,8 @@ class Scorer(JobWorker[Job[ScoreRequest]]):
             node_id=req.node_id,
             reward=reward,
         )
-        await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
+        qid, parts = req.query_id, self.partitions
+        await self.bus.publish(query_inbox(qid, parts), result, require=query_request(qid, parts))
 
     async def _intake_round(self) -> None:
         if self.unwritten:  # results first (`worker`)

@@ -10,7 +10,7 @@ from pathlib import Path
 from spex.cli.docs_reference import PAGES, main, pages, stale
 from spex.cli.main import build_parser
 from spex.proto import messages
-from spex.proto.names import KEYS, STREAMS, Name
+from spex.proto.names import KEYS, STREAMS, Family
 from spex.services.ingress.openapi import document
 from spex.services.ingress.service import OPEN_PATHS
 from spex.shared.runtime.settings import Settings
@@ -55,7 +55,7 @@ def test_each_page_lists_everything_its_source_declares():
     for f in fields(Settings):
         assert f"`{row(f).env}`" in text["settings.md"]
     for name in [*STREAMS, *KEYS]:
-        assert f"`{name.pattern if isinstance(name, Name) else name}`" in text["wire.md"]
+        assert f"`{name.pattern if isinstance(name, Family) else name}`" in text["wire.md"]
     for name in messages.__all__:
         if isinstance(getattr(messages, name), type):
             assert f"### {name}\n" in text["wire.md"], name

@@ -29,6 +29,7 @@ from typing import cast
 import redis
 
 from spex.bench.chaos.proxy import FaultProxy
+from spex.proto.names import Partitions
 from spex.services.launcher import service_env
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
@@ -108,8 +109,9 @@ class Rig:
                 self.supervisor.add(kind, name, service_env(own, name))
         self.supervisor.watch(every_s=0.1)
         self.client = IngressClient(
-            redis_client(self.settings), self.settings.backlog_limit, self.settings.limits
-        )
+            redis_client(self.settings), self.settings.backlog_limit, self.settings.limits,
+            partitions=Partitions(self.settings.partitions),
+        )  # fmt: skip
         return self
 
     def wait_started(self, timeout_s: float = 60.0) -> None:

@@ -25,7 +25,7 @@ from spex.bench.chaos.oom import out_of_memory
 from spex.bench.chaos.rig import Rig
 from spex.bench.vtime import BenchConfig, run_bench
 from spex.proto import AnswerResult, decode
-from spex.proto.names import ANSWERS, spread
+from spex.proto.names import ANSWERS
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.runtime.availability import refusal
 from spex.shared.runtime.settings import Settings
@@ -259,7 +259,7 @@ async def _answer_counts(rig: Rig) -> Counter[str]:
     assert rig.client is not None
     counts: Counter[str] = Counter()
     entries: Any = []
-    for part in spread(ANSWERS):
+    for part in rig.client.partitions.spread(ANSWERS):
         entries += cast(Any, await rig.client.r.xrange(part))
     for _, fields in entries:
         answer = decode(ANSWERS, fields[b"e"])

@@ -44,14 +44,6 @@ from spex.shared.runtime.views import served_by
 __all__ = ["Driver"]
 
 
-def _leased(message: Message) -> str:
-    """What a query's message needs to be published: the query's epoch. Redis lost the query's
-    state (and with it the ids published for it) and nobody has taken its lease since: what a
-    stale machine would publish now would mark the ids sent, and its search again would find
-    its own jobs dropped as published already."""
-    return query_epoch(message.query_id)
-
-
 GRADE_TIMEOUT_S = 10.0  # math-verify on one answer (and never more than a third of the lease)
 # A fenced write refused: another coordinator holds the query (it goes on), or Redis lost the
 # query's state and nobody does: let go as if Redis were away, so that `recovery` finds it lost
@@ -129,10 +121,17 @@ class Driver:
         finally:
             await self.settle(batches)
 
+    def _leased(self, message: Message) -> str:
+        """What a query's message needs to be published: the query's epoch. Redis lost the
+        query's state (and with it the ids published for it) and nobody has taken its lease
+        since: what a stale machine would publish now would mark the ids sent, and its search
+        again would find its own jobs dropped as published already."""
+        return query_epoch(message.query_id, self.bus.partitions)
+
     async def _apply_events(self, query: HeldQuery, entries: Entries, batch: list[Effect]) -> None:
         """Apply `entries` (those not applied yet) to the query's machine; what they issue
         joins `batch` (an answer is sent at once, with what is pending before it)."""
-        stream = query_inbox(query.query_id)
+        stream = query_inbox(query.query_id, self.bus.partitions)
         for entry_id, fields in entries:
             if self.holdings.queries.get(query.query_id) is not query:
                 break  # let go meanwhile (a Redis restart, say): whoever holds it now goes on
@@ -253,10 +252,11 @@ class Driver:
             elif isinstance(effect, Publish):
                 items.append((effect.stream, effect.message))
             elif isinstance(effect, MarkCancelled):
-                marks.append((query_cancelled(effect.query_id), effect.job_id))
+                marks.append((query_cancelled(effect.query_id, self.bus.partitions), effect.job_id))
         pending.clear()
         try:
-            _, done = await self.bus.publish_many(items, marks, self.keep_s, require=_leased, then=then or ())
+            calls, leased = then or (), self._leased
+            _, done = await self.bus.publish_many(items, marks, self.keep_s, require=leased, then=calls)
         except ProtocolError as exc:  # e.g. the path's text past the message limit
             kinds = ", ".join(sorted({type(m).__name__ for _, m in items}))
             raise Unpublishable(f"{kinds}: {exc}") from None

@@ -5,13 +5,12 @@ the query's worker on the hash ring, spilling when it is saturated)."""
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
 import redis.asyncio as aioredis
 
-from spex.proto import ProtocolError, WorkerLoadEvent, decode
-from spex.proto.names import GEN_WORKERS, gen_jobs, home, worker_jobs, worker_load
+from spex.proto.names import Partitions, gen_jobs, worker_jobs
 from spex.shared.core.routing import SHARED, Load, Ring, route
+from spex.shared.runtime.workers import WorkerRegistry
 
 __all__ = ["REFRESH_S", "Router"]
 
@@ -19,8 +18,8 @@ REFRESH_S = 0.1
 
 
 class Router:
-    def __init__(self, r: aioredis.Redis, pool: str, affinity: bool) -> None:
-        self.r = r
+    def __init__(self, r: aioredis.Redis, partitions: Partitions, pool: str, affinity: bool) -> None:
+        self.registry = WorkerRegistry(r, partitions)
         self.pool = pool
         self.affinity = affinity
         self.ring = Ring()
@@ -35,19 +34,8 @@ class Router:
         if not self.affinity:
             return
         self.placed = {q: w for q, w in self.placed.items() if q in queries}
-        members: Any = await self.r.zrange(home(GEN_WORKERS), 0, -1)  # live: those whose load key exists
-        names = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
-        raws: Any = await self.r.mget([home(worker_load(n)) for n in names]) if names else []
-        loads: dict[str, Load] = {}
-        for name, raw in zip(names, raws, strict=True):
-            if raw is None:  # its key expired: dead (or not yet reporting)
-                continue
-            try:
-                event = decode(worker_load(name), raw)
-            except ProtocolError:
-                continue  # a malformed report: treat the worker as not live
-            if isinstance(event, WorkerLoadEvent):
-                loads[name] = Load(event.jobs, event.slots, event.queries)
+        live = await self.registry.live()  # live: those whose load key exists (and decodes)
+        loads = {name: Load(event.jobs, event.slots, event.queries) for name, event in live.items()}
         if self.ring.update(loads):
             self.rebalances += 1
         self.loads = loads

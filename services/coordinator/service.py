@@ -51,7 +51,7 @@ from spex.proto.names import (
     GEN_CONTROL,
     INGRESS,
     QUERY_STATS,
-    placed,
+    Partitions,
 )
 from spex.services.coordinator.driver import Driver
 from spex.services.coordinator.holdings import Ending, Holdings
@@ -93,17 +93,17 @@ NOT_SUBMITTED = {
 
 class Coordinator(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        self.bus = Bus(client, settings.consumer, settings.max_deliveries)
+        self.partitions = parts = Partitions(settings.partitions)  # the deployment's: every key built here
+        self.bus = Bus(client, settings.consumer, settings.max_deliveries, partitions=parts)
         self.bus.on_dead = self._on_dead
         self.settings = settings
         self.limits = settings.limits  # what a question is held to (computed once)
         self.owner = settings.consumer
         self.log = structlog.get_logger().bind(service="coordinator", consumer=settings.consumer)
-        self.store = QueryStore(
-            client, settings.consumer, settings.lease_s, settings.result_ttl_s, settings.memory_per_target
-        )
+        per_target, ttl_s = settings.memory_per_target, settings.result_ttl_s
+        self.store = QueryStore(client, self.owner, settings.lease_s, ttl_s, per_target, partitions=parts)
         self.recovery = Recovery(self.store)
-        self.router = Router(client, DEFAULT_POOL, settings.affinity)
+        self.router = Router(client, parts, DEFAULT_POOL, settings.affinity)
         self.holdings = Holdings(self.owner, self.recovery, self.log)
         self.observer = Observer(self.store, settings.tree_events)
         self.driver = Driver(
@@ -115,7 +115,7 @@ class Coordinator(Service):
         self._tasks: set[asyncio.Task[None]] = set()  # takeovers and searches again
         self._renewed_at = time.monotonic()  # when the last lease round renewed our leases
         self.shedding = False  # leases renewed too late: no new question is adopted
-        self.loss = DataLoss(client, settings.consumer, settings.data_loss_wait_s)
+        self.loss = DataLoss(client, settings.consumer, settings.data_loss_wait_s, partitions=parts)
         self.members = [self.owner]  # coordinators seen alive in the last rounds (`data_loss`)
         self._marked: set[str] = set()  # partitions whose loss this round marked and waits for us
 
@@ -357,7 +357,7 @@ class Coordinator(Service):
         question posted again since holds is answered as superseded by that one instead."""
         if not queries:
             return
-        parts = {placed(DATA_KEPT, q.query_id) for q in queries}
+        parts = {self.partitions.placed(DATA_KEPT, q.query_id) for q in queries}
         for part in parts:
             await self.loss.mark(part, self.owner, self.members)
         self._marked |= parts

@@ -34,9 +34,9 @@ from spex.proto.names import (
     INGRESS_RESERVED,
     INGRESS_RESERVED_TOTAL,
     QUERY_STATS,
+    Partitions,
     client_in_flight,
     dead_letter,
-    placed,
     query_cancelled,
     query_checkpoint,
     query_epoch,
@@ -47,7 +47,6 @@ from spex.proto.names import (
     query_tree,
     query_tree_record,
     reply_key,
-    spread,
     submitted_key,
 )
 from spex.proto.tree_record import TREE_EVENTS_KEPT, pack_tree
@@ -85,10 +84,6 @@ class Fence(enum.IntEnum):
     GONE = -1  # Redis has no epoch for it: it lost the query's state (nobody holds it)
 
 
-def _placed(qid: str, *names: str) -> list[str]:
-    return [placed(name, qid) for name in names]
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -98,10 +93,13 @@ class QueryStore:
     lease holder's mark); leases last `lease_s`; answered keys expire after `result_ttl_s`."""
 
     def __init__(
-        self, r: aioredis.Redis, owner: str, lease_s: float, result_ttl_s: int, per_target: int = 0
-    ) -> None:
-        """`per_target`: SPEX_MEMORY_PER_TARGET (a query's reserve, `reserve.search_bytes`)."""
+        self, r: aioredis.Redis, owner: str, lease_s: float, result_ttl_s: int, per_target: int = 0, *,
+        partitions: Partitions,
+    ) -> None:  # fmt: skip
+        """`per_target`: SPEX_MEMORY_PER_TARGET (a query's reserve, `reserve.search_bytes`).
+        `partitions`: the deployment's (every key built here is of its count)."""
         self.r = r
+        self.partitions = partitions
         self.per_target = per_target
         self.owner = owner
         self.lease_ms = int(lease_s * 1000)
@@ -117,10 +115,14 @@ class QueryStore:
         self._restore = r.register_script(scripts.RESTORE)
         self._tree = r.register_script(scripts.TREE)
 
+    def _placed(self, qid: str, *names: str) -> list[str]:
+        return [self.partitions.placed(name, qid) for name in names]
+
     # ------------------------------------------------------------------ leases
     async def acquire(self, qid: str) -> int:
         """Take the lease on `qid`: its new fencing epoch, or 0 if another holds it."""
-        keys = [query_lease(qid), query_epoch(qid), placed(COORDINATORS_ACTIVE, qid)]
+        p = self.partitions
+        keys = [query_lease(qid, p), query_epoch(qid, p), p.placed(COORDINATORS_ACTIVE, qid)]
         args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
         return int(await self._acquire(keys=keys, args=args) or 0)
 
@@ -131,7 +133,7 @@ class QueryStore:
         queries are held; calls of at most `RENEW_BATCH` queries keep each script short."""
         groups: dict[str, list[str]] = {}
         for qid in qids:
-            groups.setdefault(placed(COORDINATORS_ACTIVE, qid), []).append(qid)
+            groups.setdefault(self.partitions.placed(COORDINATORS_ACTIVE, qid), []).append(qid)
         calls = [
             (active, batch[i : i + RENEW_BATCH]) for active, batch in groups.items()
             for i in range(0, len(batch), RENEW_BATCH)
@@ -150,28 +152,32 @@ class QueryStore:
         return {q: int(e or 0) for batch, reply in epochs for q, e in zip(batch, reply, strict=True)}
 
     def _renew_call(self, active: str, batch: list[str], expiry_ms: int, pipe: Any = None) -> Any:
-        keys = [active] + [k for q in batch for k in (query_lease(q), query_epoch(q))]
+        p = self.partitions
+        keys = [active] + [k for q in batch for k in (query_lease(q, p), query_epoch(q, p))]
         args: list[str | int] = [self.owner, self.lease_ms, expiry_ms, *batch]
         return self._renew_all(keys=keys, args=args, client=pipe)
 
     async def release(self, qid: str) -> None:
         """Give our lease up and make the query due for the reaper at once."""
-        await self._release(keys=[query_lease(qid), placed(COORDINATORS_ACTIVE, qid)], args=[self.owner, qid])
+        p = self.partitions
+        await self._release(
+            keys=[query_lease(qid, p), p.placed(COORDINATORS_ACTIVE, qid)], args=[self.owner, qid]
+        )
 
     async def leased(self, qid: str) -> bool:
-        return bool(await self.r.exists(query_lease(qid)))
+        return bool(await self.r.exists(query_lease(qid, self.partitions)))
 
     async def expired(self) -> list[str]:
         """Queries whose holder stopped renewing (their lease's expiry has passed)."""
         now_ms = _now_ms()
         raw: list[bytes] = []
-        for part in spread(COORDINATORS_ACTIVE):
+        for part in self.partitions.spread(COORDINATORS_ACTIVE):
             raw += cast(list[bytes], await self.r.zrangebyscore(part, 0, now_ms))
         return [q.decode() for q in raw]
 
     async def not_active(self, qid: str) -> None:
         """Nothing to reap for `qid` (answered, expired or unreadable)."""
-        await self.r.zrem(placed(COORDINATORS_ACTIVE, qid), qid)
+        await self.r.zrem(self.partitions.placed(COORDINATORS_ACTIVE, qid), qid)
 
     # ------------------------------------------------------------------ a query's record
     async def submitted(self, req: SubmitQuestionRequest) -> Submitted:
@@ -187,7 +193,7 @@ class QueryStore:
 
     async def request(self, qid: str) -> SubmitQuestionRequest | None:
         """The stored request, or None; raises ProtocolError if it cannot be read."""
-        key = query_request(qid)
+        key = query_request(qid, self.partitions)
         blob = cast(bytes | None, await self.r.get(key))
         if blob is None:
             return None
@@ -195,27 +201,30 @@ class QueryStore:
         return req if isinstance(req, SubmitQuestionRequest) else None
 
     async def answered(self, qid: str) -> bool:
-        return bool(await self.r.exists(reply_key(qid)))
+        return bool(await self.r.exists(reply_key(qid, self.partitions)))
 
     async def known(self, qid: str) -> bool:
         """Redis has the query's state (its epoch) or its answer."""
-        return bool(await self.r.exists(query_epoch(qid), reply_key(qid)))
+        p = self.partitions
+        return bool(await self.r.exists(query_epoch(qid, p), reply_key(qid, p)))
 
     async def stored(self, qid: str) -> bool:
         """Redis has the query's request or its answer."""
-        return bool(await self.r.exists(query_request(qid), reply_key(qid)))
+        p = self.partitions
+        return bool(await self.r.exists(query_request(qid, p), reply_key(qid, p)))
 
     async def in_flight_again(self, req: SubmitQuestionRequest) -> str:
         """A query Redis lost, about to be searched again: stored and counted in flight again, its
         reserve held and its client key kept again (a retry under the key finds this query, not a
         new one) — unless a question posted again under the key since holds it: that query's id
         (the same question is searched there), else "" (`scripts.RESTORE`)."""
+        p = self.partitions
         qid = req.query_id
-        client_key, record = client_key_record(req)
+        client_key, record = client_key_record(req, p)
         keys = [
-            client_key, query_request(qid),
-            *_placed(qid, INGRESS_IN_FLIGHT, client_in_flight(req.client), INGRESS_RESERVED,
-                     INGRESS_RESERVED_TOTAL, COORDINATORS_ACTIVE),
+            client_key, query_request(qid, p),
+            *self._placed(qid, INGRESS_IN_FLIGHT, client_in_flight(req.client, p), INGRESS_RESERVED,
+                          INGRESS_RESERVED_TOTAL, COORDINATORS_ACTIVE),
         ]  # fmt: skip
         held = request_bytes(req, self.per_target)
         args: list[str | bytes | int] = [record, encode(req), _now_ms(), held, KEY_BACKSTOP_S, qid]
@@ -224,14 +233,14 @@ class QueryStore:
     # ------------------------------------------------------------------ the inbox
     async def inbox(self, qid: str) -> Entries:
         """Every entry of the query's inbox, in order (a replay)."""
-        return cast(Entries, await self.r.xrange(query_inbox(qid), "-", "+"))
+        return cast(Entries, await self.r.xrange(query_inbox(qid, self.partitions), "-", "+"))
 
     async def read_inboxes(
         self, after: dict[str, str], count: int, block_ms: int
     ) -> list[tuple[str, Entries]]:
         """New entries of the inboxes in `after` (query id -> last entry applied): one XREAD
         (one per partition on a cluster)."""
-        streams = {query_inbox(q): last for q, last in after.items()}
+        streams = {query_inbox(q, self.partitions): last for q, last in after.items()}
         out = []
         for stream, entries in await read_streams(self.r, streams, count, block_ms):
             qid = query_inbox.parse(stream)
@@ -242,7 +251,7 @@ class QueryStore:
     async def park(self, qid: str, entry_id: str, reason: str, payload: bytes) -> None:
         """An inbox entry that cannot be read (the inbox has no group): kept with its reason,
         bounded as every dead letter is (`bus.dead_letter_fields`)."""
-        parked = dead_letter(query_inbox(qid))
+        parked = dead_letter(query_inbox(qid, self.partitions))
         async with self.r.pipeline(transaction=False) as pipe:
             fields = {"id": entry_id, **dead_letter_fields(reason, payload)}
             pipe.xadd(parked, fields, maxlen=DEAD_LETTERS_KEPT, approximate=True)  # type: ignore[arg-type]
@@ -258,20 +267,24 @@ class QueryStore:
     def checkpoint_call(self, qid: str, epoch: int, last_id: str, nodes: int) -> ScriptCall:
         """`checkpoint` as a script call, for the bus to send after a batch's publishes (it
         returns a `Fence`'s value)."""
-        keys = [query_lease(qid), query_epoch(qid), query_checkpoint(qid)]
+        p = self.partitions
+        keys = [query_lease(qid, p), query_epoch(qid, p), query_checkpoint(qid, p)]
         return self._checkpoint, keys, [self.owner, epoch, last_id, nodes]
 
     async def answer(self, req: SubmitQuestionRequest, epoch: int, answer: AnswerResult) -> Fence:
         """Write the answer once and let the query go, its tree stream packed into one record
         (`tree_record`) and what only its search read let go soon (`SEARCH_KEPT_S`), unless the
         lease is no longer ours."""
+        p = self.partitions
         qid = req.query_id
-        client_key = placed(submitted_key(f"{req.client}/{req.client_key}"), qid)
+        client_key = p.placed(submitted_key(f"{req.client}/{req.client_key}", p), qid)
+        in_flight = client_in_flight(req.client, p)
         keys = [
-            query_lease(qid), query_epoch(qid), reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT,
-            COORDINATORS_ACTIVE, client_in_flight(req.client)), query_inbox(qid), query_request(qid),
-            query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid), query_tree(qid),
-            query_tree_record(qid), *_placed(qid, INGRESS_RESERVED, INGRESS_RESERVED_TOTAL),
+            query_lease(qid, p), query_epoch(qid, p), reply_key(qid, p),
+            *self._placed(qid, ANSWERS, INGRESS_IN_FLIGHT, COORDINATORS_ACTIVE, in_flight),
+            query_inbox(qid, p), query_request(qid, p), query_checkpoint(qid, p), client_key,
+            query_sent(qid, p), query_cancelled(qid, p), query_tree(qid, p), query_tree_record(qid, p),
+            *self._placed(qid, INGRESS_RESERVED, INGRESS_RESERVED_TOTAL),
         ]  # fmt: skip
         args: list[str | bytes | int] = [
             self.owner, epoch, encode(answer), qid, self.result_ttl_s, await self._tree_record(qid),
@@ -281,7 +294,7 @@ class QueryStore:
 
     async def _tree_record(self, qid: str) -> bytes:
         """The query's tree stream packed into its record (b"": it has no tree stream)."""
-        entries = cast(Entries, await self.r.xrange(query_tree(qid), "-", "+"))
+        entries = cast(Entries, await self.r.xrange(query_tree(qid, self.partitions), "-", "+"))
         if not entries:
             return b""
         return pack_tree([(as_str(entry_id), (fields or {}).get(b"e", b"")) for entry_id, fields in entries])
@@ -292,16 +305,19 @@ class QueryStore:
         """Answer a question that cannot be searched (or need not be: `verdict`) as failed,
         whoever holds what for it; its client key left alone unless `keyed` (another question's
         now)."""
+        p = self.partitions
         qid = req.query_id
         answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer=None, error=f"{verdict}: {reason}")
-        client_key = (
-            placed(submitted_key(f"{req.client}/{req.client_key}"), qid) if keyed else query_request(qid)
-        )
+        client_key = query_request(qid, p)
+        if keyed:
+            client_key = p.placed(submitted_key(f"{req.client}/{req.client_key}", p), qid)
+        in_flight = client_in_flight(req.client, p)
         keys = [
-            reply_key(qid), *_placed(qid, ANSWERS, INGRESS_IN_FLIGHT, client_in_flight(req.client)),
-            query_request(qid), placed(COORDINATORS_ACTIVE, qid), query_lease(qid), query_epoch(qid),
-            query_inbox(qid), query_checkpoint(qid), client_key, query_sent(qid), query_cancelled(qid),
-            *_placed(qid, INGRESS_RESERVED, INGRESS_RESERVED_TOTAL),
+            reply_key(qid, p), *self._placed(qid, ANSWERS, INGRESS_IN_FLIGHT, in_flight),
+            query_request(qid, p), p.placed(COORDINATORS_ACTIVE, qid), query_lease(qid, p),
+            query_epoch(qid, p), query_inbox(qid, p), query_checkpoint(qid, p), client_key,
+            query_sent(qid, p), query_cancelled(qid, p),
+            *self._placed(qid, INGRESS_RESERVED, INGRESS_RESERVED_TOTAL),
         ]  # fmt: skip
         await self._reject(keys=keys, args=[encode(answer), qid, self.result_ttl_s, self.search_kept_s])
 
@@ -317,7 +333,9 @@ class QueryStore:
             except ProtocolError:  # a step's text past the message limit: not shown
                 continue
         if payloads:
-            await self._tree(keys=[query_tree(qid)], args=[self.result_ttl_s, TREE_EVENTS_KEPT, *payloads])
+            await self._tree(
+                keys=[query_tree(qid, self.partitions)], args=[self.result_ttl_s, TREE_EVENTS_KEPT, *payloads]
+            )
 
     # ------------------------------------------------------------------ to the allocator
     async def publish_stats(self, events: list[QueryStatsEvent]) -> None:
@@ -327,7 +345,7 @@ class QueryStore:
         try:
             async with self.r.pipeline(transaction=False) as pipe:
                 for event in events:
-                    stream = placed(QUERY_STATS, event.query_id)
+                    stream = self.partitions.placed(QUERY_STATS, event.query_id)
                     pipe.xadd(stream, {"e": encode(event)}, maxlen=10_000, approximate=True)
                 await pipe.execute()
         except ResponseError as exc:
@@ -341,14 +359,14 @@ class QueryStore:
         now_ms = now_s * 1000 + now_us // 1000
         async with self.r.pipeline(transaction=False) as pipe:
             for stream, seconds in keep_s.items():
-                for part in spread(stream):
+                for part in self.partitions.spread(stream):
                     pipe.xtrim(part, minid=str(max(0, now_ms - int(seconds * 1000))), approximate=False)
             await pipe.execute()
 
     async def recount_reserves(self) -> int:
         """The searches' reserves recounted on every partition (`scripts.RECOUNT`): their total."""
         names = (INGRESS_RESERVED, INGRESS_RESERVED_TOTAL, INGRESS_IN_FLIGHT)
-        parts = zip(*map(spread, names), strict=True)
+        parts = zip(*map(self.partitions.spread, names), strict=True)
         return sum([int(await self._recount(keys=list(keys))) for keys in parts])
 
     async def redis_run(self) -> str:

@@ -17,7 +17,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
 
 import redis.asyncio as aioredis
 
@@ -28,22 +27,16 @@ from spex.proto import (
     GenerateResult,
     PromoteRequest,
     ProtocolError,
-    WorkerLoadEvent,
     decode,
-    encode,
 )
 from spex.proto.names import (
     DEFAULT_POOL,
     GEN_CONTROL,
-    GEN_WORKERS,
     GENERATOR_GROUP,
     gen_jobs,
-    home,
     query_inbox,
     query_request,
-    spread,
     worker_jobs,
-    worker_load,
 )
 from spex.services.generator.engines import live_engine
 from spex.services.generator.step_curve import publish_curve
@@ -56,33 +49,12 @@ from spex.shared.runtime.service import guarded, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.streams import read_streams
 from spex.shared.runtime.worker import Job, JobWorker
+from spex.shared.runtime.workers import WorkerRegistry
 
 __all__ = ["Generator", "main"]
 
 LOAD_REPORT_S = 0.05  # how often load is published for the budget allocator
 PROMOTIONS_KEPT = 4096  # promotions of jobs not here yet, remembered (a job may arrive after)
-FORGET_S = 60.0  # a worker dead this long, its stream drained, leaves GEN_WORKERS
-
-# The load report: the key (its TTL is liveness) and the worker's entry in GEN_WORKERS,
-# stamped with Redis's clock (so no worker's clock skew matters).
-REPORT = """
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local t = redis.call('TIME')
-redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[3])
-"""
-# Forget a dead worker: still dead (no load key), last seen FORGET_S ago by Redis's clock (its
-# stream, found empty just before, is deleted after: nothing routes to a worker with no load
-# key). Checked and done at once, so a worker that comes back meanwhile keeps its entry.
-FORGET = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-local seen = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not seen then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now - tonumber(seen) < tonumber(ARGV[2]) then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-return 1
-"""
 
 
 @dataclass(eq=False)
@@ -108,11 +80,10 @@ class Generator(JobWorker[_GenJob]):
         self.adopted: list[str] = []  # streams of dead peers, read before ours
         self._grouped: set[str] = set()  # dead peers' streams whose group we made sure of
         self.handlers = {GenerateRequest: self.on_generate, CancelRequest: self.on_cancel}
-        self._control_last = dict.fromkeys(spread(GEN_CONTROL), "$")  # each part: where we are
+        self._control_last = dict.fromkeys(self.partitions.spread(GEN_CONTROL), "$")  # each part: read to
         # Promotions of jobs not (yet) here: applied if the job arrives (bounded, oldest out).
         self._promoted: OrderedDict[str, int] = OrderedDict()
-        self._report = client.register_script(REPORT)
-        self._forget = client.register_script(FORGET)
+        self.registry = WorkerRegistry(client, self.partitions)
 
     async def prepare(self) -> None:
         await publish_curve(self.bus.r, self.settings, self.engine, self.log)  # before the engine's thread
@@ -137,7 +108,7 @@ class Generator(JobWorker[_GenJob]):
         assert isinstance(req, GenerateRequest)
         if await self.held_already(d):  # our own pending entry, redelivered after a reconnect
             return
-        if not await job_wanted(self.bus.r, req.query_id, req.job_id):
+        if not await job_wanted(self.bus, req.query_id, req.job_id):
             # Cancelled while queued, or its query is unknown or answered: never starts.
             await self.bus.ack(d, GENERATOR_GROUP)
             self.aborted += 1
@@ -208,7 +179,8 @@ class Generator(JobWorker[_GenJob]):
             logprobs=logprobs,
             worker=self.settings.consumer,
         )
-        await self.bus.publish(query_inbox(req.query_id), result, require=query_request(req.query_id))
+        qid, parts = req.query_id, self.partitions
+        await self.bus.publish(query_inbox(qid, parts), result, require=query_request(qid, parts))
 
     # ------------------------------------------------------------------ loops
     async def _intake_round(self) -> None:
@@ -274,17 +246,10 @@ class Generator(JobWorker[_GenJob]):
         """A worker that died (its load key expired: Redis's clock, not ours) leaves its own
         stream: the jobs it held, claimed here once idle, and those routed to it that it never
         read, which the intake reads before anything else (`adopted`). The coordinators route
-        its queries elsewhere as soon as its key expired. A worker dead for FORGET_S whose
+        its queries elsewhere as soon as its key expired. A worker dead for `FORGET_S` (`workers`) whose
         stream is empty is forgotten, and its stream deleted."""
-        members = cast(list[bytes], await self.bus.r.zrange(home(GEN_WORKERS), 0, -1))
-        peers = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
-        peers = [p for p in peers if p != self.settings.consumer]
-        loads = await self.bus.r.mget([home(worker_load(p)) for p in peers]) if peers else []
-        alive = cast(list[bytes | None], loads)
         adopted = []
-        for peer, load in zip(peers, alive, strict=True):
-            if load is not None:
-                continue
+        for peer in await self.registry.dead(besides=self.settings.consumer):
             stream = worker_jobs(self.pool, peer)
             if stream not in self._grouped:  # once per dead peer, not every round
                 await self.bus.ensure_group(stream, GENERATOR_GROUP)
@@ -295,10 +260,9 @@ class Generator(JobWorker[_GenJob]):
                 self.log.info("job_adopted", worker=peer, entry_id=d.entry_id)
                 await self.dispatch(d)
             await self.bus.trim_now_and_then(stream)
-            parts = spread(stream)
+            parts = self.partitions.spread(stream)
             lengths = [await self.bus.r.xlen(part) for part in parts]
-            keys = [home(GEN_WORKERS), home(worker_load(peer))]
-            if not any(lengths) and await self._forget(keys=keys, args=[peer, int(FORGET_S * 1000)]):
+            if not any(lengths) and await self.registry.forget(peer):
                 for part in parts:
                     await self.bus.r.delete(part)
                 self.bus.forget(stream)
@@ -321,31 +285,11 @@ class Generator(JobWorker[_GenJob]):
             return
         JOBS_IN_FLIGHT.labels("generator", consumer).set(len(self.jobs))
         load = self.engine.load()
-        event = WorkerLoadEvent(
-            msg_id=f"load/{consumer}/{time.monotonic_ns()}",
-            query_id="",
-            worker=consumer,
-            primary=load.primary,
-            primary_ctx=load.primary_ctx,
-            spec=load.spec,
-            running=load.running,
-            waiting=load.waiting,
-            kv_held=load.kv_held,
-            kv_capacity=load.kv_capacity,
-            prefix_cache_hit_rate=load.prefix_cache_hit_rate,
-            jobs_done=self.done,
-            jobs=len(self.jobs),
-            slots=self.settings.worker_slots,
-            queries=len({job.request.query_id for job in self.jobs.values()}),
-            prompt_tokens=load.prompt_tokens,
-            cached_tokens=load.cached_tokens,
-            primary_steps=load.primary_steps,
-            primary_step_s=load.primary_step_s,
-            primary_alone_s=load.primary_alone_s,
-        )
+        queries = len({job.request.query_id for job in self.jobs.values()})
+        msg_id = f"load/{consumer}/{time.monotonic_ns()}"
+        event = load.event(msg_id, consumer, self.done, len(self.jobs), self.settings.worker_slots, queries)
         ttl_ms = int(3 * self.settings.heartbeat_s * 1000)  # liveness: gone three heartbeats after we die
-        keys = [home(worker_load(consumer)), home(GEN_WORKERS)]
-        await self._report(keys=keys, args=[encode(event), ttl_ms, consumer])
+        await self.registry.report(event, ttl_ms)
 
 
 def _job_problem(req: GenerateRequest, real_engine: bool) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from structlog.typing import FilteringBoundLogger
 
-from spex.proto.names import home, worker_curve
+from spex.proto.names import Partitions, worker_curve
 from spex.shared.engine.api import SERVERS
 from spex.shared.roofline.measured import Cell, parse_measured
 from spex.shared.runtime.settings import Settings
@@ -54,7 +54,7 @@ async def publish_curve(
         )
         took = round(time.perf_counter() - start, 2)
         log.info("step_curve", source="startup_sweep", path=str(path), measured_now=measured, took_s=took)
-    key = home(worker_curve(settings.consumer))
+    key = Partitions(settings.partitions).home(worker_curve(settings.consumer))
     if text is None:
         await r.delete(key)  # an earlier run's curve under this name is not this engine's
         return

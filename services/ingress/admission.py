@@ -46,9 +46,10 @@ class MemoryAdmission:
     less what it uses."""
 
     def __init__(
-        self, r: aioredis.Redis, headroom: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.r, self.headroom, self.clock = r, headroom, clock
+        self, r: aioredis.Redis, headroom: float, clock: Callable[[], float] = time.monotonic, *,
+        partitions: names.Partitions,
+    ) -> None:  # fmt: skip
+        self.r, self.headroom, self.clock, self.partitions = r, headroom, clock, partitions
         self._read_at = -1e9
         self._room: Room | None = None
         self._reading = asyncio.Lock()  # one read at a time; the requests behind it take its figure
@@ -68,7 +69,7 @@ class MemoryAdmission:
 
     def _crowd(self) -> int:
         """The most partitions one shard holds (each partition's reserves are checked apart)."""
-        parts = names.spread(names.INGRESS_RESERVED_TOTAL)
+        parts = self.partitions.spread(names.INGRESS_RESERVED_TOTAL)
         if not is_cluster(self.r):
             return len(parts)
         cluster = cast(aioredis.RedisCluster, self.r)

@@ -41,6 +41,7 @@ from aiohttp.web_protocol import RequestHandler
 from redis.exceptions import AuthenticationError, RedisClusterException, RedisError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
+from spex.proto.names import Partitions
 from spex.proto.submission import twin_id
 from spex.services.ingress import admission, openapi
 from spex.services.ingress.backpressure import BusyRefusals, with_retry_after
@@ -88,10 +89,11 @@ class IngressService(Service):
     its error), 202 while it is being searched; DELETE /v1/questions/{id} → 202 (cancelled)."""
 
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
-        self.memory = admission.MemoryAdmission(client, settings.memory_headroom)  # new questions
+        parts = Partitions(settings.partitions)  # the deployment's: every key built here
+        self.memory = admission.MemoryAdmission(client, settings.memory_headroom, partitions=parts)
         self.client = IngressClient(
             client, settings.backlog_limit, settings.limits, settings.memory_per_target, self.memory.room,
-            settings.data_loss_wait_s,
+            settings.data_loss_wait_s, partitions=parts,
         )  # fmt: skip
         self.host, self.port = settings.http_host, settings.http_port
         self.max_body = settings.max_message_bytes

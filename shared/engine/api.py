@@ -11,11 +11,11 @@ the wall clock through the `LiveEngine` interface (`spex.shared.engine.live`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Literal, Protocol, get_args
 
-from spex.proto.messages import PRIMARY
+from spex.proto.messages import PRIMARY, WorkerLoadEvent
 from spex.shared.content.prompts import Template
 from spex.shared.core.commands import Segment
 
@@ -156,6 +156,39 @@ class EngineLoad:
     primary_steps: int = 0
     primary_step_s: float = 0.0
     primary_alone_s: float = 0.0
+
+    @classmethod
+    def of(
+        cls, running: int, waiting: int, primary_ctx: Sequence[int], kv_held: int, kv_capacity: int,
+        stats: EngineStats,
+    ) -> EngineLoad:  # fmt: skip
+        """The load of an engine that counts its own: `running` and `waiting` requests,
+        `primary_ctx` the context of each primary one among them, its counters in `stats`."""
+        return cls(
+            primary=len(primary_ctx),
+            primary_ctx=sum(primary_ctx),
+            spec=running + waiting - len(primary_ctx),
+            running=running,
+            waiting=waiting,
+            kv_held=kv_held,
+            kv_capacity=kv_capacity,
+            prefix_cache_hit_rate=stats.cache_hit_rate,
+            prompt_tokens=stats.prompt_tokens,
+            cached_tokens=stats.cached_tokens,
+            primary_steps=stats.primary_steps,
+            primary_step_s=stats.primary_step_s,
+            primary_alone_s=stats.primary_alone_s,
+        )
+
+    def event(
+        self, msg_id: str, worker: str, jobs_done: int, jobs: int, slots: int, queries: int
+    ) -> WorkerLoadEvent:
+        """This load as worker `worker` reports it (every field of ours is one of the event's),
+        with what the worker holds: `jobs` of `slots`, of `queries` distinct queries."""
+        return WorkerLoadEvent(
+            msg_id=msg_id, query_id="", worker=worker, jobs_done=jobs_done, jobs=jobs, slots=slots,
+            queries=queries, **asdict(self),
+        )  # fmt: skip
 
 
 class Engine(Protocol):

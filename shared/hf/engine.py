@@ -187,22 +187,9 @@ class HFEngine(SteppedEngine):
 
     def load(self) -> EngineLoad:
         seqs = [*self._running, *self._waiting]
-        primary = [s for s in seqs if s.req.priority == PRIMARY]
-        return EngineLoad(
-            primary=len(primary),
-            primary_ctx=sum(s.context for s in primary),
-            spec=len(seqs) - len(primary),
-            running=len(self._running),
-            waiting=len(self._waiting),
-            kv_held=self.held_tokens,
-            kv_capacity=self.capacity_tokens,
-            prefix_cache_hit_rate=self.stats.cache_hit_rate,
-            prompt_tokens=self.stats.prompt_tokens,
-            cached_tokens=self.stats.cached_tokens,
-            primary_steps=self.stats.primary_steps,
-            primary_step_s=self.stats.primary_step_s,
-            primary_alone_s=self.stats.primary_alone_s,
-        )
+        primary_ctx = [s.context for s in seqs if s.req.priority == PRIMARY]
+        running, waiting, held = len(self._running), len(self._waiting), self.held_tokens
+        return EngineLoad.of(running, waiting, primary_ctx, held, self.capacity_tokens, self.stats)
 
     @property
     def used_tokens(self) -> int:

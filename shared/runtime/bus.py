@@ -38,7 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.codec import Envelope, envelope
-from spex.proto.names import dead_letter, spread
+from spex.proto.names import Partitions, dead_letter
 from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.metrics import DEAD_LETTERS
 from spex.shared.runtime.publisher import Publisher
@@ -115,8 +115,10 @@ class Bus(Publisher):
     """One consumer's view of the streams, and a publisher. The Redis client is injected
     (constructors only assemble), so a service runs in-process or as its own OS process alike."""
 
-    def __init__(self, client: aioredis.Redis, consumer: str, max_deliveries: int = 3) -> None:
-        super().__init__(client)
+    def __init__(
+        self, client: aioredis.Redis, consumer: str, max_deliveries: int = 3, *, partitions: Partitions
+    ) -> None:
+        super().__init__(client, partitions=partitions)
         self.consumer = consumer
         self.max_deliveries = max_deliveries
         self._ack = client.register_script(_ACK_IF_OWNER)
@@ -140,7 +142,7 @@ class Bus(Publisher):
         """Create the group (and the stream) unless it exists: safe to call on every start. With
         Redis unavailable (unreachable, or refusing writes) it is remembered, and created by the
         first call that finds it missing. A global stream's group is made on each of its parts."""
-        for part in spread(stream):
+        for part in self.partitions.spread(stream):
             self._groups.add((part, group))
             try:
                 await self._make_group(part, group)
@@ -160,7 +162,7 @@ class Bus(Publisher):
     def forget(self, stream: str) -> None:
         """Stop tracking `stream` (it was deleted): its groups are not re-created after a
         restart of Redis. A global stream: every part of it."""
-        parts = set(spread(stream))
+        parts = set(self.partitions.spread(stream))
         self._groups = {(s, g) for s, g in self._groups if s not in parts}
         self._own_pending_read = {(s, g) for s, g in self._own_pending_read if s not in parts}
         self._first_pass = {(s, g) for s, g in self._first_pass if s not in parts}
@@ -201,7 +203,7 @@ class Bus(Publisher):
         entries are dead-lettered here and never returned. `held`: entry ids the caller is
         still working on — re-read after a reconnect, they are neither returned nor counted.
         `block_ms=None`: do not wait for new entries. A global stream is read on every part."""
-        streams = [part for stream in streams for part in spread(stream)]
+        streams = [part for stream in streams for part in self.partitions.spread(stream)]
         out: list[Delivery] = []
         for stream in streams:
             if (stream, group) in self._own_pending_read:
@@ -285,7 +287,7 @@ class Bus(Publisher):
         global stream: on each part, up to `count` in all."""
         if time.monotonic() - self._reconnected_at < min_idle_ms / 1000:
             return []  # just reconnected: owners may not have heartbeated since Redis came back
-        parts = spread(stream)
+        parts = self.partitions.spread(stream)
         if len(parts) > 1:
             out: list[Delivery] = []
             for part in parts:
@@ -317,7 +319,7 @@ class Bus(Publisher):
         if now - self._trimmed.get(stream, -1e9) < TRIM_EVERY_S:
             return 0
         self._trimmed[stream] = now
-        return sum([await self.trim(part) for part in spread(stream)])
+        return sum([await self.trim(part) for part in self.partitions.spread(stream)])
 
     async def trim(self, stream: str) -> int:
         """Drop the entries every group of `stream` has delivered and had acknowledged

@@ -64,18 +64,18 @@ LOST = (
 )
 
 
-def _share(limit: int) -> int:
+def _share(limit: int, partitions: names.Partitions) -> int:
     """One partition's share of a limit (all of it on one Redis)."""
-    return -(-limit // names.partitions())
+    return -(-limit // partitions.count)
 
 
-def _new_query_id(scope: str | None) -> str:
+def _new_query_id(scope: str | None, partitions: names.Partitions) -> str:
     """A fresh query id; with partitions and a client key, one in the key's partition, so a
     retry under the key (with a fresh id of its own) runs its submit on the same slot and
     finds the first one."""
     while True:
         qid = uuid.uuid4().hex[:16]
-        if scope is None or names.partition(qid) == names.partition(scope):
+        if scope is None or partitions.partition(qid) == partitions.partition(scope):
             return qid
 
 
@@ -113,11 +113,11 @@ class DataLost(RuntimeError):
     retry_after_s = 1  # coordinators store again what they hold within a lease round
 
 
-def client_key_record(req: SubmitQuestionRequest) -> tuple[str, str]:
+def client_key_record(req: SubmitQuestionRequest, partitions: names.Partitions) -> tuple[str, str]:
     """Where `req`'s client key is kept and what it holds (`<query id>|<body hash>`): the
     submit script writes it, and a coordinator writes it again for a question Redis lost."""
     body = hashlib.sha256(encode(_body(req))).hexdigest()[:32]
-    key = names.placed(names.submitted_key(f"{req.client}/{req.client_key}"), req.query_id)
+    key = partitions.placed(names.submitted_key(f"{req.client}/{req.client_key}", partitions), req.query_id)
     return key, f"{req.query_id}|{body}"
 
 
@@ -130,12 +130,15 @@ class IngressClient:
         per_target: int = 0,
         room: Callable[[], Awaitable[Room | None]] | None = None,
         loss_wait_s: float = 60.0,
+        *,
+        partitions: names.Partitions,
     ) -> None:
         """`per_target`: SPEX_MEMORY_PER_TARGET, the bytes a search may hold a unit of target
         (0: its algorithm's, `reserve.search_bytes`); `room`: what the searches in flight may
         reserve in all (`services.admission`; None, or it answering None: no limit);
-        `loss_wait_s`: SPEX_DATA_LOSS_WAIT_S, the longest a loss this client marks stands."""
-        self.r = client
+        `loss_wait_s`: SPEX_DATA_LOSS_WAIT_S, the longest a loss this client marks stands;
+        `partitions`: the deployment's, which every key built here is of."""
+        self.r, self.partitions = client, partitions
         self.backlog_limit = backlog_limit
         self.limits = limits or Limits()
         self.per_target = per_target
@@ -144,8 +147,8 @@ class IngressClient:
         self._cancel = client.register_script(CANCEL)
         self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
         self._kept: dict[str, bytes] = {}  # DATA_KEPT's part -> the token last seen there
-        self.loss = DataLoss(client, "ingress", loss_wait_s)
-        self.trees = TreeReader(client)
+        self.loss = DataLoss(client, "ingress", loss_wait_s, partitions=partitions)
+        self.trees = TreeReader(client, partitions)
 
     async def tree_events(
         self, query_id: str, after: str = "0", count: int = 1000
@@ -178,7 +181,7 @@ class IngressClient:
         key). `given`: the other client fields (`submission.CLIENT_FIELDS`, by name); one left
         None takes `SubmitQuestionRequest`'s default; an unknown or bad one raises
         `SubmissionError` naming it."""
-        qid = query_id or _new_query_id(f"{client}/{client_key}" if client_key else None)
+        qid = query_id or _new_query_id(f"{client}/{client_key}" if client_key else None, self.partitions)
         fields = submission.check_fields({k: v for k, v in given.items() if v is not None})
         key = client_key or qid
         req = submission.validate(
@@ -217,7 +220,8 @@ class IngressClient:
             except (Backpressure, KeyConflict) as exc:  # refused: the question is not kept either
                 with contextlib.suppress(UnknownQuery):
                     await self._cancel_one(qid)
-                await self.r.delete(names.placed(names.submitted_key(f"{client}/{key}"), qid))
+                p = self.partitions
+                await self.r.delete(p.placed(names.submitted_key(f"{client}/{key}", p), qid))
                 raise type(exc)(f"{exc} (its baseline twin was refused: the question is withdrawn)") from None
         return qid
 
@@ -228,8 +232,9 @@ class IngressClient:
             payload = encode(req)
         except ProtocolError as exc:
             raise SubmissionTooLarge("question", f"too long: {exc}") from None
-        submitted, record = client_key_record(req)
-        kept = names.placed(names.DATA_KEPT, qid)
+        parts = self.partitions
+        submitted, record = client_key_record(req, parts)
+        kept = parts.placed(names.DATA_KEPT, qid)
         reserve = request_bytes(req, self.per_target)
         room = await self.room() if self.room is not None else None
         # Past the whole headroom, it could never be admitted — unless Redis is past it already
@@ -242,21 +247,21 @@ class IngressClient:
         # backlog and of the client's limit.
         keys = [
             submitted,
-            names.placed(names.INGRESS, qid),
-            names.placed(names.INGRESS_IN_FLIGHT, qid),
-            names.placed(names.client_in_flight(client), qid),
-            names.query_request(qid),
+            parts.placed(names.INGRESS, qid),
+            parts.placed(names.INGRESS_IN_FLIGHT, qid),
+            parts.placed(names.client_in_flight(client, parts), qid),
+            names.query_request(qid, parts),
             kept,
-            names.placed(names.INGRESS_RESERVED, qid),
-            names.placed(names.INGRESS_RESERVED_TOTAL, qid),
+            parts.placed(names.INGRESS_RESERVED, qid),
+            parts.placed(names.INGRESS_RESERVED_TOTAL, qid),
             marker,
             awaited,
         ]
         args = [
             qid,
             payload,
-            _share(self.backlog_limit),
-            _share(self.limits.client_in_flight),
+            _share(self.backlog_limit, parts),
+            _share(self.limits.client_in_flight, parts),
             record,
             req.created_ms,
             KEY_BACKSTOP_S,
@@ -296,7 +301,8 @@ class IngressClient:
         """The query's request; UnknownQuery if there is none (or it belongs to another
         client, when `client` is given); Recovering if there is none while Redis's loss of its
         data stands (a coordinator may be storing it again)."""
-        key, kept = names.query_request(query_id), names.placed(names.DATA_KEPT, query_id)
+        parts = self.partitions
+        key, kept = names.query_request(query_id, parts), parts.placed(names.DATA_KEPT, query_id)
         async with self.r.pipeline(transaction=False) as pipe:
             pipe.get(key)
             pipe.get(kept)
@@ -315,7 +321,7 @@ class IngressClient:
     async def result(self, query_id: str, timeout_s: float | None = None) -> AnswerResult | None:
         """The answer, waiting up to `timeout_s` (None: only look). While waiting, a lost
         connection to Redis is waited out too."""
-        key = names.reply_key(query_id)
+        key = names.reply_key(query_id, self.partitions)
         deadline = time.monotonic() + (timeout_s or 0.0)
         while True:
             try:
@@ -344,14 +350,14 @@ class IngressClient:
     async def reserved(self) -> int:
         """Bytes Redis holds in reserve for the searches in flight (`reserve`), over its partitions."""
         async with self.r.pipeline(transaction=False) as pipe:
-            for part in names.spread(names.INGRESS_RESERVED_TOTAL):
+            for part in self.partitions.spread(names.INGRESS_RESERVED_TOTAL):
                 pipe.get(part)
             return sum(int(total or 0) for total in await pipe.execute())
 
     async def cards(self, name: str) -> int:
         """The members of the set `name`, over its partitions."""
         async with self.r.pipeline(transaction=False) as pipe:
-            for part in names.spread(name):
+            for part in self.partitions.spread(name):
                 pipe.zcard(part)
             return sum(int(n) for n in await pipe.execute())
 
@@ -367,7 +373,8 @@ class IngressClient:
 
     async def _cancel_one(self, query_id: str) -> None:
         msg = CancelRequest(msg_id=f"{query_id}/cancel", query_id=query_id, reason="client cancelled")
-        keys = [names.query_request(query_id), names.query_inbox(query_id), names.reply_key(query_id)]
+        q, p = query_id, self.partitions
+        keys = [names.query_request(q, p), names.query_inbox(q, p), names.reply_key(q, p)]
         done = int(await self._cancel(keys=keys, args=[encode(msg)]))
         if done == 0:
             raise UnknownQuery(query_id)

@@ -24,8 +24,8 @@ class TreeReader:
     """The reads of queries' trees over one Redis client (`IngressClient.trees`), with the
     answered trees' records it decoded last."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
-        self.r = client
+    def __init__(self, client: aioredis.Redis, partitions: names.Partitions) -> None:
+        self.r, self.partitions = client, partitions
         self._records: dict[str, tuple[float, TreeEntries]] = {}  # query id -> (read at, its tree record)
 
     async def tree_events(
@@ -39,15 +39,16 @@ class TreeReader:
         if kept is None:
             entries = await self._tree_stream(query_id, after, count)
             if entries:
-                return _node_events(names.query_tree(query_id), entries, after)
+                return _node_events(names.query_tree(query_id, self.partitions), entries, after)
             kept = await self._tree_kept(query_id)  # answered (and its stream deleted) meanwhile?
             if kept is None:
                 return [], after
-        return _node_events(names.query_tree(query_id), _entries_after(kept, after, count), after)
+        stream = names.query_tree(query_id, self.partitions)
+        return _node_events(stream, _entries_after(kept, after, count), after)
 
     async def _tree_stream(self, query_id: str, after: str, count: int) -> Any:
         start = "-" if after == "0" else f"({after}"
-        return await self.r.xrange(names.query_tree(query_id), start, "+", count=count)
+        return await self.r.xrange(names.query_tree(query_id, self.partitions), start, "+", count=count)
 
     async def _tree_kept(self, query_id: str) -> TreeEntries | None:
         """The entries of the query's tree record, or None while it has none. A record never
@@ -57,7 +58,7 @@ class TreeReader:
         cached = self._records.get(query_id)
         if cached is not None and now - cached[0] < KEPT_FOR_S:
             return cached[1]
-        blob: Any = await self.r.get(names.query_tree_record(query_id))
+        blob: Any = await self.r.get(names.query_tree_record(query_id, self.partitions))
         if blob is None:
             return None
         try:

@@ -6,9 +6,9 @@ everywhere alike. The password is passed to redis-py as an option, never put int
 never logged. A URL that carries its own password still works: redis-py reads it from the URL.
 
 With SPEX_REDIS_CLUSTER the URL is a seed node of a Redis (or Valkey) Cluster and the client is
-redis-py's cluster client (it follows MOVED and failovers); SPEX_PARTITIONS splits the global
-streams across the cluster's slots (`spex.proto.names`). Every client is built here, so every
-process that talks to Redis uses the deployment's partition count.
+redis-py's cluster client (it follows MOVED and failovers). SPEX_PARTITIONS splits the global
+streams across the cluster's slots: the keys are built with `Partitions(settings.partitions)`
+(`spex.proto.names`), which each service, bus and client holds; connecting sets nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-from spex.proto import names
 from spex.shared.runtime.pool import POOL_WAIT_S, WaitingPool
 from spex.shared.runtime.settings import Settings, without_password
 from spex.shared.runtime.streams import as_str
@@ -58,7 +57,6 @@ def redis_client(
     finds them all in use waits up to POOL_WAIT_S for one, then raises `pool.PoolBusy` (without
     it, redis-py's pool: a hundred, and MaxConnectionsError at once). Not on a cluster, whose
     client keeps a pool per node."""
-    names.use_partitions(settings.partitions)
     if settings.redis_cluster:
         # The cluster client is not a subclass of Redis, but answers every command SPEX sends
         # alike (its pipelines group commands by node); it retries on its own after MOVED.
@@ -75,7 +73,6 @@ def redis_client(
 
 
 def sync_client(settings: Settings, retry_once: bool = False) -> redis.Redis:
-    names.use_partitions(settings.partitions)
     if settings.redis_cluster:
         cluster = redis.RedisCluster.from_url(
             _cluster_url(settings.redis_url), **CLUSTER_TIMEOUTS, **redis_options(settings)

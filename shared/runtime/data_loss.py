@@ -92,8 +92,9 @@ class Standing:
 class DataLoss:
     """Marks and ends losses for process `by`; a mark stands at most `wait_s`."""
 
-    def __init__(self, r: aioredis.Redis, by: str, wait_s: float) -> None:
+    def __init__(self, r: aioredis.Redis, by: str, wait_s: float, *, partitions: names.Partitions) -> None:
         self.r, self.by, self.wait_ms = r, by, int(wait_s * 1000)
+        self.partitions = partitions
         self._mark = r.register_script(MARK)
         self._done = r.register_script(DONE)
         self._seen: dict[str, bytes] = {}  # a DATA_KEPT part -> the token read there last
@@ -123,7 +124,7 @@ class DataLoss:
     async def check(self) -> bool:
         """Read the epoch tokens; a loss nobody marked (a token seen, none there now) is marked.
         True if one was. The first read of a part only remembers its token."""
-        parts = names.spread(names.DATA_KEPT)
+        parts = self.partitions.spread(names.DATA_KEPT)
         async with self.r.pipeline(transaction=False) as pipe:  # each part in its own slot
             for part in parts:
                 pipe.get(part)
@@ -141,8 +142,8 @@ class DataLoss:
         """A coordinator's round, one round trip: itself among the members (stamped with its
         clock: a window of several leases is wide beside the skew of clocks a fleet keeps), the
         members seen within `window_s`, and the partitions whose marker waits for it."""
-        home, now_ms = names.home(names.COORD_MEMBERS), int(time.time() * 1000)
-        parts = names.spread(names.DATA_KEPT)
+        home, now_ms = self.partitions.home(names.COORD_MEMBERS), int(time.time() * 1000)
+        parts = self.partitions.spread(names.DATA_KEPT)
         async with self.r.pipeline(transaction=False) as pipe:
             pipe.zadd(home, {me: now_ms})
             pipe.zremrangebyscore(home, 0, now_ms - MEMBERS_FORGOTTEN_MS)

@@ -3,8 +3,6 @@ its query is told that the job was given up on."""
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
-
 from spex.proto import GenerateRequest, JobFailedEvent, JobKind, Message, ScoreRequest
 from spex.proto.codec import Envelope
 from spex.proto.names import query_cancelled, query_inbox, query_request, reply_key
@@ -13,14 +11,15 @@ from spex.shared.runtime.bus import Bus
 __all__ = ["job_wanted", "tell_query"]
 
 
-async def job_wanted(r: aioredis.Redis, query_id: str, job_id: str | None = None) -> bool:
+async def job_wanted(bus: Bus, query_id: str, job_id: str | None = None) -> bool:
     """False if the query is unknown or answered, or (given `job_id`) the job was cancelled:
     one round trip."""
-    async with r.pipeline(transaction=False) as pipe:
-        pipe.exists(query_request(query_id))
-        pipe.exists(reply_key(query_id))
+    parts = bus.partitions
+    async with bus.r.pipeline(transaction=False) as pipe:
+        pipe.exists(query_request(query_id, parts))
+        pipe.exists(reply_key(query_id, parts))
         if job_id is not None:
-            pipe.hexists(query_cancelled(query_id), job_id)
+            pipe.hexists(query_cancelled(query_id, parts), job_id)
         known, answered, *cancelled = await pipe.execute()
     return bool(known) and not answered and not any(cancelled)
 
@@ -52,4 +51,5 @@ async def tell_query(bus: Bus, message: Message | Envelope, reason: str) -> None
         kind=kind,
         reason=reason,
     )
-    await bus.publish(query_inbox(message.query_id), event, require=query_request(message.query_id))
+    qid, parts = message.query_id, bus.partitions
+    await bus.publish(query_inbox(qid, parts), event, require=query_request(qid, parts))

@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from spex.proto import Message, encode
-from spex.proto.names import logical, placed, query_sent, reply_key
+from spex.proto.names import Partitions, logical, query_sent, reply_key
 from spex.shared.runtime.durable import Durable
 from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster
 
@@ -78,8 +78,9 @@ class Publisher:
     """Appends messages to streams. The Redis client is injected (constructors only assemble),
     so a service runs in-process or as its own OS process alike."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, *, partitions: Partitions) -> None:
         self.r = client
+        self.partitions = partitions  # the deployment's: every key it builds is of this count
         self._publish = client.register_script(_PUBLISH)
         self._mark = client.register_script(_MARK)
         self._durable = Durable(cast(aioredis.RedisCluster, client)) if is_cluster(client) else None
@@ -89,7 +90,9 @@ class Publisher:
         key `require` (the query's request, for a result) does not exist or the query is
         answered."""
         qid = message.query_id
-        keys = [placed(stream, qid), query_sent(qid), reply_key(qid), *([require] if require else [])]
+        parts = self.partitions
+        keys = [parts.placed(stream, qid), query_sent(qid, parts), reply_key(qid, parts)]
+        keys += [require] if require else []
         payload = encode(_stamped(message, int(time.time() * 1000)))
         args: list[Any] = [payload, message.msg_id, SENT_TTL_S, 0]
         if self._durable is not None:  # a result its job's ack follows: on a replica first
@@ -116,15 +119,15 @@ class Publisher:
         (None: not published) and what each script call returned."""
         now_ms = int(time.time() * 1000)
         encoded = [
-            (placed(stream, m.query_id), m.query_id, m.msg_id, encode(_stamped(m, now_ms)))
+            (self.partitions.placed(stream, m.query_id), m.query_id, m.msg_id, encode(_stamped(m, now_ms)))
             for stream, m in items
         ]
         needs = [[require(m)] if require else [] for _, m in items]
         if not encoded and not marks and not then:
             return [], []
-        keep_s = keep_s or {}
+        keep_s, parts = keep_s or {}, self.partitions
         calls: list[ScriptCall] = [
-            (self._publish, [stream, query_sent(qid), reply_key(qid), *need],
+            (self._publish, [stream, query_sent(qid, parts), reply_key(qid, parts), *need],
              [payload, msg_id, SENT_TTL_S, int(keep_s.get(logical(stream), 0) * 1000)])
             for (stream, qid, msg_id, payload), need in zip(encoded, needs, strict=True)
         ]  # fmt: skip

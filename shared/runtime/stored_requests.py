@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from spex.proto import GenerateRequest, ScoreRequest, SubmitQuestionRequest, decode
 from spex.proto.messages import PromptFormat
-from spex.proto.names import query_request
+from spex.proto.names import Partitions, query_request
 from spex.shared.content.prompt_style import question_format
 
 __all__ = ["QUESTIONS_KEPT", "StoredRequests"]
@@ -23,8 +23,8 @@ QUESTIONS_KEPT = 64  # the stored requests a worker keeps, of the queries it ran
 class StoredRequests:
     """The stored requests of the queries a worker ran jobs for last, each read once a query."""
 
-    def __init__(self, r: aioredis.Redis) -> None:
-        self.r = r
+    def __init__(self, r: aioredis.Redis, partitions: Partitions) -> None:
+        self.r, self.partitions = r, partitions
         self._kept: OrderedDict[str, SubmitQuestionRequest] = OrderedDict()  # query id -> request
 
     async def prompt(self, req: GenerateRequest | ScoreRequest) -> tuple[str, PromptFormat] | None:
@@ -36,7 +36,7 @@ class StoredRequests:
             return req.question, req.prompt
         stored = self._kept.get(req.query_id)
         if stored is None:
-            key = query_request(req.query_id)
+            key = query_request(req.query_id, self.partitions)
             blob = cast(bytes | None, await self.r.get(key))
             request = decode(key, blob) if blob is not None else None
             if not isinstance(request, SubmitQuestionRequest):

@@ -14,11 +14,11 @@ from spex.proto import (
     NodeEvent,
     ProtocolError,
     ServedBy,
-    WorkerLoadEvent,
     decode,
     names,
 )
 from spex.proto.messages import REWARDS
+from spex.shared.runtime.workers import WorkerRegistry
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -45,6 +45,7 @@ class Reader(Protocol):
     """What `overview` reads through (the ingress client is one)."""
 
     r: aioredis.Redis
+    partitions: names.Partitions
 
     async def cards(self, name: str) -> int:
         """The members of the set `name`, over its partitions."""
@@ -167,15 +168,15 @@ async def overview(
     most), each generator's load and its governor's slack. A client's (a tenant's): its own
     questions in flight and the oldest `listed` of them, and nothing of the rest — the figures
     it may not see are null, the workers an empty list (`scope` says which)."""
-    r, now_ms = ingress.r, int(time.time() * 1000)
-    mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client)
+    r, parts, now_ms = ingress.r, ingress.partitions, int(time.time() * 1000)
+    mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client, parts)
     in_flight: Any = []
-    for part in names.spread(mine):  # the oldest of each part, then the oldest of those
+    for part in parts.spread(mine):  # the oldest of each part, then the oldest of those
         in_flight += await r.zrange(part, 0, listed - 1, withscores=True)
     in_flight = sorted(in_flight, key=lambda member: member[1])[:listed]
     async with r.pipeline(transaction=False) as pipe:
         for qid, _ in in_flight:
-            pipe.xlen(names.query_tree(qid.decode()))
+            pipe.xlen(names.query_tree(qid.decode(), parts))
         sizes = await pipe.execute()
     questions = [
         {"query_id": qid.decode(), "waiting_s": round((now_ms - ms) / 1000, 1), "events": n}
@@ -188,15 +189,11 @@ async def overview(
         }  # fmt: skip
     recent: Any = []
     since = f"{now_ms - int(window_s * 1000)}"
-    for part in names.spread(names.ANSWERS):
+    for part in parts.spread(names.ANSWERS):
         recent += await r.xrevrange(part, "+", since, count=ANSWERS_SAMPLED)
     total, held = await ingress.counts()
-    workers_known: Any = await r.zrange(names.home(names.GEN_WORKERS), 0, -1)
-    async with r.pipeline(transaction=False) as pipe:
-        pipe.get(names.ALLOCATOR_STATUS)
-        for w in workers_known:
-            pipe.get(names.home(names.worker_load(w.decode())))
-        status, *loads = await pipe.execute()
+    status: Any = await r.get(names.ALLOCATOR_STATUS)
+    live = await WorkerRegistry(r, parts).live()  # a worker's load key expires with it: no key, no worker
     answered = issued = adopted = nodes = 0
     for _, fields in recent:
         try:
@@ -209,20 +206,15 @@ async def overview(
             nodes += answer.nodes
     allocator = json.loads(status) if status else {}
     workers = []
-    for name, raw in zip(workers_known, loads, strict=True):
-        try:  # a worker's load key expires with it: no key, no worker
-            load = decode(names.worker_load(name.decode()), raw) if raw is not None else None
-        except ProtocolError:
-            continue
-        if isinstance(load, WorkerLoadEvent):
-            workers.append({
-                "worker": load.worker, "running": load.running, "waiting": load.waiting,
-                "primary": load.primary, "speculative": load.spec, "slots": load.slots,
-                "kv_held": load.kv_held, "kv_capacity": load.kv_capacity,
-                "prefix_cache_hit_rate": round(load.prefix_cache_hit_rate, 3),
-                "slack": allocator.get("slack", {}).get(load.worker),
-                "pool": allocator.get("pool", {}).get(load.worker),
-            })  # fmt: skip
+    for load in live.values():
+        workers.append({
+            "worker": load.worker, "running": load.running, "waiting": load.waiting,
+            "primary": load.primary, "speculative": load.spec, "slots": load.slots,
+            "kv_held": load.kv_held, "kv_capacity": load.kv_capacity,
+            "prefix_cache_hit_rate": round(load.prefix_cache_hit_rate, 3),
+            "slack": allocator.get("slack", {}).get(load.worker),
+            "pool": allocator.get("pool", {}).get(load.worker),
+        })  # fmt: skip
     return {
         "scope": "operator",
         "in_flight": total,

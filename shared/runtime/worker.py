@@ -32,7 +32,7 @@ import structlog
 from opentelemetry.trace import Span
 
 from spex.proto import PRIMARY, GenerateRequest, JobKind, Message, ScoreRequest
-from spex.proto.names import spread
+from spex.proto.names import Partitions
 from spex.shared.content.prompts import PromptStyle, SizedPrompt, Template, prompt_pieces
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.engine.live import LiveEngine
@@ -81,11 +81,12 @@ class JobWorker(Service, Generic[J]):
     engine_name: ClassVar[str] = "engine"  # how dead-letter reasons name the engine
 
     def __init__(self, client: aioredis.Redis, settings: Settings, engine: LiveEngine) -> None:
-        self.bus = Bus(client, settings.consumer, settings.max_deliveries)
+        self.partitions = Partitions(settings.partitions)  # the deployment's: every key built here
+        self.bus = Bus(client, settings.consumer, settings.max_deliveries, partitions=self.partitions)
         self.bus.on_dead = partial(tell_query, self.bus)  # a job given up on: its query hears
         # Redis losing its data, marked if this worker is the first to see it (`data_loss`):
         # the epoch token read every heartbeat round, and at once when a group of ours vanished.
-        self.loss = DataLoss(client, settings.consumer, settings.data_loss_wait_s)
+        self.loss = DataLoss(client, settings.consumer, settings.data_loss_wait_s, partitions=self.partitions)
         self.bus.on_regroup = self.loss.check
         self.settings = settings
         self.engine = engine
@@ -103,7 +104,7 @@ class JobWorker(Service, Generic[J]):
         self.aborted = 0  # jobs cancelled, before or while running
         self.log = structlog.get_logger().bind(service=self.service, consumer=settings.consumer)
         self._sized: dict[PromptStyle, SizedPrompt] = {}  # synthetic prompts' pieces, by style
-        self.stored = StoredRequests(self.bus.r)  # the questions its jobs do not carry
+        self.stored = StoredRequests(self.bus.r, self.partitions)  # the questions its jobs do not carry
         self._runs: dict[str, str] = {}  # job id -> the request id it ran as here (`_held_run`)
 
     @property
@@ -308,7 +309,7 @@ class JobWorker(Service, Generic[J]):
     async def heartbeat(self, stream: str) -> None:
         """Keep our jobs on `stream` (each of its parts) ours; those a peer took over while we
         stalled are stopped here (the peer's result counts)."""
-        for part in spread(stream):
+        for part in self.partitions.spread(stream):
             entries = {job.delivery.entry_id for job in self.working() if job.delivery.stream == part}
             if not entries:
                 continue

@@ -86,22 +86,9 @@ class SimEngine:
         """What a budget allocator needs: primary jobs and their context, speculative jobs,
         KV held (admitted and queued requests alike)."""
         reqs = [*self._running, *self._waiting]
-        primary = [r for r in reqs if r.priority == PRIMARY]
-        return EngineLoad(
-            primary=len(primary),
-            primary_ctx=sum(r.prompt_tokens + r.generated for r in primary),
-            spec=len(reqs) - len(primary),
-            running=len(self._running),
-            waiting=len(self._waiting),
-            kv_held=self.held_tokens,
-            kv_capacity=self.capacity_tokens,
-            prefix_cache_hit_rate=self.stats.cache_hit_rate,
-            prompt_tokens=self.stats.prompt_tokens,
-            cached_tokens=self.stats.cached_tokens,
-            primary_steps=self.stats.primary_steps,
-            primary_step_s=self.stats.primary_step_s,
-            primary_alone_s=self.stats.primary_alone_s,
-        )
+        primary_ctx = [r.prompt_tokens + r.generated for r in reqs if r.priority == PRIMARY]
+        running, waiting, held = len(self._running), len(self._waiting), self.held_tokens
+        return EngineLoad.of(running, waiting, primary_ctx, held, self.capacity_tokens, self.stats)
 
     def is_waiting(self, rid: str) -> bool:
         """The request is queued for admission (not yet holding a slot)."""

@@ -3,7 +3,6 @@
 import pytest
 import redis
 
-from spex.proto import names
 from spex.shared.runtime.redis_cluster import RedisCluster
 
 PARTITIONS = 8
@@ -17,11 +16,9 @@ def redis_cluster():
 
 @pytest.fixture
 def cluster_url(redis_cluster):
-    """The cluster's seed URL, every primary flushed and every node healthy before each test;
-    the partition count of this process put back after it."""
+    """The cluster's seed URL, every primary flushed and every node healthy before each test."""
     redis_cluster.await_healthy()
     client = redis.RedisCluster.from_url(redis_cluster.url)
     client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
     client.close()
-    yield redis_cluster.url
-    names.use_partitions(1)
+    return redis_cluster.url

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from spex.proto import AnswerResult, decode, names
+from spex.proto.names import Partitions
 from spex.shared.runtime.settings import Settings
 from tests.cluster.conftest import PARTITIONS
 from tests.services.cluster import Cluster
@@ -25,7 +26,7 @@ def test_a_cluster_needs_partitions():
 
 async def answers_counted(r) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for part in names.spread(names.ANSWERS):
+    for part in Partitions(PARTITIONS).spread(names.ANSWERS):
         for _, fields in await r.xrange(part):
             answer = decode(names.ANSWERS, fields[b"e"])
             assert isinstance(answer, AnswerResult)

@@ -48,12 +48,12 @@ async def waits_for_the_replica(redis_cluster, port: int, write) -> bool:
 def test_a_submission_and_a_result_are_on_a_replica_when_they_return(cluster_url, redis_cluster):
     async def go():
         settings = Settings(redis_url=cluster_url, redis_cluster=True, partitions=PARTITIONS)
-        r = redis_client(settings)
+        r, parts = redis_client(settings), names.Partitions(PARTITIONS)
         try:
             qid = "durable-q1"
-            request, inbox = names.query_request(qid), names.query_inbox(qid)
+            request, inbox = names.query_request(qid, parts), names.query_inbox(qid, parts)
             port = replica_port(cluster_url, request)
-            client = IngressClient(r)
+            client = IngressClient(r, partitions=parts)
             waited = [
                 await waits_for_the_replica(
                     redis_cluster, port, lambda: client.submit("2 + 2?", query_id=qid)
@@ -63,7 +63,7 @@ def test_a_submission_and_a_result_are_on_a_replica_when_they_return(cluster_url
             result = GenerateResult(
                 msg_id=f"{qid}/r1", query_id=qid, job_id="j1", node_id="n1", text="4", tokens=1
             )
-            bus = Bus(r, "gen-t")
+            bus = Bus(r, "gen-t", partitions=parts)
             waited.append(
                 await waits_for_the_replica(redis_cluster, port, lambda: bus.publish(inbox, result))
             )

@@ -14,21 +14,21 @@ QUERIES = 40
 
 
 def test_every_lease_is_renewed_in_every_slot(cluster_url):
-    names.use_partitions(PARTITIONS)
+    parts = names.Partitions(PARTITIONS)
 
     async def go():
         r = aioredis.RedisCluster.from_url(cluster_url)
-        store = QueryStore(r, "coord-0", lease_s=2.0, result_ttl_s=60)
+        store = QueryStore(r, "coord-0", lease_s=2.0, result_ttl_s=60, partitions=parts)
         qids = [f"q{i}" for i in range(QUERIES)]
         epochs = [await store.acquire(q) for q in qids]
-        other = QueryStore(r, "coord-1", lease_s=2.0, result_ttl_s=60)
+        other = QueryStore(r, "coord-1", lease_s=2.0, result_ttl_s=60, partitions=parts)
         renewed = await store.renew_all(qids)
         not_theirs = await other.renew_all(qids[:5])
         await r.aclose()
         return qids, epochs, renewed, not_theirs
 
     qids, epochs, renewed, not_theirs = asyncio.run(go())
-    assert len({names.partition(q) for q in qids}) == PARTITIONS  # every partition held
+    assert len({parts.partition(q) for q in qids}) == PARTITIONS  # every partition held
     assert epochs == [1] * QUERIES
     assert renewed == dict.fromkeys(qids, 1)
     assert not_theirs == dict.fromkeys(qids[:5], 0)  # another's lease is not renewed

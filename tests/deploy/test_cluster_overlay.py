@@ -42,11 +42,7 @@ def test_generators_scale_on_every_part_of_the_shared_job_stream():
     partitions = Settings.from_env(of_kind(docs, "ConfigMap")["spex-env"]["data"]).partitions
     scaled = of_kind(docs, "ScaledObject")["spex-generator"]
     triggers = scaled["spec"]["triggers"]
-    try:
-        names.use_partitions(partitions)
-        parts = names.spread(gen_jobs(DEFAULT_POOL))
-    finally:
-        names.use_partitions(1)
+    parts = names.Partitions(partitions).spread(gen_jobs(DEFAULT_POOL))
     assert [t["metadata"]["stream"] for t in triggers] == parts
     for t in triggers:
         assert t["type"] == "redis-cluster-streams" and t["metricType"] == "Value"

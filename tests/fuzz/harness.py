@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, Phase, settings
 
 from spex.proto import AnswerResult, SubmitQuestionRequest, decode, encode
-from spex.proto.names import dead_letter, query_request
+from spex.proto.names import SINGLE, dead_letter, query_request
 from tests.fuzz.strategies import SEED_ENTRIES
 from tests.services.cluster import Cluster
 
@@ -272,7 +272,7 @@ class Fuzz:
         async def go() -> None:
             for qid in qids:
                 req = SubmitQuestionRequest(msg_id=f"m-{qid}", query_id=qid, question="What is 2+2?")
-                await self.r.set(query_request(qid), encode(req))
+                await self.r.set(query_request(qid, SINGLE), encode(req))
 
         self.run(go())
         return qids

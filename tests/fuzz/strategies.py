@@ -22,7 +22,7 @@ import msgspec
 from hypothesis import strategies as st
 
 from spex.proto import CONTENTS, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, SIM_STYLES, Message, Synthetic
-from spex.proto.names import KEYS, STREAMS, Name
+from spex.proto.names import KEYS, SINGLE, STREAMS, Name, QueryName
 from spex.proto.submission import MODES
 from spex.shared.core.search import SEARCHES
 
@@ -492,7 +492,12 @@ def concrete_names(ids: Sequence[str] = ("x", "q0001", "{", "}", ":", "\x00", "Ã
     out: list[str] = []
     for table in (STREAMS, KEYS):
         for family in table:
-            out += [family(i) for i in ids] if isinstance(family, Name) else [family]
+            if isinstance(family, Name):
+                out += [family(i) for i in ids]
+            elif isinstance(family, QueryName):
+                out += [family(i, SINGLE) for i in ids]
+            else:
+                out.append(family)
     return out
 
 

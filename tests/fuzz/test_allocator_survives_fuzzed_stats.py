@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spex.proto import BudgetUpdateEvent, QueryStatsEvent, WorkerLoadEvent, decode, encode
-from spex.proto.names import ALLOCATOR_LEASE, QUERY_STATS, query_inbox, worker_load
+from spex.proto.names import ALLOCATOR_LEASE, QUERY_STATS, SINGLE, query_inbox, worker_load
 from tests.fuzz import strategies as fz
 from tests.fuzz.harness import CASES, DRAIN_S, FUZZ, NOTES, Fuzz, as_text, count, entry_order
 
@@ -93,8 +93,8 @@ async def budgets(fuzz: Fuzz, qids: list[str]) -> list[BudgetUpdateEvent]:
     """Every budget the allocator published to the inboxes of `qids`."""
     out = []
     for qid in qids:
-        for _, fields in await fuzz.r.xrange(query_inbox(qid)):
-            msg = decode(query_inbox(qid), fields[b"e"])
+        for _, fields in await fuzz.r.xrange(query_inbox(qid, SINGLE)):
+            msg = decode(query_inbox(qid, SINGLE), fields[b"e"])
             if isinstance(msg, BudgetUpdateEvent):
                 out.append(msg)
     return out

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spex.proto import AnswerResult, GenerateRequest, ScoreRequest, decode
-from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, gen_jobs, message_types, query_inbox
+from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, SINGLE, gen_jobs, message_types, query_inbox
 from spex.shared.runtime.client import Answered
 from tests.fuzz import strategies as fz
 from tests.fuzz.harness import CASES, DRAIN_S, FUZZ, NOTES, Fuzz, count, entry_order
@@ -35,9 +35,9 @@ def test_coordinator_survives_a_fuzzed_inbox(fuzz):
         qid = fuzz.run(fuzz.cluster.client.submit("What is 5 + 6?", algorithm="rebase", target=4))
         query = fuzz.run(adopted(coord, qid))
         ids = [qid, *fuzz.run(job_ids(fuzz, qid))]
-        types = message_types(query_inbox(qid))
+        types = message_types(query_inbox(qid, SINGLE))
         entries = data.draw(fz.entry_batches(types, ids, [qid]), label="entries")
-        inbox = query_inbox(qid)
+        inbox = query_inbox(qid, SINGLE)
         added = fuzz.add(inbox, entries)
         query = fuzz.run(settle(coord, qid, query, added[-1][0]), DRAIN_S + 10)
         applied = [(i, f) for i, f in added if entry_order(i) <= entry_order(query.last_id)]

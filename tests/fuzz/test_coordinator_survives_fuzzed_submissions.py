@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 
 from spex.proto import SubmissionError, SubmitQuestionRequest, decode, encode, submission
-from spex.proto.names import COORDINATOR_GROUP, INGRESS, query_request, reply_key
+from spex.proto.names import COORDINATOR_GROUP, INGRESS, SINGLE, query_request, reply_key
 from tests.fuzz import strategies as fz
 from tests.fuzz.harness import CASES, DRAIN_S, FUZZ, NOTES, Fuzz, count, decodes
 
@@ -70,7 +70,7 @@ async def stored_as_the_ingress_does(fuzz: Fuzz, entries: list[dict[str, bytes]]
         if decodes(INGRESS, fields):
             req = decode(INGRESS, fields["e"])
             if isinstance(req, SubmitQuestionRequest):
-                await fuzz.r.set(query_request(req.query_id), fields["e"], nx=True)
+                await fuzz.r.set(query_request(req.query_id, SINGLE), fields["e"], nx=True)
 
 
 def searchable_questions(fuzz: Fuzz, added: list[tuple[str, dict[str, bytes]]]) -> set[str]:
@@ -98,7 +98,7 @@ async def unanswered_questions(fuzz: Fuzz, searchable: set[str]) -> list[str]:
     """The searchable questions not answered (or failed) within the drain time."""
     deadline = asyncio.get_running_loop().time() + DRAIN_S
     while True:
-        left = [q for q in sorted(searchable) if not await fuzz.r.exists(reply_key(q))]
+        left = [q for q in sorted(searchable) if not await fuzz.r.exists(reply_key(q, SINGLE))]
         if not left or asyncio.get_running_loop().time() > deadline:
             return left
         await asyncio.sleep(0.05)

@@ -10,7 +10,7 @@ from dataclasses import replace
 import redis.asyncio as aioredis
 
 from spex.proto import GenerateResult, ScoreResult
-from spex.proto.names import ALLOCATOR_STATUS, home, worker_curve
+from spex.proto.names import ALLOCATOR_STATUS, SINGLE, worker_curve
 from spex.services.launcher import up
 from spex.shared.roofline.measured import Cell, profile_json
 from spex.shared.runtime.redis_server import free_port
@@ -24,7 +24,7 @@ def published(url: str) -> tuple[dict, dict]:
     async def read() -> tuple[dict, dict]:
         r = aioredis.Redis.from_url(url)
         try:
-            curve = await r.get(home(worker_curve("gen-0")))
+            curve = await r.get(SINGLE.home(worker_curve("gen-0")))
             for _ in range(100):
                 status = json.loads(await r.get(ALLOCATOR_STATUS) or b"{}")
                 if "gen-0" in status.get("curve", {}):

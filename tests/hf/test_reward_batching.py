@@ -8,7 +8,7 @@ import pytest
 
 from spex.proto import ScoreRequest, ScoreResult, decode, encode
 from spex.proto.messages import PRIMARY, SPECULATIVE
-from spex.proto.names import SCORE_JOBS, query_inbox
+from spex.proto.names import SCORE_JOBS, SINGLE, query_inbox
 from spex.shared.engine.api import EngineRequest
 from spex.shared.hf.reward import RewardConfig, RewardEngine
 from spex.shared.runtime.connect import redis_client
@@ -86,7 +86,7 @@ def score_in_process(redis_url, prm, jobs):
         task = asyncio.create_task(scorer.run(stop))
         try:
             for _ in range(600):
-                entries = await r.xrange(query_inbox("q"))
+                entries = await r.xrange(query_inbox("q", SINGLE))
                 if len(entries) >= len(jobs):
                     break
                 await asyncio.sleep(0.05)
@@ -94,7 +94,7 @@ def score_in_process(redis_url, prm, jobs):
             stop.set()
             await task
             await r.aclose()
-        return [decode(query_inbox("q"), e[b"e"]) for _, e in entries], scorer.engine.engine
+        return [decode(query_inbox("q", SINGLE), e[b"e"]) for _, e in entries], scorer.engine.engine
 
     return asyncio.run(go())
 

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from spex.proto import ProtocolError, decode, encode
-from spex.proto.names import DEFAULT_POOL, gen_jobs, query_inbox
+from spex.proto.names import DEFAULT_POOL, SINGLE, gen_jobs, query_inbox
 from tests.proto.examples import ENV, JOB
 
 
@@ -32,10 +32,10 @@ def test_the_first_bad_field_in_the_payload_is_the_one_named():
 
 
 def test_an_unknown_type_is_named_with_the_streams_known_ones():
-    reason = _reason(query_inbox("q"), {**ENV, "type": "NoSuchThing"})
+    reason = _reason(query_inbox("q", SINGLE), {**ENV, "type": "NoSuchThing"})
     assert reason.startswith("type: unknown 'NoSuchThing'; known: GenerateResult, ScoreResult"), reason
 
 
 def test_a_missing_field_reads_as_msgspec_says():
-    reason = _reason(query_inbox("q"), {**ENV, "type": "ScoreResult", "job_id": "j", "node_id": "n"})
+    reason = _reason(query_inbox("q", SINGLE), {**ENV, "type": "ScoreResult", "job_id": "j", "node_id": "n"})
     assert reason == "invalid ScoreResult on {q:q}:in: Object missing required field `reward`"

@@ -10,7 +10,7 @@ from spex.proto import (
     WorkerLoadEvent,
     names,
 )
-from spex.proto.names import KEYS, STREAMS, Name, message_types
+from spex.proto.names import KEYS, SINGLE, STREAMS, Family, Name, Partitions, QueryName, message_types
 
 
 @pytest.mark.parametrize(
@@ -26,14 +26,19 @@ from spex.proto.names import KEYS, STREAMS, Name, message_types
     ],
 )
 def test_a_name_is_built_and_parsed_back(name, ident, text):
-    assert name(ident) == text
-    assert name.parse(text) == ident
-    assert name.parse(text.encode()) == ident  # as Redis returns it
+    if isinstance(name, Name):
+        assert name(ident) == text
+        assert name.parse(text) == ident
+        assert name.parse(text.encode()) == ident  # as Redis returns it
+    else:  # a query's or a client's: built with the deployment's partitions
+        assert name(ident, SINGLE) == text
+        parsed = name.parse(text) if isinstance(name, QueryName) else name.parse(text, SINGLE)
+        assert parsed == ident
 
 
 def test_a_name_of_another_family_does_not_parse():
     assert names.query_inbox.parse("{q:q1}:answer") is None
-    assert names.query_inbox.parse(names.dead_letter(names.query_inbox("q1"))) is None
+    assert names.query_inbox.parse(names.dead_letter(names.query_inbox("q1", SINGLE))) is None
     assert names.worker_load.parse("worker:gen-0") is None
 
 
@@ -48,9 +53,9 @@ def test_the_glob_matches_the_family():
     [
         (names.INGRESS, SubmitQuestionRequest),
         (names.gen_jobs("gpu3"), GenerateRequest),
-        (names.query_inbox("q9"), ScoreResult),
-        (names.reply_key("q9"), AnswerResult),
-        (names.query_request("q9"), SubmitQuestionRequest),
+        (names.query_inbox("q9", SINGLE), ScoreResult),
+        (names.reply_key("q9", SINGLE), AnswerResult),
+        (names.query_request("q9", Partitions(4)), SubmitQuestionRequest),
         (names.worker_load("gen-7"), WorkerLoadEvent),
     ],
 )
@@ -64,71 +69,80 @@ def test_an_unregistered_name_has_no_types():
 
 
 def test_no_two_families_claim_one_name():
-    samples = [f("x") if isinstance(f, Name) else f for table in (STREAMS, KEYS) for f in table]
+    samples = [
+        f("x") if isinstance(f, Name) else f("x", SINGLE) if isinstance(f, QueryName) else f
+        for table in (STREAMS, KEYS)
+        for f in table
+    ]
     for sample in samples:
         claims = [
             f
             for table in (STREAMS, KEYS)
             for f in table
-            if f == sample or (isinstance(f, Name) and f.parse(sample))
+            if f == sample or (isinstance(f, Name | QueryName) and f.parse(sample))
         ]
         assert len(claims) == 1, (sample, claims)
 
 
 # ---------------------------------------------------------------------------- partitions
-@pytest.fixture
-def eight_partitions():
-    names.use_partitions(8)
-    yield
-    names.use_partitions(1)
+EIGHT = Partitions(8)
 
 
 def test_one_partition_keeps_every_name_as_written():
-    assert names.placed(names.INGRESS, "q1") == "ingress:new"
-    assert names.spread(names.SCORE_JOBS) == ["score:jobs"]
-    assert names.home(names.GEN_WORKERS) == "gen:workers"
-    assert names.query_inbox("q1") == "{q:q1}:in"
+    one = Partitions(1)
+    assert one == SINGLE
+    assert one.placed(names.INGRESS, "q1") == "ingress:new"
+    assert one.spread(names.SCORE_JOBS) == ["score:jobs"]
+    assert one.home(names.GEN_WORKERS) == "gen:workers"
+    assert names.query_inbox("q1", one) == "{q:q1}:in"
+    assert names.query_inbox.glob(one) == "{q:*}:in"
+    assert names.client_in_flight("team:{x}", one) == "ingress:inflight:team:{x}"
 
 
-def test_a_querys_keys_and_its_parts_of_the_global_streams_share_one_slot(eight_partitions):
+def test_a_querys_keys_and_its_parts_of_the_global_streams_share_one_slot():
     from redis.crc import key_slot
 
-    qid, client_key = "q00042", names.submitted_key("alice/{weird key")
+    p, qid = EIGHT, "q00042"
+    client_key = names.submitted_key("alice/{weird key", p)
     keys = [
-        names.query_inbox(qid), names.reply_key(qid), names.query_lease(qid), names.query_sent(qid),
-        names.dead_letter(names.query_inbox(qid)), names.placed(names.INGRESS, qid),
-        names.placed(names.gen_jobs(names.DEFAULT_POOL), qid),
-        names.placed(names.worker_jobs("default", "g-1"), qid),
-        names.placed(names.ANSWERS, qid), names.placed(names.COORDINATORS_ACTIVE, qid),
-        names.placed(client_key, qid), names.dead_letter(names.placed(names.SCORE_JOBS, qid)),
+        names.query_inbox(qid, p), names.reply_key(qid, p), names.query_lease(qid, p),
+        names.query_sent(qid, p),
+        names.dead_letter(names.query_inbox(qid, p)), p.placed(names.INGRESS, qid),
+        p.placed(names.gen_jobs(names.DEFAULT_POOL), qid),
+        p.placed(names.worker_jobs("default", "g-1"), qid),
+        p.placed(names.ANSWERS, qid), p.placed(names.COORDINATORS_ACTIVE, qid),
+        p.placed(client_key, qid), names.dead_letter(p.placed(names.SCORE_JOBS, qid)),
     ]  # fmt: skip
     assert len({key_slot(k.encode()) for k in keys}) == 1, keys
-    assert names.query_inbox.parse(names.query_inbox(qid)) == qid  # the tag does not get in the way
-    assert names.placed(names.query_inbox(qid), "other") == names.query_inbox(qid)  # placed already
+    assert names.query_inbox.parse(names.query_inbox(qid, p)) == qid  # the tag does not get in the way
+    assert p.placed(names.query_inbox(qid, p), "other") == names.query_inbox(qid, p)  # placed already
+    assert names.query_inbox.glob(p) == "{p*}{q:*}:in"
 
 
-def test_a_client_key_that_looks_placed_still_lands_in_its_querys_slot(eight_partitions):
+def test_a_client_key_that_looks_placed_still_lands_in_its_querys_slot():
     from redis.crc import key_slot
 
-    qid = "q00042"  # not in partition 3 or 5
-    assert names.partition(qid) not in (3, 5)
-    home_slot = key_slot(names.query_request(qid).encode())
+    p, qid = EIGHT, "q00042"  # not in partition 3 or 5
+    assert p.partition(qid) not in (3, 5)
+    home_slot = key_slot(names.query_request(qid, p).encode())
     for client_key in ("alice/k:{p3}", "alice/{p5}k", "alice/{x}", "alice/100%{"):
-        key = names.placed(names.submitted_key(client_key), qid)
+        key = p.placed(names.submitted_key(client_key, p), qid)
         assert key_slot(key.encode()) == home_slot, key
-        assert names.submitted_key.parse(key) == client_key  # escaped, not lost
-    assert key_slot(names.placed(names.client_in_flight("team:{p3}"), qid).encode()) == home_slot
+        assert names.submitted_key.parse(key, p) == client_key  # escaped, not lost
+    assert key_slot(p.placed(names.client_in_flight("team:{p3}", p), qid).encode()) == home_slot
 
 
-def test_readers_see_every_part_and_each_part_carries_its_streams_messages(eight_partitions):
-    parts = names.spread(names.gen_jobs(names.DEFAULT_POOL))
+def test_readers_see_every_part_and_each_part_carries_its_streams_messages():
+    parts = EIGHT.spread(names.gen_jobs(names.DEFAULT_POOL))
     assert parts == [f"gen:jobs:default:{{p{k}}}" for k in range(8)]
     assert {names.logical(p) for p in parts} == {"gen:jobs:default"}
     assert names.message_types(parts[3]) == names.message_types("gen:jobs:default")
-    assert names.logical(names.query_inbox("q1")) == "{q:q1}:in"
-    assert len({names.partition(f"q{i:05d}") for i in range(200)}) == 8  # a stable hash spreads them
+    assert names.logical(names.query_inbox("q1", EIGHT)) == "{q:q1}:in"
+    assert len({EIGHT.partition(f"q{i:05d}") for i in range(200)}) == 8  # a stable hash spreads them
 
 
 def test_a_partition_count_out_of_range_is_refused():
-    with pytest.raises(ValueError, match="partitions"):
-        names.use_partitions(0)
+    for count in (0, 16385):
+        with pytest.raises(ValueError, match="partitions"):
+            Partitions(count)
+    assert all(isinstance(f, Family) for table in (STREAMS, KEYS) for f in table if not isinstance(f, str))

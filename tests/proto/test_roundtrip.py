@@ -24,6 +24,7 @@ from spex.proto.names import (
     INGRESS,
     QUERY_STATS,
     SCORE_JOBS,
+    SINGLE,
     gen_jobs,
     query_inbox,
     query_request,
@@ -57,7 +58,7 @@ SAMPLES = [
         ScoreRequest(**ENV, job_id="j", node_id="n", prompt_node_ids=["r", "n"], prompt_tokens=[1, 2]),
     ),
     (
-        query_inbox("q00001"),
+        query_inbox("q00001", SINGLE),
         GenerateResult(
             **ENV,
             job_id="j",
@@ -69,13 +70,13 @@ SAMPLES = [
             logprobs=LogprobSummary(mean=-0.3, min=-2.0, count=12),
         ),
     ),
-    (query_inbox("q00001"), ScoreResult(**ENV, job_id="j", node_id="n", reward=0.75)),
-    (query_inbox("q00001"), BudgetUpdateEvent(**ENV, share=3, k_total=25)),
+    (query_inbox("q00001", SINGLE), ScoreResult(**ENV, job_id="j", node_id="n", reward=0.75)),
+    (query_inbox("q00001", SINGLE), BudgetUpdateEvent(**ENV, share=3, k_total=25)),
     (QUERY_STATS, QueryStatsEvent(**ENV, running=[0.9], offers=[0.8, 0.5], prefix_tokens=900, active_jobs=2)),
     (ANSWERS, AnswerResult(**ENV, answer="4", correct=True, nodes=40, tokens_generated=3000, latency_s=12.5)),
     # Keys that hold one message.
-    (reply_key("q00001"), AnswerResult(**ENV, answer=None, nodes=3)),
-    (query_request("q00001"), SubmitQuestionRequest(**ENV, question="2+2?")),
+    (reply_key("q00001", SINGLE), AnswerResult(**ENV, answer=None, nodes=3)),
+    (query_request("q00001", SINGLE), SubmitQuestionRequest(**ENV, question="2+2?")),
     (
         worker_load("gen-0"),
         WorkerLoadEvent(
@@ -104,7 +105,7 @@ def test_unknown_fields_are_ignored_for_rolling_upgrades():
     msg = ScoreResult(**ENV, job_id="j", node_id="n", reward=0.5)
     raw = msgspec.msgpack.decode(encode(msg))
     raw["added_in_v1_1"] = {"anything": [1, 2]}
-    assert decode(query_inbox("q"), msgspec.msgpack.encode(raw)) == msg
+    assert decode(query_inbox("q", SINGLE), msgspec.msgpack.encode(raw)) == msg
 
 
 @pytest.mark.parametrize(
@@ -124,14 +125,14 @@ def test_unknown_fields_are_ignored_for_rolling_upgrades():
 )
 def test_malformed_payload_raises_protocol_error(payload, fragment):
     with pytest.raises(ProtocolError, match=fragment):
-        decode(query_inbox("q"), payload)
+        decode(query_inbox("q", SINGLE), payload)
 
 
 def test_unknown_protocol_version_is_rejected():
     raw = msgspec.msgpack.decode(encode(ScoreResult(**ENV, job_id="j", node_id="n", reward=0.5)))
     raw["v"] = 2
     with pytest.raises(ProtocolError, match="unknown protocol version 2"):
-        decode(query_inbox("q"), msgspec.msgpack.encode(raw))
+        decode(query_inbox("q", SINGLE), msgspec.msgpack.encode(raw))
 
 
 def test_message_on_the_wrong_stream_is_rejected():

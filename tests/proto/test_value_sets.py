@@ -25,7 +25,7 @@ from spex.proto import (
     encode,
     submission,
 )
-from spex.proto.names import DEFAULT_POOL, INGRESS, SCORE_JOBS, gen_jobs, query_inbox
+from spex.proto.names import DEFAULT_POOL, INGRESS, SCORE_JOBS, SINGLE, gen_jobs, query_inbox
 from tests.proto.examples import ENV, JOB
 
 SCORE = ScoreRequest(**ENV, job_id="j", node_id="n", prompt_node_ids=["r", "n"], prompt_tokens=[10, 5])
@@ -35,8 +35,8 @@ FAILED = JobFailedEvent(**ENV, job_id="j", node_id="n", kind="generate", reason=
 FIELDS = [
     (gen_jobs(DEFAULT_POOL), JOB, "content", CONTENTS),
     (SCORE_JOBS, SCORE, "content", CONTENTS),
-    (query_inbox("q"), RESULT, "finish_reason", FINISH_REASONS),
-    (query_inbox("q"), FAILED, "kind", JOB_KINDS),
+    (query_inbox("q", SINGLE), RESULT, "finish_reason", FINISH_REASONS),
+    (query_inbox("q", SINGLE), FAILED, "kind", JOB_KINDS),
 ]
 
 

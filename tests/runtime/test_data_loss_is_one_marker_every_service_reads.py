@@ -8,7 +8,7 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from spex.proto.names import DATA_KEPT, DATA_LOST, DATA_LOST_AWAITED
+from spex.proto.names import DATA_KEPT, DATA_LOST, DATA_LOST_AWAITED, SINGLE
 from spex.shared.runtime.data_loss import DataLoss
 
 
@@ -17,8 +17,14 @@ def test_the_loss_waits_for_every_coordinator_listed(redis_url):
         r = aioredis.Redis.from_url(redis_url)
         try:
             await r.set(DATA_KEPT, "q-first")
-            worker, late = DataLoss(r, "gen-0", 30.0), DataLoss(r, "gen-1", 30.0)
-            a, b = DataLoss(r, "coord-a", 30.0), DataLoss(r, "coord-b", 30.0)
+            worker, late = (
+                DataLoss(r, "gen-0", 30.0, partitions=SINGLE),
+                DataLoss(r, "gen-1", 30.0, partitions=SINGLE),
+            )
+            a, b = (
+                DataLoss(r, "coord-a", 30.0, partitions=SINGLE),
+                DataLoss(r, "coord-b", 30.0, partitions=SINGLE),
+            )
             await worker.check()  # the token seen
             standing = await a.round("coord-a", 9.0)
             await b.round("coord-b", 9.0)

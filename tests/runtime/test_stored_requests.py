@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 from spex.proto import GenerateRequest, ScoreRequest, SubmitQuestionRequest
 from spex.proto.codec import encode
 from spex.proto.messages import PromptFormat
-from spex.proto.names import query_request
+from spex.proto.names import SINGLE, query_request
 from spex.shared.runtime.stored_requests import StoredRequests
 
 OWN = SubmitQuestionRequest(
@@ -23,12 +23,12 @@ GENERATE = {**JOB, "parent_id": "r", "child_index": 0, "action": "expand", "seed
 async def read(redis_url: str) -> list:
     r = aioredis.from_url(redis_url)
     try:
-        await r.set(query_request("q1"), encode(OWN))
-        stored = StoredRequests(r)
+        await r.set(query_request("q1", SINGLE), encode(OWN))
+        stored = StoredRequests(r, SINGLE)
         gen = GenerateRequest(query_id="q1", question_stored=True, prompt=CARRIED, **GENERATE)
         score = ScoreRequest(query_id="q1", question_stored=True, prompt=CARRIED, **JOB)
         first = await stored.prompt(gen)
-        await r.delete(query_request("q1"))  # read once a query: kept after the first job
+        await r.delete(query_request("q1", SINGLE))  # read once a query: kept after the first job
         again, scored = await stored.prompt(gen), await stored.prompt(score)
         carried = await stored.prompt(GenerateRequest(query_id="q2", question="Inline?", **GENERATE))
         gone = await stored.prompt(GenerateRequest(query_id="q3", question_stored=True, **GENERATE))

@@ -6,6 +6,7 @@ import asyncio
 import redis.asyncio as aioredis
 
 from spex.proto import NodeEvent, encode, names
+from spex.proto.names import SINGLE
 from spex.shared.runtime.client_trees import TreeReader
 
 
@@ -20,8 +21,8 @@ def test_it_pages_through_a_querys_tree_and_folds_it(redis_url):
         r = aioredis.Redis.from_url(redis_url)
         try:
             for i in range(7):
-                await r.xadd(names.query_tree("q"), {"e": encode(_event(i))})
-            reader = TreeReader(r)
+                await r.xadd(names.query_tree("q", SINGLE), {"e": encode(_event(i))})
+            reader = TreeReader(r, SINGLE)
             first, cursor = await reader.tree_events("q", count=4)
             rest, end = await reader.tree_events("q", cursor)
             assert [e.node_id for e in first + rest] == [f"n{i}" for i in range(7)]

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from spex.proto.names import ALLOCATOR_LEASE
+from spex.proto.names import ALLOCATOR_LEASE, Partitions
 from spex.services.allocator import Allocator
 from spex.services.coordinator import Coordinator
 from spex.services.generator.service import Generator
@@ -52,8 +52,9 @@ class Cluster:
         self.settings = Settings(redis_url=url, **{"time_scale": 0.002, "block_ms": 50, **settings})
         self.tasks: dict[str, tuple[asyncio.Task[None], asyncio.Event, Any]] = {}
         self.client = IngressClient(
-            redis_client(self.settings), self.settings.backlog_limit, self.settings.limits
-        )
+            redis_client(self.settings), self.settings.backlog_limit, self.settings.limits,
+            partitions=Partitions(self.settings.partitions),
+        )  # fmt: skip
         self._log_dir = tempfile.TemporaryDirectory(prefix="spex-services-")
         self.supervisor = Supervisor(Path(self._log_dir.name), say=lambda _msg: None)
         self.urls: dict[str, str] = {}

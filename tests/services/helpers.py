@@ -8,7 +8,15 @@ import urllib.error
 import urllib.request
 
 from spex.proto import AnswerResult, GenerateRequest, ScoreRequest, SubmitQuestionRequest, decode, encode
-from spex.proto.names import ANSWERS, DEFAULT_POOL, GENERATOR_GROUP, dead_letter, query_request, worker_jobs
+from spex.proto.names import (
+    ANSWERS,
+    DEFAULT_POOL,
+    GENERATOR_GROUP,
+    SINGLE,
+    dead_letter,
+    query_request,
+    worker_jobs,
+)
 from spex.services.generator.service import Generator
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.connect import redis_client
@@ -103,7 +111,7 @@ def ask_math500(url, timeout_s=120.0, count=3):
     from spex.shared.runtime.client import IngressClient
 
     async def ask():
-        client = IngressClient(aioredis.Redis.from_url(url))
+        client = IngressClient(aioredis.Redis.from_url(url), partitions=SINGLE)
         try:
             qids = [
                 await client.submit(
@@ -112,8 +120,8 @@ def ask_math500(url, timeout_s=120.0, count=3):
                 for q in load_questions("math500", limit=count)
             ]
             answers = [await client.result(qid, timeout_s=timeout_s) for qid in qids]
-            inbox = {qid: await client.r.xrange(query_inbox(qid)) for qid in qids}
-            return answers, [[decode(query_inbox(q), f[b"e"]) for _, f in inbox[q]] for q in qids]
+            inbox = {qid: await client.r.xrange(query_inbox(qid, SINGLE)) for qid in qids}
+            return answers, [[decode(query_inbox(q, SINGLE), f[b"e"]) for _, f in inbox[q]] for q in qids]
         finally:
             await client.aclose()
 
@@ -154,7 +162,9 @@ async def all_adopted(r, questions):
 
 async def known_query(r, qid="q"):
     """Store a request for `qid`, so that its jobs are run, not dropped as of an unknown query."""
-    await r.set(query_request(qid), encode(SubmitQuestionRequest(msg_id="s", query_id=qid, question="?")))
+    await r.set(
+        query_request(qid, SINGLE), encode(SubmitQuestionRequest(msg_id="s", query_id=qid, question="?"))
+    )
 
 
 def score_job(path, **fields):
@@ -172,7 +182,7 @@ async def generator_with_a_job(redis_url, time_scale):
     settings = Settings(redis_url=redis_url, consumer="gen-a", time_scale=time_scale)
     r = redis_client(settings)
     stream = worker_jobs(DEFAULT_POOL, "gen-a")
-    producer = Bus(r, "producer")
+    producer = Bus(r, "producer", partitions=SINGLE)
     await producer.ensure_group(stream, GENERATOR_GROUP)
     await known_query(r)
     job = GenerateRequest(

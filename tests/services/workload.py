@@ -52,8 +52,8 @@ def virtual_time(algorithm, target, questions, mode, seed=0, early_stop=None):
 
 async def budgets_received(cluster, answers):
     """BudgetUpdateEvents in the queries' inboxes (the allocator's T2 shares)."""
-    count = 0
+    count, parts = 0, cluster.client.partitions
     for qid in answers:
-        for _, fields in await cluster.client.r.xrange(query_inbox(qid)):
-            count += isinstance(decode(query_inbox(qid), fields[b"e"]), BudgetUpdateEvent)
+        for _, fields in await cluster.client.r.xrange(query_inbox(qid, parts)):
+            count += isinstance(decode(query_inbox(qid, parts), fields[b"e"]), BudgetUpdateEvent)
     return count

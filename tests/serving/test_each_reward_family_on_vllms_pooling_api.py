@@ -13,7 +13,7 @@ import math
 import pytest
 
 from spex.proto import ScoreResult, decode, encode
-from spex.proto.names import SCORE_JOBS, query_inbox
+from spex.proto.names import SCORE_JOBS, SINGLE, query_inbox
 from spex.services.scorer import Scorer
 from spex.shared.content.prompt_style import DEFAULT_STYLE
 from spex.shared.content.prompts import plain_template
@@ -118,10 +118,11 @@ def test_the_scorer_writes_its_familys_layout_and_publishes_the_reward(redis_url
                 await r.xadd(SCORE_JOBS, {"e": encode(job)})
 
                 async def scored() -> bool:
-                    return await r.xlen(query_inbox("q")) == 1
+                    return await r.xlen(query_inbox("q", SINGLE)) == 1
 
                 assert await wait_for(scored)
-                inbox = [decode(query_inbox("q"), f[b"e"]) for _, f in await r.xrange(query_inbox("q"))]
+                stream = query_inbox("q", SINGLE)
+                inbox = [decode(stream, f[b"e"]) for _, f in await r.xrange(stream)]
             finally:
                 stop.set()
                 await task

@@ -21,7 +21,7 @@ import pytest
 
 from spex.proto import ScoreResult, decode, encode
 from spex.proto.messages import PRIMARY
-from spex.proto.names import SCORE_JOBS, query_inbox
+from spex.proto.names import SCORE_JOBS, SINGLE, query_inbox
 from spex.shared.content.prompts import Template, prompt_pieces
 from spex.shared.engine.api import EngineRequest
 from spex.shared.runtime.settings import Settings
@@ -156,11 +156,13 @@ def test_the_scorer_publishes_the_models_reward_for_each_step(prm: VLLMServer, r
                 await r.xadd(SCORE_JOBS, {"e": encode(job)})
 
             async def all_scored() -> bool:
-                return bool(await r.xlen(query_inbox("q")) == len(STEPS))
+                return bool(await r.xlen(query_inbox("q", SINGLE)) == len(STEPS))
 
             assert await wait_for(all_scored, timeout_s=120.0)
             took = time.monotonic() - start
-            inbox = [decode(query_inbox("q"), f[b"e"]) for _, f in await r.xrange(query_inbox("q"))]
+            inbox = [
+                decode(query_inbox("q", SINGLE), f[b"e"]) for _, f in await r.xrange(query_inbox("q", SINGLE))
+            ]
             texts = [
                 "".join(_pieces(scorer.engine.template, STEPS[:depth])) for depth in range(1, len(STEPS) + 1)
             ]

@@ -10,7 +10,7 @@ import contextlib
 from redis.exceptions import ResponseError
 
 from spex.proto import GenerateResult, decode
-from spex.proto.names import GENERATOR_GROUP, dead_letter, query_inbox
+from spex.proto.names import GENERATOR_GROUP, SINGLE, dead_letter, query_inbox
 from spex.services.generator.service import Generator
 from spex.shared.runtime.settings import Settings
 from tests.services.helpers import generator_with_a_job, wait_for
@@ -27,7 +27,7 @@ def test_a_result_is_written_by_a_redis_out_of_memory(redis_url):
         await r.config_set("maxmemory", 1)  # every write refused: "OOM command not allowed"
         task = asyncio.create_task(gen.run(stop))
         try:
-            inbox = query_inbox("q")
+            inbox = query_inbox("q", SINGLE)
             assert await wait_for(lambda: _has_entries(r, inbox), timeout_s=10)
             [(_, fields)] = await r.xrange(inbox)
             assert isinstance(decode(inbox, fields[b"e"]), GenerateResult)

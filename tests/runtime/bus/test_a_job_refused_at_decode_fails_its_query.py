@@ -13,6 +13,7 @@ from spex.proto.names import (
     GENERATOR_GROUP,
     SCORE_JOBS,
     SCORER_GROUP,
+    SINGLE,
     dead_letter,
     gen_jobs,
     query_inbox,
@@ -42,9 +43,9 @@ def _with(message, **fields) -> bytes:
 def test_a_job_that_does_not_decode_fails_its_query(redis_url):
     async def go():
         r = redis_client(Settings(redis_url=redis_url))
-        bus = Bus(r, "worker-0")
+        bus = Bus(r, "worker-0", partitions=SINGLE)
         bus.on_dead = lambda message, reason: tell_query(bus, message, reason)
-        await r.set(query_request("q"), b"known")
+        await r.set(query_request("q", SINGLE), b"known")
         cases = [
             (gen_jobs(DEFAULT_POOL), GENERATOR_GROUP, _with(GENERATE, content="bogus")),
             (SCORE_JOBS, SCORER_GROUP, _with(SCORE, content="bogus")),
@@ -54,7 +55,9 @@ def test_a_job_that_does_not_decode_fails_its_query(redis_url):
             await r.xadd(stream, {"e": payload})
             assert await bus.read([stream], group, count=5, block_ms=100) == []
         parked = [await r.xrange(dead_letter(stream)) for stream, _, _ in cases]
-        inbox = [decode(query_inbox("q"), f[b"e"]) for _, f in await r.xrange(query_inbox("q"))]
+        inbox = [
+            decode(query_inbox("q", SINGLE), f[b"e"]) for _, f in await r.xrange(query_inbox("q", SINGLE))
+        ]
         await r.aclose()
         return parked, inbox
 

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from spex.proto import encode
-from spex.proto.names import SCORE_JOBS, SCORER_GROUP
+from spex.proto.names import SCORE_JOBS, SCORER_GROUP, SINGLE
 from spex.shared.runtime.bus import Bus
 from tests.services.helpers import known_query, reasons, score_job
 
@@ -20,13 +20,13 @@ def test_an_entry_that_kills_its_consumer_is_dead_lettered_after_max_deliveries(
         import redis.asyncio as aioredis
 
         r = aioredis.Redis.from_url(redis_url)
-        first = Bus(r, "scorer-0", max_deliveries=3)
+        first = Bus(r, "scorer-0", max_deliveries=3, partitions=SINGLE)
         await first.ensure_group(SCORE_JOBS, SCORER_GROUP)
         await known_query(r)
         await r.xadd(SCORE_JOBS, {"e": encode(score_job(["q", "n"]))})
         seen = []
         for _ in range(5):  # a consumer that dies on the entry, restarted under the same name
-            bus = Bus(r, "scorer-0", max_deliveries=3)
+            bus = Bus(r, "scorer-0", max_deliveries=3, partitions=SINGLE)
             seen.append([d.deliveries for d in await bus.read([SCORE_JOBS], SCORER_GROUP, 8, block_ms=10)])
         pending = (await r.xpending(SCORE_JOBS, SCORER_GROUP))["pending"]
         why = await reasons(r, SCORE_JOBS)

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from spex.proto.names import dead_letter, query_inbox
+from spex.proto.names import SINGLE, dead_letter, query_inbox
 from spex.services.coordinator.store import QueryStore
 from spex.shared.runtime.bus import DEAD_LETTER_BYTES, DEAD_LETTER_TTL_S, DEAD_LETTERS_KEPT, Bus
 
@@ -21,7 +21,7 @@ BIG = b"\xc1" + b"x" * 400_000  # not MessagePack: dead-lettered as it is read
 def test_a_400_kb_message_is_dead_lettered_truncated_with_its_reason_and_a_ttl(redis_url):
     async def go():
         r = aioredis.Redis.from_url(redis_url)
-        bus = Bus(r, "gen-0")
+        bus = Bus(r, "gen-0", partitions=SINGLE)
         await bus.ensure_group(STREAM, GROUP)
         await r.xadd(STREAM, {"e": BIG})
         assert await bus.read([STREAM], GROUP, count=10, block_ms=100) == []
@@ -41,7 +41,7 @@ def test_a_400_kb_message_is_dead_lettered_truncated_with_its_reason_and_a_ttl(r
 def test_a_dead_letter_stream_keeps_about_its_cap(redis_url):
     async def go():
         r = aioredis.Redis.from_url(redis_url)
-        bus = Bus(r, "gen-0")
+        bus = Bus(r, "gen-0", partitions=SINGLE)
         await bus.ensure_group(STREAM, GROUP)
         for start in range(0, 2 * DEAD_LETTERS_KEPT, 500):
             async with r.pipeline(transaction=False) as pipe:
@@ -62,8 +62,10 @@ def test_a_dead_letter_stream_keeps_about_its_cap(redis_url):
 def test_an_inbox_entry_the_coordinator_parks_is_bounded_too(redis_url):
     async def go():
         r = aioredis.Redis.from_url(redis_url)
-        await QueryStore(r, "coord-0", 30.0, 3_600).park("q1", "1-0", "not MessagePack", BIG)
-        parked = dead_letter(query_inbox("q1"))
+        await QueryStore(r, "coord-0", 30.0, 3_600, partitions=SINGLE).park(
+            "q1", "1-0", "not MessagePack", BIG
+        )
+        parked = dead_letter(query_inbox("q1", SINGLE))
         ((_, fields),) = await r.xrange(parked)
         ttl = await r.ttl(parked)
         await r.aclose()

@@ -9,12 +9,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from spex.proto import ScoreResult, encode
-from spex.proto.names import COORDINATOR_GROUP, dead_letter, query_inbox
+from spex.proto.names import COORDINATOR_GROUP, SINGLE, dead_letter, query_inbox
 from spex.shared.runtime.bus import Bus
 
 pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
 
-STREAM, GROUP = query_inbox("q1"), COORDINATOR_GROUP
+STREAM, GROUP = query_inbox("q1", SINGLE), COORDINATOR_GROUP
 
 
 def msg(i, **kw):
@@ -29,7 +29,7 @@ def run(coro):
 
 
 async def _bus(url, name, **kw):
-    bus = Bus(aioredis.Redis.from_url(url), name, **kw)
+    bus = Bus(aioredis.Redis.from_url(url), name, **kw, partitions=SINGLE)
     await bus.ensure_group(STREAM, GROUP)
     return bus
 
@@ -128,7 +128,7 @@ def test_an_entry_that_keeps_failing_is_dead_lettered_after_max_deliveries(redis
 def test_the_bus_stamps_a_message_with_when_it_was_published(redis_url):
     async def go():
         r = aioredis.Redis.from_url(redis_url)
-        bus = Bus(r, "c1")
+        bus = Bus(r, "c1", partitions=SINGLE)
         await bus.ensure_group(STREAM, GROUP)
         before = int(time.time() * 1000)
         await bus.publish(STREAM, msg(1, created_ms=0))  # unstamped: the bus stamps it

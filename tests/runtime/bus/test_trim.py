@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from spex.proto import ScoreResult, encode
-from spex.proto.names import SCORE_JOBS, query_inbox
+from spex.proto.names import SCORE_JOBS, SINGLE, query_inbox
 from spex.shared.runtime.bus import Bus
 from tests.services.cluster import Cluster
 from tests.services.helpers import job_streams
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.every_redis  # where Redis versions differ: every serve
 def test_trim_drops_only_what_was_delivered_and_acknowledged(redis_url):
     async def go():
         r = aioredis.Redis.from_url(redis_url)
-        bus = Bus(r, "c")
+        bus = Bus(r, "c", partitions=SINGLE)
         await bus.ensure_group("s", "g")
         ids = [
             await r.xadd(
@@ -53,7 +53,7 @@ def test_the_pipeline_keeps_its_work_streams_short(redis_url):
             answers = await submit_all(cluster, "rebase", 8, 3, "spex")
             # How many jobs went through: one result per job in the queries' inboxes (the
             # streams themselves may be trimmed already).
-            results = [f for q in answers for _, f in await r.xrange(query_inbox(q))]
+            results = [f for q in answers for _, f in await r.xrange(query_inbox(q, SINGLE))]
             published = len(results)
             await asyncio.sleep(11)  # one trimming period (TRIM_EVERY_S) and a heartbeat
             job_streams_len = sum([await r.xlen(s) for s in await job_streams(r)])

@@ -5,7 +5,7 @@ than SPEX_TPOT_TARGET for it, less once they pay more."""
 import asyncio
 
 from spex.proto import QueryStatsEvent, WorkerLoadEvent
-from spex.proto.names import home, worker_curve
+from spex.proto.names import SINGLE, worker_curve
 from spex.services.allocator import Allocator
 from spex.shared.roofline.measured import Cell, profile_json
 from spex.shared.runtime.settings import Settings
@@ -78,7 +78,9 @@ def stats(qid, worker, *offers):
 
 
 def test_each_worker_is_admitted_on_the_curve_it_published_under_the_objective():
-    r = Curves({home(worker_curve("cpu")): steep_profile().encode(), home(worker_curve("bad")): b"{"})
+    r = Curves(
+        {SINGLE.home(worker_curve("cpu")): steep_profile().encode(), SINGLE.home(worker_curve("bad")): b"{"}
+    )
     loads = {w: load(w, 0, 0.0, 0.0) for w in ("cpu", "bad", "sim")}
     offers = [stats("q", "", 1.0, 1.0, 1.0, 0.02, 0.02)]
     for objective, expected in (("slo", 1), ("throughput", 3)):

@@ -6,7 +6,7 @@ or for this one once it has caught up."""
 import asyncio
 import time
 
-from spex.proto.names import COORDINATOR_GROUP, INGRESS
+from spex.proto.names import COORDINATOR_GROUP, INGRESS, SINGLE
 from spex.services.coordinator import Coordinator
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
@@ -18,7 +18,7 @@ def test_a_late_renewal_pauses_intake_until_renewals_are_on_time_again(redis_url
         settings = Settings(redis_url=redis_url, consumer="coord-0")
         coord = Coordinator(redis_client(settings), settings)
         await coord.bus.ensure_group(INGRESS, COORDINATOR_GROUP)
-        ingress = IngressClient(redis_client(settings))
+        ingress = IngressClient(redis_client(settings), partitions=SINGLE)
         first = await ingress.submit("1 + 1?", target=4)
         await coord.intake_round()
         await coord.lease_round()  # on time

@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from spex.proto import AnswerResult, GenerateResult, NodeEvent, SubmitQuestionRequest, encode, names
+from spex.proto.names import SINGLE
 from spex.services.coordinator.store import SEARCH_KEPT_S, QueryStore
 from spex.shared.runtime.bus import Bus
 from spex.shared.runtime.client import Answered, IngressClient
@@ -38,13 +39,15 @@ async def _searched(r, qid):
     """A query as a coordinator holds it: its request stored, its lease taken, its tree
     published in three writes, a result in its inbox. -> (store, request, epoch)"""
     req = SubmitQuestionRequest(msg_id=f"submit//{qid}", query_id=qid, question="2+2?", client_key=qid)
-    store = QueryStore(r, "coord-a", lease_s=30.0, result_ttl_s=TTL_S)
-    await r.set(names.query_request(qid), encode(req))
+    store = QueryStore(r, "coord-a", lease_s=30.0, result_ttl_s=TTL_S, partitions=SINGLE)
+    await r.set(names.query_request(qid, SINGLE), encode(req))
     epoch = await store.acquire(qid)
     events = _events(qid, 60)
     for part in (events[:40], events[40:90], events[90:]):
         await store.publish_tree(qid, part)
-    await Bus(r, "gen-a").publish(names.query_inbox(qid), _result(qid, 0), require=names.query_request(qid))
+    await Bus(r, "gen-a", partitions=SINGLE).publish(
+        names.query_inbox(qid, SINGLE), _result(qid, 0), require=names.query_request(qid, SINGLE)
+    )
     return store, req, epoch
 
 
@@ -58,21 +61,21 @@ def _result(qid, i):
 def test_an_answered_querys_tree_is_one_record_that_reads_as_its_stream_did(redis_url):
     async def go():
         r = aioredis.Redis.from_url(redis_url)
-        client = IngressClient(r)
+        client = IngressClient(r, partitions=SINGLE)
         qid = "q1"
         store, req, epoch = await _searched(r, qid)
         before = await client.tree(qid)
         page, cursor = await client.tree_events(qid, count=50)  # a reader halfway through
         answer = AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer="4", nodes=60)
         written = await store.answer(req, epoch, answer)
-        after = await IngressClient(r).tree(qid)  # a fresh client: nothing cached
+        after = await IngressClient(r, partitions=SINGLE).tree(qid)  # a fresh client: nothing cached
         rest, end = await client.tree_events(qid, cursor, count=1000)
         again, _ = await client.tree_events(qid, end)
-        ttls = {kind: await r.ttl(key(qid)) for kind, key in (
+        ttls = {kind: await r.ttl(key(qid, SINGLE)) for kind, key in (
             ("tree", names.query_tree), ("record", names.query_tree_record), ("inbox", names.query_inbox),
             ("sent", names.query_sent), ("request", names.query_request), ("answer", names.reply_key),
         )}  # fmt: skip
-        record_bytes = await r.memory_usage(names.query_tree_record(qid), samples=0)
+        record_bytes = await r.memory_usage(names.query_tree_record(qid, SINGLE), samples=0)
         await r.aclose()
         return written, before, after, page + rest, again, ttls, record_bytes
 
@@ -92,13 +95,13 @@ def test_nothing_recreates_the_inbox_of_an_answered_query(redis_url):
         qid = "q2"
         store, req, epoch = await _searched(r, qid)
         await store.answer(req, epoch, AnswerResult(msg_id=f"{qid}/answer", query_id=qid, answer="4"))
-        await r.delete(names.query_inbox(qid))  # as its short expiry does
-        late = await Bus(r, "gen-b").publish(
-            names.query_inbox(qid), _result(qid, 1), require=names.query_request(qid)
+        await r.delete(names.query_inbox(qid, SINGLE))  # as its short expiry does
+        late = await Bus(r, "gen-b", partitions=SINGLE).publish(
+            names.query_inbox(qid, SINGLE), _result(qid, 1), require=names.query_request(qid, SINGLE)
         )
         with contextlib.suppress(Answered):  # a client's cancel of what is answered already: refused
-            await IngressClient(r).cancel(qid)
-        inbox = await r.exists(names.query_inbox(qid))
+            await IngressClient(r, partitions=SINGLE).cancel(qid)
+        inbox = await r.exists(names.query_inbox(qid, SINGLE))
         await r.aclose()
         return late, inbox
 

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from spex.proto import names
+from spex.proto.names import SINGLE
 from tests.services.cluster import Cluster
 
 pytestmark = pytest.mark.every_redis  # where Redis versions differ: every server kind
@@ -23,9 +24,11 @@ def test_a_retry_after_the_ttl_of_a_question_still_searched_is_the_same_query(re
         try:
             first = await cluster.client.submit("5+5?", client_key="k1", algorithm="rebase", target=16)
             await asyncio.sleep(ttl_s + 1.5)
-            searching = await r.exists(names.query_request(first), names.reply_key(first)) == 1
+            searching = (
+                await r.exists(names.query_request(first, SINGLE), names.reply_key(first, SINGLE)) == 1
+            )
             again = await cluster.client.submit("5+5?", client_key="k1", algorithm="rebase", target=16)
-            key = names.submitted_key("/k1")
+            key = names.submitted_key("/k1", SINGLE)
             ttl_while_searching = await r.ttl(key)
             answer = await cluster.client.result(first, timeout_s=60)
             ttl_after = await r.ttl(key)

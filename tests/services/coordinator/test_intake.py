@@ -6,7 +6,7 @@ be. A real Redis, one intake round."""
 import asyncio
 
 from spex.proto import SubmitQuestionRequest, encode
-from spex.proto.names import COORDINATOR_GROUP, INGRESS, dead_letter, query_request, reply_key
+from spex.proto.names import COORDINATOR_GROUP, INGRESS, SINGLE, dead_letter, query_request, reply_key
 from spex.services.coordinator import Coordinator
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
@@ -25,9 +25,9 @@ def test_only_the_stored_request_is_searched(redis_url):
         coord = Coordinator(redis_client(settings), settings)
         r = coord.store.r
         await coord.bus.ensure_group(INGRESS, COORDINATOR_GROUP)
-        await r.set(query_request("stored"), encode(request("stored")))  # as the ingress stores it
-        await r.set(query_request("taken"), encode(request("taken", msg_id="another")))
-        await r.set(reply_key("answered"), b"x")  # answered, its request expired with the answer
+        await r.set(query_request("stored", SINGLE), encode(request("stored")))  # as the ingress stores it
+        await r.set(query_request("taken", SINGLE), encode(request("taken", msg_id="another")))
+        await r.set(reply_key("answered", SINGLE), b"x")  # answered, its request expired with the answer
         for qid in ("stored", "taken", "foreign", "answered"):
             await r.xadd(INGRESS, {"e": encode(request(qid))})
         await coord.intake_round()
@@ -36,7 +36,7 @@ def test_only_the_stored_request_is_searched(redis_url):
         for _, fields in await r.xrange(dead_letter(INGRESS)):
             reasons[fields[b"reason"].decode()] = fields[b"id"].decode()
         pending = (await r.xpending(INGRESS, COORDINATOR_GROUP))["pending"]
-        replies = [q for q in ("taken", "foreign") if await r.exists(reply_key(q))]
+        replies = [q for q in ("taken", "foreign") if await r.exists(reply_key(q, SINGLE))]
         held = set(coord.queries)
         await r.aclose()
         return held, sorted(reasons), pending, replies

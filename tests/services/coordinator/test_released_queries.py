@@ -5,7 +5,7 @@ searches it again; one Redis kept, or one adopted again, is left alone."""
 import asyncio
 
 from spex.proto import SubmitQuestionRequest, encode
-from spex.proto.names import query_request
+from spex.proto.names import SINGLE, query_request
 from spex.services.coordinator import Coordinator
 from spex.services.coordinator.holdings import Ending
 from spex.shared.runtime.connect import redis_client
@@ -24,7 +24,7 @@ def test_a_released_query_redis_lost_is_searched_again_and_one_it_kept_is_not(re
         coord = Coordinator(redis_client(settings), settings)
         r = coord.store.r
         for qid in ("lost", "kept"):
-            await r.set(query_request(qid), encode(request(qid)))  # as the ingress stores it
+            await r.set(query_request(qid, SINGLE), encode(request(qid)))  # as the ingress stores it
             assert await coord.adopt(request(qid))
             coord.holdings.end(coord.queries[qid], Ending.RELEASED)  # as when Redis could not be reached
         assert not coord.queries and set(coord.recovery.released) == {"lost", "kept"}
@@ -33,7 +33,7 @@ def test_a_released_query_redis_lost_is_searched_again_and_one_it_kept_is_not(re
         await coord.recover()  # as each lease round does
         await asyncio.sleep(0.2)  # the search-again task
         adopted = set(coord.queries)
-        stored = await r.exists(query_request("lost"))
+        stored = await r.exists(query_request("lost", SINGLE))
         await r.aclose()
         return adopted, stored, set(coord.recovery.released)
 

@@ -9,7 +9,7 @@ import contextlib
 from redis.exceptions import BusyLoadingError
 
 from spex.proto import SubmitQuestionRequest
-from spex.proto.names import query_request
+from spex.proto.names import SINGLE, query_request
 from spex.services.coordinator import Coordinator
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.settings import Settings
@@ -20,7 +20,7 @@ def test_a_restart_round_that_failed_midway_is_carried_out_by_the_next(redis_url
         settings = Settings(redis_url=redis_url, consumer="coord-0")
         coord = Coordinator(redis_client(settings), settings)
         req = SubmitQuestionRequest(msg_id="s/q", query_id="q", question="2+2?", target=4, mode="baseline")
-        await coord.store.r.set(query_request("q"), b"x")
+        await coord.store.r.set(query_request("q", SINGLE), b"x")
         assert await coord.adopt(req)
         await coord.recover()  # the first round: Redis's run id noted
         coord.recovery._redis_run = "a run before this one"  # as if Redis restarted since

@@ -6,7 +6,7 @@ dead-lettered and its query failed. Now its dispatch waits for the old run to le
 import asyncio
 import time
 
-from spex.proto.names import GENERATOR_GROUP, dead_letter, query_cancelled
+from spex.proto.names import GENERATOR_GROUP, SINGLE, dead_letter, query_cancelled
 from spex.shared.runtime.bus import Bus
 from tests.services.helpers import generator_with_a_job
 
@@ -25,7 +25,9 @@ async def handed_back(redis_url, meanwhile=None):
         while gen.engine.load().running == 0:
             assert time.monotonic() < deadline, "the job never started"
             await asyncio.sleep(0.01)
-        [taken] = await Bus(r, "gen-b").reclaim(stream, GENERATOR_GROUP, 0)  # a peer takes it
+        [taken] = await Bus(r, "gen-b", partitions=SINGLE).reclaim(
+            stream, GENERATOR_GROUP, 0
+        )  # a peer takes it
         await gen.heartbeat(stream)  # ours no more: stopped, at the engine's next step
         assert gen.jobs == {}
         assert [job for job, _ in gen._aborting.values()] == ["j"]  # ... not yet stopped
@@ -49,6 +51,6 @@ def test_a_job_handed_back_while_its_old_run_is_stopping_starts_again(redis_url)
 
 def test_a_job_cancelled_while_its_dispatch_waits_never_starts(redis_url):
     async def cancel(r):
-        await r.hset(query_cancelled("q"), "j", 1)
+        await r.hset(query_cancelled("q", SINGLE), "j", 1)
 
     assert asyncio.run(handed_back(redis_url, cancel)) == ([], 0)

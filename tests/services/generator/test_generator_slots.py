@@ -11,6 +11,7 @@ from spex.proto.names import (
     DEFAULT_POOL,
     GEN_WORKERS,
     GENERATOR_GROUP,
+    SINGLE,
     gen_jobs,
     query_request,
     worker_jobs,
@@ -37,8 +38,8 @@ def test_a_generator_never_holds_more_jobs_than_its_slots(redis_url):
             redis_url=redis_url, consumer="gen-a", worker_slots=3, time_scale=100.0, block_ms=50
         )
         r = redis_client(settings)
-        producer = Bus(r, "producer")
-        await r.set(query_request("qs"), b"known")
+        producer = Bus(r, "producer", partitions=SINGLE)
+        await r.set(query_request("qs", SINGLE), b"known")
         dead_peer = worker_jobs(DEFAULT_POOL, "gen-gone")
         await r.zadd(GEN_WORKERS, {"gen-gone": 0})  # registered once, no load key: dead
         for stream in (worker_jobs(DEFAULT_POOL, "gen-a"), gen_jobs(DEFAULT_POOL), dead_peer):

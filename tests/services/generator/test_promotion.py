@@ -5,7 +5,7 @@ job reaches the generator is applied when it does."""
 import asyncio
 
 from spex.proto import SPECULATIVE, GenerateRequest, SubmitQuestionRequest
-from spex.proto.names import DEFAULT_POOL, GENERATOR_GROUP, gen_jobs, query_request, worker_jobs
+from spex.proto.names import DEFAULT_POOL, GENERATOR_GROUP, SINGLE, gen_jobs, query_request, worker_jobs
 from spex.services.coordinator.handlers import Outgoing, Publish, effects
 from spex.services.generator.service import Generator
 from spex.shared.core.commands import PromoteCommand
@@ -48,8 +48,8 @@ def test_a_promoted_job_runs_as_a_primary_on_the_generator_that_has_it(redis_url
         # A slow simulated GPU: the job is still running while we look.
         settings = Settings(redis_url=redis_url, consumer="gen-p", time_scale=100.0, block_ms=50)
         r = redis_client(settings)
-        coordinator = Bus(r, "coordinator")
-        await r.set(query_request("qp"), b"known")
+        coordinator = Bus(r, "coordinator", partitions=SINGLE)
+        await r.set(query_request("qp", SINGLE), b"known")
         for stream in (worker_jobs(DEFAULT_POOL, "gen-p"), gen_jobs(DEFAULT_POOL)):
             await coordinator.ensure_group(stream, GENERATOR_GROUP)
         gen = Generator(r, settings)

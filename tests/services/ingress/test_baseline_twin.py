@@ -5,6 +5,7 @@ trees' digests and whether they are the same. Every answer says what answered it
 import asyncio
 import time
 
+from spex.proto.names import SINGLE
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import http, wait_http
@@ -79,8 +80,8 @@ def test_a_twin_refused_withdraws_its_question_and_cancel_reaches_both(redis_url
 
     async def go():
         settings = Settings(redis_url=redis_url)
-        full = IngressClient(redis_client(settings), limits=Limits(client_in_flight=1))
-        roomy = IngressClient(redis_client(settings))
+        full = IngressClient(redis_client(settings), limits=Limits(client_in_flight=1), partitions=SINGLE)
+        roomy = IngressClient(redis_client(settings), partitions=SINGLE)
         try:
             await full.r.flushall()
             try:  # the question fits the client's limit, its twin does not
@@ -92,7 +93,7 @@ def test_a_twin_refused_withdraws_its_question_and_cancel_reaches_both(redis_url
             inboxes = [key async for key in full.r.scan_iter("*:in")]
             qid = await roomy.submit("1+1?", client_key="k", client="c", baseline_twin=True)
             await roomy.cancel(qid)  # the twin with it
-            cancelled = [await roomy.r.xlen(names.query_inbox(q)) for q in (qid, f"{qid}.baseline")]
+            cancelled = [await roomy.r.xlen(names.query_inbox(q, SINGLE)) for q in (qid, f"{qid}.baseline")]
             return refused, len(inboxes), qid, cancelled
         finally:
             await full.aclose()

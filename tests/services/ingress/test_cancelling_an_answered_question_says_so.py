@@ -5,6 +5,7 @@ Redis; the answer is written as a coordinator writes it."""
 import asyncio
 
 from spex.proto import AnswerResult
+from spex.proto.names import SINGLE
 from spex.services.coordinator.store import QueryStore
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
@@ -19,7 +20,7 @@ def test_a_cancel_of_an_answered_question_is_a_409(redis_url):
         cluster = Cluster(redis_url, "inprocess", http_port=port)
         await cluster.start("ingress", "ingress-0")
         await asyncio.to_thread(wait_http, base + "/x")
-        store = QueryStore(cluster.client.r, "coord-0", lease_s=5.0, result_ttl_s=60)
+        store = QueryStore(cluster.client.r, "coord-0", lease_s=5.0, result_ttl_s=60, partitions=SINGLE)
         try:
             status, body = await asyncio.to_thread(http, "POST", base, {"question": "2 + 2?"})
             qid = body["query_id"]

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from spex.proto import AnswerResult
+from spex.proto.names import SINGLE
 from spex.services.coordinator.store import QueryStore
 from spex.services.ingress.admission import MemoryAdmission
 from spex.shared.runtime.client import IngressClient, MemoryFull
@@ -27,7 +28,7 @@ def test_the_room_is_the_headroom_less_what_redis_uses(redis_url):
         try:
             used = int((await r.info("memory"))["used_memory"])
             await r.config_set("maxmemory", used + 50 * MIB)
-            return used, await MemoryAdmission(r, 0.9).room()
+            return used, await MemoryAdmission(r, 0.9, partitions=SINGLE).room()
         finally:
             await r.config_set("maxmemory", 0)
             await r.aclose()
@@ -47,7 +48,7 @@ def test_a_burst_of_submissions_cannot_pass_the_room_together(redis_url):
         async def room():
             return Room(5 * one + 10, 100 * one)  # five searches' reserves, not six
 
-        client = IngressClient(r, room=room)
+        client = IngressClient(r, room=room, partitions=SINGLE)
 
         async def ask(i):
             try:
@@ -70,8 +71,8 @@ def test_a_submission_reserves_its_search_and_its_answer_gives_it_back(redis_url
     async def go():
         r = aioredis.Redis.from_url(redis_url)
         await r.flushdb()
-        client = IngressClient(r)
-        store = QueryStore(r, "coord-0", lease_s=5.0, result_ttl_s=60)
+        client = IngressClient(r, partitions=SINGLE)
+        store = QueryStore(r, "coord-0", lease_s=5.0, result_ttl_s=60, partitions=SINGLE)
         try:
             wide = await client.submit("1+1?", algorithm="rebase", target=64)
             narrow = await client.submit("2+2?", algorithm="rstar", target=10)
@@ -107,7 +108,9 @@ def test_info_denied_admits_and_says_so_once(redis_url):
             "noinfo", enabled=True, passwords=["+secret-pass-1"], keys=["*"], commands=["+@all", "-info"]
         )
         r = aioredis.Redis.from_url(redis_url, username="noinfo", password="secret-pass-1")
-        memory = MemoryAdmission(r, 0.9, clock=iter(range(0, 100, 2)).__next__)  # a read each time
+        memory = MemoryAdmission(
+            r, 0.9, clock=iter(range(0, 100, 2)).__next__, partitions=SINGLE
+        )  # a read each time
         try:
             with structlog.testing.capture_logs() as logs:
                 rooms = [await memory.room() for _ in range(3)]
@@ -136,7 +139,9 @@ class _OnePrimary(aioredis.RedisCluster):
 
 
 def test_a_cluster_of_one_primary_is_read():
-    assert asyncio.run(MemoryAdmission(_OnePrimary(), 0.9).room()) == Room(10 * MIB, int(0.9 * 100 * MIB))
+    assert asyncio.run(MemoryAdmission(_OnePrimary(), 0.9, partitions=SINGLE).room()) == Room(
+        10 * MIB, int(0.9 * 100 * MIB)
+    )
 
 
 def test_a_drifted_total_is_recounted_from_the_questions_in_flight(redis_url):
@@ -147,8 +152,8 @@ def test_a_drifted_total_is_recounted_from_the_questions_in_flight(redis_url):
     async def go():
         r = aioredis.Redis.from_url(redis_url)
         await r.flushdb()
-        client = IngressClient(r)
-        store = QueryStore(r, "coord-0", lease_s=5.0, result_ttl_s=60)
+        client = IngressClient(r, partitions=SINGLE)
+        store = QueryStore(r, "coord-0", lease_s=5.0, result_ttl_s=60, partitions=SINGLE)
         try:
             kept = await client.submit("1+1?", algorithm="rebase", target=16)
             await r.hset("ingress:reserved", "gone", 5_000_000)  # its question no longer in flight
@@ -180,7 +185,7 @@ def test_requests_at_start_wait_for_the_first_figure():
 
     async def go():
         r = _SlowInfo()
-        memory = MemoryAdmission(r, 0.9)  # type: ignore[arg-type]
+        memory = MemoryAdmission(r, 0.9, partitions=SINGLE)  # type: ignore[arg-type]
         return await asyncio.gather(*(memory.room() for _ in range(10))), r.asked
 
     rooms, asked = asyncio.run(go())

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from spex.proto import decode, names, submission
+from spex.proto.names import SINGLE
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import http, wait_http
@@ -64,8 +65,8 @@ def test_a_chat_completion_is_the_search_s_answer(ingress, redis_server):
     assert answer["tree_digest"] == spex["tree_digest"]
     # The mode was passed through (whether it speculated depends on a budget arriving before a
     # half-second search ends: on a loaded machine it may not).
-    stored = redis.Redis.from_url(redis_server.url).get(names.query_request(spex["query_id"]))
-    assert decode(names.query_request(spex["query_id"]), stored).mode == "spex"
+    stored = redis.Redis.from_url(redis_server.url).get(names.query_request(spex["query_id"], SINGLE))
+    assert decode(names.query_request(spex["query_id"], SINGLE), stored).mode == "spex"
     again = client(ingress).chat.completions.create(
         model="spex:rebase-8", messages=[{"role": "user", "content": "What is 2 + 2?"}], seed=5,
         extra_body={"mode": "baseline"},

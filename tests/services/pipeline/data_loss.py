@@ -7,7 +7,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from spex.proto.names import reply_key
+from spex.proto.names import SINGLE, reply_key
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import answers_by_query, http_headed, wait_for, wait_http
@@ -50,7 +50,9 @@ def flush_with_a_stalled_coordinator(redis_url: str, restart_ingress: bool) -> O
         firsts = [await asyncio.to_thread(post, key) for key in keys]
         outcome = Outcome({key: body["query_id"] for key, (_, body, _) in zip(keys, firsts, strict=True)})
         assert await wait_for(lambda: _held(r, QUESTIONS), timeout_s=30)
-        assert not await r.exists(*(reply_key(q) for q in outcome.originals.values()))  # all in flight
+        assert not await r.exists(
+            *(reply_key(q, SINGLE) for q in outcome.originals.values())
+        )  # all in flight
         await r.flushall()
         cluster.stall("coord-0")
         lost_at = time.monotonic()
@@ -79,12 +81,12 @@ def flush_with_a_stalled_coordinator(redis_url: str, restart_ingress: bool) -> O
         accepted = set(outcome.originals.values()) | set(outcome.reposted.values())
 
         async def all_answered():
-            return all([await r.exists(reply_key(q)) for q in accepted])
+            return all([await r.exists(reply_key(q, SINGLE)) for q in accepted])
 
         await wait_for(all_answered, timeout_s=90)
         await asyncio.sleep(0.5)  # a second answer, if one were coming, lands
         outcome.answered = await answers_by_query(r)
-        outcome.unanswered = sorted([q for q in accepted if not await r.exists(reply_key(q))])
+        outcome.unanswered = sorted([q for q in accepted if not await r.exists(reply_key(q, SINGLE))])
         return outcome
 
     async def run() -> Outcome:

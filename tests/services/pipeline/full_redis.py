@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import redis
 
 from spex.bench.chaos.incidents import long_question
-from spex.proto.names import reply_key
+from spex.proto.names import SINGLE, reply_key
 from spex.shared.runtime.redis_server import free_port
 from tests.services.cluster import Cluster
 from tests.services.helpers import http_headed, wait_http
@@ -63,10 +63,10 @@ def post_long_questions(
             deadline = time.monotonic() + watch_s
             while time.monotonic() < deadline:
                 outcome.ready.append((await asyncio.to_thread(http_headed, "GET", f"{base}/ready"))[0])
-                if all(sync.exists(reply_key(q)) for q in outcome.accepted):
+                if all(sync.exists(reply_key(q, SINGLE)) for q in outcome.accepted):
                     break
                 await asyncio.sleep(0.5)
-            outcome.unanswered = [q for q in outcome.accepted if not sync.exists(reply_key(q))]
+            outcome.unanswered = [q for q in outcome.accepted if not sync.exists(reply_key(q, SINGLE))]
             answers = [await cluster.client.result(q) for q in outcome.accepted]
             outcome.failed = [a.query_id for a in answers if a is not None and a.error]
             outcome.logs = cluster.logs()

@@ -5,7 +5,7 @@ fault's test ends with (each question answered exactly once with the fault-free 
 import asyncio
 
 from spex.bench.chaos.rig import Rig
-from spex.proto.names import query_inbox
+from spex.proto.names import SINGLE, query_inbox
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.helpers import answers_by_query, wait_for
@@ -26,7 +26,7 @@ def run(fault, questions=3, settle_s=90.0, **settings):
             await asyncio.to_thread(rig.wait_started)
             qids = [await submit_question(rig, i) for i in range(questions)]
             r = rig.client.r
-            assert await wait_for(lambda: r.xlen(query_inbox(qids[0])), timeout_s=30)
+            assert await wait_for(lambda: r.xlen(query_inbox(qids[0], SINGLE)), timeout_s=30)
             await fault(rig)
             await asyncio.to_thread(rig.heal_all)
             answers = {q: await rig.client.result(q, timeout_s=settle_s) for q in qids}

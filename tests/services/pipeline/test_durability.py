@@ -3,6 +3,7 @@ directory, it answers every one of them (the embedded Redis keeps an append-only
 
 import asyncio
 
+from spex.proto.names import SINGLE
 from spex.services.launcher import up
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
@@ -20,7 +21,7 @@ def test_restarting_spex_up_on_the_same_data_dir_resumes_every_pending_question(
     workload = SyntheticWorkload(WorkloadKnobs(), 0)
 
     async def submit(live):
-        client = IngressClient(redis_client(live))
+        client = IngressClient(redis_client(live), partitions=SINGLE)
         for i in range(QUESTIONS):
             q = workload.query(i)
             await client.submit(
@@ -33,7 +34,7 @@ def test_restarting_spex_up_on_the_same_data_dir_resumes_every_pending_question(
         return done
 
     async def collect(live):
-        client = IngressClient(redis_client(live))
+        client = IngressClient(redis_client(live), partitions=SINGLE)
         answers = {f"q{i:05d}": await client.result(f"q{i:05d}", timeout_s=60) for i in range(QUESTIONS)}
         counts = await answers_by_query(client.r)
         await client.aclose()

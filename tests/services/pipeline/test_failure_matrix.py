@@ -15,7 +15,7 @@ import pytest
 
 from spex.bench.chaos.rig import Rig
 from spex.proto import GenerateRequest, ScoreResult, encode
-from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, dead_letter, gen_jobs, query_inbox
+from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, SINGLE, dead_letter, gen_jobs, query_inbox
 from spex.shared.runtime.client import Answered
 from spex.shared.runtime.settings import Settings
 from tests.services.helpers import answers_by_query, wait_for
@@ -110,7 +110,11 @@ def test_duplicate_delivery_of_jobs_and_results():
         seen: set[bytes] = set()
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
-            for stream in [gen_jobs(DEFAULT_POOL), SCORE_JOBS, *[query_inbox(f"q{i:05d}") for i in range(3)]]:
+            for stream in [
+                gen_jobs(DEFAULT_POOL),
+                SCORE_JOBS,
+                *[query_inbox(f"q{i:05d}", SINGLE) for i in range(3)],
+            ]:
                 for entry_id, fields in await r.xrange(stream):
                     if entry_id not in seen and b"e" in fields:
                         seen.add(entry_id)
@@ -132,7 +136,7 @@ def test_poison_messages_with_a_valid_schema_and_bad_content():
         stray = ScoreResult(
             msg_id="stray", query_id="q00001", job_id="nope", node_id="nope", reward=float("nan")
         )
-        await r.xadd(query_inbox("q00001"), {"e": encode(stray)})
+        await r.xadd(query_inbox("q00001", SINGLE), {"e": encode(stray)})
         assert await wait_for(lambda: r.exists(dead_letter(gen_jobs(DEFAULT_POOL))))
 
     answers, counts, _ = run(fault)

@@ -11,6 +11,7 @@ from spex.proto.names import (
     ANSWERS,
     DEFAULT_POOL,
     INGRESS,
+    SINGLE,
     dead_letter,
     gen_jobs,
     query_inbox,
@@ -125,7 +126,7 @@ def test_a_killed_process_loses_no_question(redis_url, victim):
             if victim == "generator":
                 cluster.kill("gen-0")
             else:
-                owner = (await r.get(query_lease("q00000"))).decode()
+                owner = (await r.get(query_lease("q00000", SINGLE))).decode()
                 cluster.kill(owner)
             answers = await asyncio.wait_for(task, timeout=60)
             await asyncio.sleep(0.5)
@@ -140,7 +141,7 @@ def test_a_killed_process_loses_no_question(redis_url, victim):
 
 
 async def _has_results(r: aioredis.Redis, qid: str) -> bool:
-    return await r.xlen(query_inbox(qid)) >= 3
+    return await r.xlen(query_inbox(qid, SINGLE)) >= 3
 
 
 def test_a_real_content_job_on_a_simulated_engine_is_dead_lettered_with_the_reason(redis_url):
@@ -166,7 +167,8 @@ def test_a_real_content_job_on_a_simulated_engine_is_dead_lettered_with_the_reas
                 question="What is 2+2?",
             )
             await r.set(
-                query_request("q"), encode(SubmitQuestionRequest(msg_id="s", query_id="q", question="?"))
+                query_request("q", SINGLE),
+                encode(SubmitQuestionRequest(msg_id="s", query_id="q", question="?")),
             )
             await r.xadd(gen_jobs(DEFAULT_POOL), {"e": encode(job)})
             assert await wait_for(lambda: r.xlen(dead_letter(gen_jobs(DEFAULT_POOL))))

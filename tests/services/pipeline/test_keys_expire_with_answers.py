@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from spex.proto import CancelRequest
-from spex.proto.names import ANSWERS
+from spex.proto.names import ANSWERS, SINGLE
 from spex.shared.runtime.bus import Bus
 from tests.services.cluster import Cluster
 from tests.services.workload import submit_all
@@ -51,7 +51,7 @@ def test_after_the_ttl_only_the_pipelines_own_keys_are_left(redis_url):
 def test_a_fan_out_stream_published_with_a_window_keeps_only_that_window(redis_url):
     async def go():
         r = aioredis.Redis.from_url(redis_url)
-        bus = Bus(r, "c")
+        bus = Bus(r, "c", partitions=SINGLE)
         for i in range(5):
             cancel = CancelRequest(msg_id=f"m{i}", query_id="q", job_id=f"j{i}")
             await bus.publish_many([("fan", cancel)], keep_s={"fan": 3.0})
@@ -77,7 +77,7 @@ def test_an_idle_pipeline_trims_its_fan_out_streams_by_age(redis_url):
             await r.xadd(stream, {"e": b"old"})
         await asyncio.sleep(1.2)
         await r.xadd("stats", {"e": b"new"})
-        await QueryStore(r, "c", 2.0, 60).trim_fan_out({"ctl": 1.0, "stats": 1.0})
+        await QueryStore(r, "c", 2.0, 60, partitions=SINGLE).trim_fan_out({"ctl": 1.0, "stats": 1.0})
         lengths = await r.xlen("ctl"), await r.xlen("stats")
         await r.delete("ctl", "stats")
         await r.aclose()

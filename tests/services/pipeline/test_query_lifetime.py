@@ -9,6 +9,7 @@ from spex.proto.names import (
     DEFAULT_POOL,
     GENERATOR_GROUP,
     SCORE_JOBS,
+    SINGLE,
     gen_jobs,
     query_inbox,
     query_request,
@@ -32,9 +33,12 @@ def test_jobs_of_unknown_queries_never_run_and_answered_queries_expire(redis_url
             qid = await cluster.client.submit("1+1?", algorithm="rstar", target=3)
             await cluster.client.result(qid, timeout_s=30)
             await asyncio.sleep(0.3)
-            ghost = await r.exists(query_inbox("ghost"))
+            ghost = await r.exists(query_inbox("ghost", SINGLE))
             pending = (await r.xpending(gen_jobs(DEFAULT_POOL), GENERATOR_GROUP))["pending"]
-            ttls = [await r.ttl(k) for k in (query_inbox(qid), query_request(qid), f"{{q:{qid}}}:answer")]
+            ttls = [
+                await r.ttl(k)
+                for k in (query_inbox(qid, SINGLE), query_request(qid, SINGLE), f"{{q:{qid}}}:answer")
+            ]
             return ghost, pending, ttls, await r.xlen(ANSWERS)
         finally:
             await cluster.stop()

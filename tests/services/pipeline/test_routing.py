@@ -5,7 +5,7 @@ its queries — with every answer the fault-free run's."""
 import asyncio
 
 from spex.proto import GenerateResult, decode
-from spex.proto.names import query_inbox
+from spex.proto.names import SINGLE, query_inbox
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 from tests.services.pipeline.matrix import assert_exactly_once_with_fault_free_trees, run
 
@@ -13,8 +13,8 @@ from tests.services.pipeline.matrix import assert_exactly_once_with_fault_free_t
 async def _workers_by_query(rig, qids):
     out = {}
     for qid in qids:
-        entries = await rig.client.r.xrange(query_inbox(qid))
-        events = [decode(query_inbox(qid), fields[b"e"]) for _, fields in entries]
+        entries = await rig.client.r.xrange(query_inbox(qid, SINGLE))
+        events = [decode(query_inbox(qid, SINGLE), fields[b"e"]) for _, fields in entries]
         out[qid] = {e.worker for e in events if isinstance(e, GenerateResult)}
     return out
 

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from spex.proto import decode
-from spex.proto.names import query_request
+from spex.proto.names import SINGLE, query_request
 from spex.shared.runtime import tracing
 from tests.services.cluster import Cluster
 
@@ -31,7 +31,9 @@ def test_a_query_and_its_jobs_are_one_trace(redis_url, spans):
         try:
             qid = await cluster.client.submit("What is 2 + 5?", algorithm="rebase", target=4)
             answer = await cluster.client.result(qid, timeout_s=30)
-            request = decode(query_request(qid), await cluster.client.r.get(query_request(qid)))
+            request = decode(
+                query_request(qid, SINGLE), await cluster.client.r.get(query_request(qid, SINGLE))
+            )
             return qid, answer, request.trace_id
         finally:
             await cluster.stop()

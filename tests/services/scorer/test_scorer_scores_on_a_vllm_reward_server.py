@@ -8,7 +8,7 @@ import math
 import pytest
 
 from spex.proto import ScoreResult, decode, encode
-from spex.proto.names import SCORE_JOBS, query_inbox
+from spex.proto.names import SCORE_JOBS, SINGLE, query_inbox
 from spex.services.scorer import Scorer
 from spex.shared.content.prompts import prompt_pieces
 from spex.shared.runtime.service import redis_client
@@ -47,10 +47,13 @@ def test_each_step_gets_the_servers_reward_at_its_last_token(redis_url):
                     await r.xadd(SCORE_JOBS, {"e": encode(job)})
 
                 async def both():
-                    return await r.xlen(query_inbox("q")) == 2
+                    return await r.xlen(query_inbox("q", SINGLE)) == 2
 
                 assert await wait_for(both)
-                inbox = [decode(query_inbox("q"), f[b"e"]) for _, f in await r.xrange(query_inbox("q"))]
+                inbox = [
+                    decode(query_inbox("q", SINGLE), f[b"e"])
+                    for _, f in await r.xrange(query_inbox("q", SINGLE))
+                ]
             finally:
                 stop.set()
                 await task
