@@ -107,7 +107,7 @@ async def coordinator_events_per_s(live: Settings, cfg: BenchConfig) -> tuple[fl
         await client.delete(reply_key(req.query_id, parts), query_lease(req.query_id, parts))
     start = time.perf_counter()
     for req in requests:
-        await coord.adopt(req)
+        await coord.adopter.adopt(req)
     elapsed = time.perf_counter() - start
     await client.aclose()
     return coord.driver.events / elapsed, coord.driver.events

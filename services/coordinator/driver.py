@@ -31,8 +31,9 @@ from spex.services.coordinator.handlers import (
 from spex.services.coordinator.holdings import Ending, Holdings
 from spex.services.coordinator.observe import Observer
 from spex.services.coordinator.query import HeldQuery, Unpublishable, graded
+from spex.services.coordinator.reports import Entries, Fence
 from spex.services.coordinator.routing import Router
-from spex.services.coordinator.store import Entries, Fence, QueryStore
+from spex.services.coordinator.store import QueryStore
 from spex.shared.content.prompt_style import question_format
 from spex.shared.core.commands import Command, FinishCommand
 from spex.shared.runtime.bus import Bus

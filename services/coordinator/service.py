@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
-from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -41,8 +39,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from spex.proto import Message, ProtocolError, SubmitQuestionRequest, submission
-from spex.proto.codec import Envelope
+from spex.proto import SubmitQuestionRequest, submission
 from spex.proto.names import (
     ANSWERS,
     COORDINATOR_GROUP,
@@ -53,20 +50,20 @@ from spex.proto.names import (
     QUERY_STATS,
     Partitions,
 )
+from spex.services.coordinator.adoption import Adopter
 from spex.services.coordinator.driver import Driver
 from spex.services.coordinator.holdings import Ending, Holdings
 from spex.services.coordinator.observe import Observer
-from spex.services.coordinator.query import HeldQuery, new_machine, stats
+from spex.services.coordinator.query import HeldQuery, stats
 from spex.services.coordinator.recovery import Recovery
+from spex.services.coordinator.reports import Found, Submitted
 from spex.services.coordinator.routing import REFRESH_S, Router
-from spex.services.coordinator.store import QueryStore, Submitted
+from spex.services.coordinator.store import QueryStore
 from spex.shared.content.prompt_style import check_chat_template
-from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.bus import TRIM_EVERY_S, Bus, Delivery
 from spex.shared.runtime.data_loss import DataLoss
 from spex.shared.runtime.service import Service, loop_forever, run_service
 from spex.shared.runtime.settings import Settings
-from spex.shared.runtime.tracing import query_span
 
 __all__ = ["Coordinator", "main"]
 
@@ -95,7 +92,6 @@ class Coordinator(Service):
     def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
         self.partitions = parts = Partitions(settings.partitions)  # the deployment's: every key built here
         self.bus = Bus(client, settings.consumer, settings.max_deliveries, partitions=parts)
-        self.bus.on_dead = self._on_dead
         self.settings = settings
         self.limits = settings.limits  # what a question is held to (computed once)
         self.owner = settings.consumer
@@ -110,9 +106,10 @@ class Coordinator(Service):
             self.bus, self.store, self.router, self.holdings, self.observer, settings, self.log,
             keep_s={GEN_CONTROL: CONTROL_KEEP_S},
         )  # fmt: skip
+        self.adopter = Adopter(self.store, self.holdings, self.driver, settings, self.log)
+        self.bus.on_dead = self.adopter.on_dead
         self._stats_sent = 0.0
         self._fan_out_trimmed = -1e9  # monotonic: when gen:control, stats:queries and answers were trimmed
-        self._tasks: set[asyncio.Task[None]] = set()  # takeovers and searches again
         self._renewed_at = time.monotonic()  # when the last lease round renewed our leases
         self.shedding = False  # leases renewed too late: no new question is adopted
         self.loss = DataLoss(client, settings.consumer, settings.data_loss_wait_s, partitions=parts)
@@ -213,7 +210,7 @@ class Coordinator(Service):
             await self.store.recount_reserves()  # no drift in memory admission outlives a round
         if not self.shedding:  # queries whose leases lapsed are new work too: another takes them
             for qid in await self.store.expired():
-                await self._take_over(qid)
+                await self.adopter.take_over(qid)
         return self.settings.lease_s / 3
 
     def _shed(self, since_s: float, held: int) -> None:
@@ -244,15 +241,13 @@ class Coordinator(Service):
             await self.bus.dead_letter(d, COORDINATOR_GROUP, str(exc))
             return
         with structlog.contextvars.bound_contextvars(query_id=req.query_id, trace_id=req.trace_id):
-            # The ingress stores the request as it queues the question (one script): the
-            # stored request is the query's record, and only that request is searched.
-            submitted = await self.store.submitted(req)
-            if submitted in NOT_SUBMITTED and not await self.store.answered(req.query_id):
-                await self.bus.dead_letter(d, COORDINATOR_GROUP, NOT_SUBMITTED[submitted])
-                return
             try:
-                if submitted is Submitted.THIS:
-                    await self.adopt(req)
+                # The ingress stores the request as it queues the question (one script): the
+                # stored request is the query's record, and only that request is searched.
+                submitted, found = await self.adopter.submitted(req)
+                if submitted in NOT_SUBMITTED and found is not Found.ANSWERED:
+                    await self.bus.dead_letter(d, COORDINATOR_GROUP, NOT_SUBMITTED[submitted])
+                    return
             except (RedisConnectionError, RedisTimeoutError, ResponseError):
                 raise  # Redis's trouble, not the message's: retried
             except Exception as exc:  # the question itself cannot be searched: park it
@@ -260,76 +255,6 @@ class Coordinator(Service):
                 await self.bus.dead_letter(d, COORDINATOR_GROUP, "the question could not be searched")
                 return
         await self.bus.ack(d, COORDINATOR_GROUP)
-
-    async def _on_dead(self, message: Message | Envelope, reason: str) -> None:
-        """A submission given up on: answer it as failed (its client is told, its in-flight
-        place freed) — if it is the request stored under its id. (No ingress stored one that
-        is not: nobody waits on it, and its id may be another's, or answered long ago.)"""
-        if not isinstance(message, SubmitQuestionRequest):
-            return
-        if await self.store.submitted(message) is not Submitted.THIS:
-            return
-        await self.store.reject(message, reason)
-        self.log.warning("question_rejected", query_id=message.query_id, reason=reason)
-
-    # ------------------------------------------------------------------ adoption
-    async def adopt(self, req: SubmitQuestionRequest) -> bool:
-        """Take the lease on a query and run it from its inbox (new or interrupted)."""
-        qid = req.query_id
-        if self.holdings.busy(qid) or await self.store.answered(qid):
-            return False
-        with self.holdings.adopting(qid):
-            epoch = await self.store.acquire(qid)
-            if not epoch:
-                return False
-            now = time.monotonic()
-            query = HeldQuery(req, new_machine(req, self.settings), epoch, started_wall=now, renewed=now)
-            attributes: dict[str, str | int] = {
-                "spex.query_id": qid, "spex.algorithm": req.algorithm, "spex.target": req.target,
-                "spex.mode": req.mode, "spex.epoch": epoch, "spex.coordinator": self.owner,
-            }  # fmt: skip
-            query.span = query_span(req.trace_id, qid, epoch, attributes)
-            self.holdings.hold(query)
-        self.log.info("query_adopted", query_id=qid, epoch=epoch)
-        try:  # a previous owner's results, if any, after the start
-            await self.driver.replay(query, query.machine.start(0.0), await self.store.inbox(qid))
-        except BaseException:
-            self.holdings.end(query, Ending.RELEASED)
-            raise
-        self.holdings.live(query)
-        return True
-
-    async def _take_over(self, qid: str) -> None:
-        """Adopt `qid` if its holder stopped renewing — in a task of its own, so a long
-        replay never holds up the renewal of the leases we have."""
-        if self.holdings.busy(qid) or await self.store.leased(qid):
-            return
-        try:
-            req = await self.store.request(qid)
-        except ProtocolError as exc:  # e.g. written by a newer version: not ours to run
-            self.log.error("request_unreadable", query_id=qid, error=str(exc))
-            await self.store.not_active(qid)
-            return
-        if req is None or await self.store.answered(qid):
-            await self.store.not_active(qid)  # answered or expired: nothing to take over
-            return
-        self._spawn(self._adopt_taken_over(req))
-
-    async def _adopt_taken_over(self, req: SubmitQuestionRequest) -> None:
-        try:
-            if await self.adopt(req):
-                self.log.info("query_taken_over", query_id=req.query_id)
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            # Redis unavailable is logged once, as its state changes (`availability`), not
-            # once per query per round (its next round tries again).
-            log = self.log.debug if unavailable(exc) else self.log.warning
-            log("takeover_failed", query_id=req.query_id, error=str(exc))
-        except Exception as exc:  # the question itself cannot be searched
-            self.log.error("question_unsearchable", query_id=req.query_id, error=repr(exc))
-            # Its search's own refusal says why (a search this coordinator lacks: `unknown
-            # algorithm 'x'; known: ...`); anything else is not the client's to read.
-            why = str(exc) if isinstance(exc, ValueError) else "the question could not be searched"
-            await self._on_dead(req, why)
 
     # ------------------------------------------------------------------ recovery
     async def recover(self) -> None:
@@ -373,19 +298,7 @@ class Coordinator(Service):
                 await self.store.reject(query.request, reason, verdict="superseded", keyed=False)
                 self.recovery.forget(query.query_id)
             else:
-                self._spawn(self._adopt_again(query.request))
-
-    async def _adopt_again(self, req: SubmitQuestionRequest) -> None:
-        """Adopt a query stored again (a failure leaves it due for any coordinator's takeover)."""
-        try:
-            await self.adopt(req)
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            self.log.warning("takeover_failed", query_id=req.query_id, error=str(exc))
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+                self.adopter.adopt_again(query.request)
 
     async def _publish_stats(self) -> None:
         """What the budget allocator needs per speculating query (C_q, P_q, S_KV, load)."""

@@ -11,7 +11,6 @@ cluster, where each is split into partitions and a query's keys take its partiti
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
 from typing import Any, cast
 
@@ -51,37 +50,19 @@ from spex.proto.names import (
 )
 from spex.proto.tree_record import TREE_EVENTS_KEPT, pack_tree
 from spex.services.coordinator import scripts
+from spex.services.coordinator.reports import Adoption, Entries, Fence, Found, Submitted
 from spex.shared.runtime.availability import refusal
 from spex.shared.runtime.bus import DEAD_LETTER_TTL_S, DEAD_LETTERS_KEPT, dead_letter_fields
 from spex.shared.runtime.client import KEY_BACKSTOP_S, client_key_record
 from spex.shared.runtime.reserve import request_bytes
 from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster, read_streams
 
-__all__ = ["SEARCH_KEPT_S", "Entries", "Fence", "QueryStore", "Submitted"]
+__all__ = ["SEARCH_KEPT_S", "QueryStore"]
 
 RENEW_BATCH = 1_000  # leases renewed by one script call (a few ms of Redis's time)
 # What only a query's search reads (its inbox, checkpoint, sent ids, cancel marks) is kept this
 # long after its answer, at most: a late look at what it received (an operator's, a test's).
 SEARCH_KEPT_S = 60
-# What XRANGE and XREAD give for one stream: (entry id, fields) in order.
-Entries = list[tuple[bytes | str, dict[bytes, bytes]]]
-
-
-class Submitted(enum.Enum):
-    """Whether a question on the ingress stream is the request stored under its id."""
-
-    THIS = "this"  # stored as the ingress queued it
-    MISSING = "missing"  # nothing is stored under its id
-    UNREADABLE = "unreadable"  # what is stored cannot be decoded (a newer version's, say)
-    OTHER = "other"  # another request holds its id
-
-
-class Fence(enum.IntEnum):
-    """What a fenced write (a checkpoint, an answer) found: what the scripts return."""
-
-    WRITTEN = 1  # the lease is ours at our epoch: written
-    NOT_OURS = 0  # another coordinator holds the query now
-    GONE = -1  # Redis has no epoch for it: it lost the query's state (nobody holds it)
 
 
 def _now_ms() -> int:
@@ -106,6 +87,7 @@ class QueryStore:
         self.result_ttl_s = result_ttl_s
         self.search_kept_s = min(SEARCH_KEPT_S, result_ttl_s)
         self._acquire = r.register_script(scripts.ACQUIRE)
+        self._adopt = r.register_script(scripts.ADOPT)
         self._renew_all = r.register_script(scripts.RENEW_ALL)
         self._release = r.register_script(scripts.RELEASE)
         self._checkpoint = r.register_script(scripts.CHECKPOINT)
@@ -125,6 +107,39 @@ class QueryStore:
         keys = [query_lease(qid, p), query_epoch(qid, p), p.placed(COORDINATORS_ACTIVE, qid)]
         args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
         return int(await self._acquire(keys=keys, args=args) or 0)
+
+    async def adopt(self, qid: str, read_request: bool) -> Adoption:
+        """Adopt `qid` in one round trip (`scripts.ADOPT`): nothing if it is answered (or, with
+        `read_request`, if no request is stored); else the lease if it is free, with the
+        inbox to replay; the stored request with either, where `read_request`."""
+        p = self.partitions
+        keys = [
+            query_lease(qid, p), query_epoch(qid, p), p.placed(COORDINATORS_ACTIVE, qid), reply_key(qid, p),
+            query_request(qid, p), query_inbox(qid, p),
+        ]  # fmt: skip
+        args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid, int(read_request)]
+        found, *rest = cast(list[Any], await self._adopt(keys=keys, args=args))
+        stored = rest[0] if rest else None
+        if Found(as_str(found)) is not Found.TAKEN:
+            return Adoption(Found(as_str(found)), stored)
+        inbox: Entries = [(i, dict(zip(f[::2], f[1::2], strict=True))) for i, f in rest[2]]
+        return Adoption(Found.TAKEN, stored, int(rest[1]), inbox)
+
+    def decoded(self, qid: str, blob: bytes | None) -> SubmitQuestionRequest | None:
+        """The request stored under `qid` (as read: `blob`), or None; raises ProtocolError if it
+        cannot be read."""
+        req = None if blob is None else decode(query_request(qid, self.partitions), blob)
+        return req if isinstance(req, SubmitQuestionRequest) else None
+
+    def verdict(self, req: SubmitQuestionRequest, blob: bytes | None) -> Submitted:
+        """Whether `req` is the request stored under its id (as read: `blob`)."""
+        try:
+            stored = self.decoded(req.query_id, blob)
+        except ProtocolError:
+            return Submitted.UNREADABLE
+        if stored is None:
+            return Submitted.MISSING
+        return Submitted.THIS if stored.msg_id == req.msg_id else Submitted.OTHER
 
     async def renew_all(self, qids: list[str]) -> dict[str, int]:
         """Extend our leases on `qids`: the epoch each holds, 0 where it is no longer ours.
@@ -164,9 +179,6 @@ class QueryStore:
             keys=[query_lease(qid, p), p.placed(COORDINATORS_ACTIVE, qid)], args=[self.owner, qid]
         )
 
-    async def leased(self, qid: str) -> bool:
-        return bool(await self.r.exists(query_lease(qid, self.partitions)))
-
     async def expired(self) -> list[str]:
         """Queries whose holder stopped renewing (their lease's expiry has passed)."""
         now_ms = _now_ms()
@@ -183,22 +195,8 @@ class QueryStore:
     async def submitted(self, req: SubmitQuestionRequest) -> Submitted:
         """Whether `req` is the request stored under its id (the ingress stores it as it
         queues the question, in the same script)."""
-        try:
-            stored = await self.request(req.query_id)
-        except ProtocolError:
-            return Submitted.UNREADABLE
-        if stored is None:
-            return Submitted.MISSING
-        return Submitted.THIS if stored.msg_id == req.msg_id else Submitted.OTHER
-
-    async def request(self, qid: str) -> SubmitQuestionRequest | None:
-        """The stored request, or None; raises ProtocolError if it cannot be read."""
-        key = query_request(qid, self.partitions)
-        blob = cast(bytes | None, await self.r.get(key))
-        if blob is None:
-            return None
-        req = decode(key, blob)
-        return req if isinstance(req, SubmitQuestionRequest) else None
+        blob = cast(bytes | None, await self.r.get(query_request(req.query_id, self.partitions)))
+        return self.verdict(req, blob)
 
     async def answered(self, qid: str) -> bool:
         return bool(await self.r.exists(reply_key(qid, self.partitions)))
@@ -231,10 +229,6 @@ class QueryStore:
         return as_str(await self._restore(keys=keys, args=args))
 
     # ------------------------------------------------------------------ the inbox
-    async def inbox(self, qid: str) -> Entries:
-        """Every entry of the query's inbox, in order (a replay)."""
-        return cast(Entries, await self.r.xrange(query_inbox(qid, self.partitions), "-", "+"))
-
     async def read_inboxes(
         self, after: dict[str, str], count: int, block_ms: int
     ) -> list[tuple[str, Entries]]:

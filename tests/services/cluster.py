@@ -61,6 +61,7 @@ class Cluster:
         if supervise:
             self.supervisor.watch(every_s=0.05)
         self._logs: dict[str, str] = {}  # kept after stop(), for the failure report
+        self._clients: list[Any] = []  # the in-process services' Redis clients, closed by stop()
         CLUSTERS.append(self)
 
     @property
@@ -79,7 +80,9 @@ class Cluster:
         if self.mode == "inprocess":
             stop = asyncio.Event()
             settings = self._settings(name)
-            service = SERVICES[kind](redis_client(settings), settings)
+            client = redis_client(settings)
+            self._clients.append(client)
+            service = SERVICES[kind](client, settings)
             self.tasks[name] = (asyncio.create_task(service.run(stop)), stop, service)
             return
         self.supervisor.add(kind, name, service_env(self._settings(name), name))
@@ -118,6 +121,8 @@ class Cluster:
             await asyncio.gather(*(t for t, _, _ in self.tasks.values()))
         self.supervisor.stop()
         await self.client.aclose()
+        for client in self._clients:
+            await client.aclose()
         self._logs = {name: self._read_log(name) for name in self.procs}
         self._log_dir.cleanup()
 

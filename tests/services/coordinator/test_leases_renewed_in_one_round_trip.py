@@ -27,7 +27,7 @@ def test_one_lease_round_renews_every_held_query_in_one_script_call(redis_url):
             req = SubmitQuestionRequest(
                 msg_id=f"s/q{i}", query_id=f"q{i}", question="2+2?", target=4, mode="baseline"
             )
-            assert await coord.adopt(req)
+            assert await coord.adopter.adopt(req)
         await coord.recover()  # Redis's run id noted: the round below is a plain renewal
         before = await _script_calls(coord.store.r)
         await coord.lease_round()

@@ -25,7 +25,7 @@ def test_a_released_query_redis_lost_is_searched_again_and_one_it_kept_is_not(re
         r = coord.store.r
         for qid in ("lost", "kept"):
             await r.set(query_request(qid, SINGLE), encode(request(qid)))  # as the ingress stores it
-            assert await coord.adopt(request(qid))
+            assert await coord.adopter.adopt(request(qid))
             coord.holdings.end(coord.queries[qid], Ending.RELEASED)  # as when Redis could not be reached
         assert not coord.queries and set(coord.recovery.released) == {"lost", "kept"}
         async for key in r.scan_iter(match="*lost*"):  # Redis came back without it

@@ -21,7 +21,7 @@ def test_a_restart_round_that_failed_midway_is_carried_out_by_the_next(redis_url
         coord = Coordinator(redis_client(settings), settings)
         req = SubmitQuestionRequest(msg_id="s/q", query_id="q", question="2+2?", target=4, mode="baseline")
         await coord.store.r.set(query_request("q", SINGLE), b"x")
-        assert await coord.adopt(req)
+        assert await coord.adopter.adopt(req)
         await coord.recover()  # the first round: Redis's run id noted
         coord.recovery._redis_run = "a run before this one"  # as if Redis restarted since
 
