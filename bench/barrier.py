@@ -20,6 +20,7 @@ import redis
 
 from spex.proto import WorkerLoadEvent, decode
 from spex.proto.names import GEN_WORKERS, SCORE_JOBS, SCORER_GROUP, home, worker_load
+from spex.proto.text import as_str
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["FIELDS", "BarrierTrace", "barrier_share", "plot_barrier"]
@@ -71,7 +72,7 @@ class BarrierTrace:
         except redis.ResponseError:  # no score job yet: no stream
             groups = []
         for group in groups:
-            name = group["name"].decode() if isinstance(group["name"], bytes) else group["name"]
+            name = as_str(group["name"])
             if name == SCORER_GROUP:
                 pending = int(group["pending"])
         return (

@@ -35,6 +35,7 @@ from spex.proto.messages import (
     SubmitQuestionRequest,
     WorkerLoadEvent,
 )
+from spex.proto.text import as_str
 
 __all__ = [
     "ALLOCATOR_LEASE",
@@ -104,7 +105,7 @@ class Name:
 
     def parse(self, name: str | bytes) -> str | None:
         """The id in `name`, or None if `name` is not of this family."""
-        text = name.decode() if isinstance(name, bytes) else name
+        text = as_str(name)
         m = self._re.fullmatch(text)
         return m.group(1) if m else None
 
@@ -128,7 +129,7 @@ class QueryName(Name):
         return name if _partitions == 1 else f"{{p{partition(ident)}}}{name}"
 
     def parse(self, name: str | bytes) -> str | None:
-        text = name.decode() if isinstance(name, bytes) else name
+        text = as_str(name)
         m = _TAG.match(text)
         return super().parse(text[m.end() :] if m else text)
 
@@ -213,7 +214,7 @@ def home(name: str) -> str:
 def logical(name: str | bytes) -> str:
     """The global name a part belongs to (`gen:jobs:default:{p3}` -> `gen:jobs:default`); a
     query's own key without its partition's tag."""
-    text = name.decode() if isinstance(name, bytes) else name
+    text = as_str(name)
     m = _TAG.match(text)
     return _SUFFIX.sub("", text[m.end() :] if m else text)
 
