@@ -155,8 +155,8 @@ class AsyncClient:
         return self._session
 
     async def _call(
-        self, method: str, path: str, body: dict[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
+        self, method: str, path: str, body: dict[str, object] | None = None
+    ) -> tuple[int, dict[str, object]]:
         """(status, JSON object) of a 2xx reply; any other reply, or none, a `ClientError`."""
         try:
             async with self._http().request(

@@ -166,7 +166,9 @@ class Client:
         """The cluster at a glance (`GET /v1/overview`: the docs' HTTP reference lists its fields)."""
         return self._call("GET", "/v1/overview")[1]
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    def _call(
+        self, method: str, path: str, body: dict[str, object] | None = None
+    ) -> tuple[int, dict[str, object]]:
         """(status, JSON object) of a 2xx reply; any other reply, or none, a `ClientError`."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(

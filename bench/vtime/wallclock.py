@@ -128,7 +128,7 @@ class WallEngine:
         self.clock.call(setattr, self.live, "step_model", model)
 
     @property
-    def server_info(self) -> dict[str, Any]:
+    def server_info(self) -> dict[str, object]:
         """What the server says of itself (version, model, flags), for the results file."""
         return dict(self.live.backend.server_info)
 

@@ -21,7 +21,6 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
-from typing import Any
 
 from aiohttp import web
 from redis.exceptions import RedisError
@@ -83,7 +82,7 @@ class WatchRoutes:
         # token; and whether the overview is scoped (client tokens or an operator's token set).
         self.client_key, self.caller_key, self.operator_key = keys
         self.scoped = scoped
-        self._overviews: dict[str | None, tuple[float, dict[str, Any]]] = {}
+        self._overviews: dict[str | None, tuple[float, dict[str, object]]] = {}
         self.readiness = Readiness(client.r)
         self.page = resources.files("spex.services.ingress").joinpath("web/index.html").read_bytes()
 

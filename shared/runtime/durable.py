@@ -78,7 +78,7 @@ class Durable:
         self._alone: dict[str, float] = {}  # primary -> when it was last found with no replica
         self._options = {k: v for k, v in cluster.connection_kwargs.items() if k in KEPT}
 
-    async def run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    async def run(self, script: Any, keys: list[str], args: list[object]) -> Any:
         """`script(keys, args)` on the primary of `keys[0]`'s slot, once a replica has it."""
         await self.cluster.initialize()  # the slot map (once: a no-op after the first command)
         for attempt in range(TRIES):

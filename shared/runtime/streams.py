@@ -25,7 +25,7 @@ __all__ = ["POLL_MS", "ScriptCall", "as_str", "entry_after", "is_cluster", "pars
 POLL_MS = (1, 25)  # a read across cluster slots: first pause, longest pause between passes
 
 # A script run with its keys and arguments: (the registered script, keys, args).
-ScriptCall = tuple[Any, list[str], list[Any]]
+ScriptCall = tuple[Any, list[str], list[object]]
 
 
 def is_cluster(client: object) -> bool:

@@ -69,20 +69,20 @@ class Backend(Protocol):
     """How one serving engine's HTTP API is spoken."""
 
     name: str
-    server_info: dict[str, Any]  # what the server says of itself (version, model, flags), by `check`
+    server_info: dict[str, object]  # what the server says of itself (version, model, flags), by `check`
 
     async def check(self, session: aiohttp.ClientSession) -> None:
         """Raise EngineUnavailable (one line: what is missing) unless the server can serve
         this configuration; connection errors propagate (the server is not up yet)."""
         ...
 
-    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
+    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, object]]:
         """(path, JSON body) of the request that runs `req` under the server id `rid`."""
         ...
 
     def read(self, req: EngineRequest, body: Any) -> Reply: ...
 
-    def abort(self, rid: str) -> tuple[str, dict[str, Any]] | None:
+    def abort(self, rid: str) -> tuple[str, dict[str, object]] | None:
         """(path, JSON body) of the call that stops `rid`; None where the server has no such
         call and stops a request whose connection closes (vLLM's pooling API)."""
         ...

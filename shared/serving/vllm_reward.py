@@ -71,7 +71,7 @@ class VLLMRewardBackend:
         self.server = VLLMBackend(url, model)
         self.prm = prm or RewardFormat()
         self.url = self.server.url
-        self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
+        self.server_info: dict[str, object] = {}  # what the server says of itself (by `check`)
         self.cache_salt: str | None = None  # a prefix-cache namespace of one's own (as a generator's)
 
     @property
@@ -143,11 +143,11 @@ class VLLMRewardBackend:
             return "the server is SGLang's: set SPEX_PRM_ENGINE=sglang"
         return f"no {POOLING_PATH}: serve the reward model with --runner pooling (not for generation)"
 
-    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
+    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, object]]:
         return POOLING_PATH, self._body("".join(req.text), rid, req.priority)
 
-    def _body(self, text: str, rid: str, priority: int) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def _body(self, text: str, rid: str, priority: int) -> dict[str, object]:
+        body: dict[str, object] = {
             "model": self.model,
             "input": text,
             "request_id": rid,
