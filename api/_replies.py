@@ -168,7 +168,7 @@ class Tree:
         nodes = tuple(_known(TreeNode, {"times": {}, **n}) for n in data.get("nodes", ()))
         return cls(str(data.get("query_id", "")), str(data.get("status", "")), nodes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The tree as the ingress's JSON (its known fields)."""
         return asdict(self) | {"nodes": [asdict(n) for n in self.nodes]}
 
@@ -204,7 +204,7 @@ class AnswerEvent:
 Event: TypeAlias = NodeEvent | AnswerEvent
 
 
-def _known(cls: type, data: Mapping[str, Any]) -> Any:
+def _known(cls: type, data: Mapping[str, object]) -> Any:
     """`cls` from `data`'s fields of its own (the rest ignored: a newer ingress's additions)."""
     names = cls.__dataclass_fields__  # type: ignore[attr-defined]
     return cls(**{k: v for k, v in data.items() if k in names})

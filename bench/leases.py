@@ -93,7 +93,7 @@ def _count(log: str, event: str) -> int:
     return log.count(f'"event": "{event}"')
 
 
-def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(n: int, args: argparse.Namespace) -> dict[str, object]:
     settings = Settings(http_port=free_port(), time_scale=args.time_scale, backlog_limit=max(10_000, n))
     with tempfile.TemporaryDirectory(prefix="spex-leases-") as scratch:
         data = Path(scratch)
@@ -118,7 +118,7 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_leases(args: argparse.Namespace) -> dict[str, Any]:
+def run_leases(args: argparse.Namespace) -> dict[str, object]:
     rows = []
     for n in args.in_flight:
         rows.append(run_one(n, args))

@@ -59,7 +59,7 @@ def encode(message: Message) -> bytes:
 
 @cache
 def _decoder(types: tuple[type[Message], ...]) -> msgspec.msgpack.Decoder[Any]:
-    target: Any = types[0] if len(types) == 1 else Union[types]  # noqa: UP007 - a runtime union
+    target: object = types[0] if len(types) == 1 else Union[types]  # noqa: UP007 - a runtime union
     return msgspec.msgpack.Decoder(target)
 
 

@@ -79,9 +79,9 @@ class MemoryAdmission:
         """(used_memory, maxmemory) of Redis, or of its fullest primary; (0, 0) if it will not say."""
         try:
             if not is_cluster(self.r):
-                return _figures(cast(dict[str, Any], await self.r.info("memory")))
+                return _figures(cast(dict[str, object], await self.r.info("memory")))
             nodes = cast(aioredis.RedisCluster, self.r).PRIMARIES
-            infos = cast(dict[str, Any], await self.r.info("memory", target_nodes=nodes))  # type: ignore[call-arg]
+            infos = cast(dict[str, object], await self.r.info("memory", target_nodes=nodes))  # type: ignore[call-arg]
         except NoPermissionError as exc:
             if not self._blind:
                 self._blind = True

@@ -162,7 +162,7 @@ class SGLangBackend:
         )
 
 
-def _find(info: Any, key: str) -> Any:
+def _find(info: object, key: str) -> Any:
     """`key` in server_info, at the top or in a nested section (the layout moved between
     releases)."""
     if isinstance(info, dict):

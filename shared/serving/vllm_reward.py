@@ -108,7 +108,7 @@ class VLLMRewardBackend:
             "kv_capacity": metrics.kv_capacity,
         }
 
-    def _probe_problem(self, rows: Any) -> str:
+    def _probe_problem(self, rows: object) -> str:
         """Why the probe's rows are not this family's score ("" if they are)."""
         kind, width = self.prm.kind, _width(rows)
         if kind == "step-tag" and rows == []:
@@ -168,14 +168,14 @@ class VLLMRewardBackend:
         return None
 
 
-def _width(rows: Any) -> int:
+def _width(rows: object) -> int:
     """Numbers in a row of `rows` (its last, where there is a row a token)."""
     if not isinstance(rows, list) or not rows:
         return 0
     return len(rows[-1]) if isinstance(rows[-1], list) else len(rows)
 
 
-def _rows(body: Any) -> Any:
+def _rows(body: object) -> Any:
     """The first input's output in a `/pooling` reply: a row, or a row a token (None if absent)."""
     data = body.get("data") if isinstance(body, dict) else None
     return data[0].get("data") if isinstance(data, list) and data and isinstance(data[0], dict) else None
