@@ -185,7 +185,7 @@ class Client:
                 self.url, exc.code, exc.read(), self._token, exc.headers.get("Retry-After")
             ) from None
         except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             if isinstance(reason, TimeoutError):
                 raise unreachable(self.url, reason, timeout_s) from None
             reason = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason

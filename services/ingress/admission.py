@@ -72,7 +72,8 @@ class MemoryAdmission:
         if not is_cluster(self.r):
             return len(parts)
         cluster = cast(aioredis.RedisCluster, self.r)
-        shards = Counter(getattr(cluster.get_node_from_key(part), "name", "") for part in parts)
+        nodes = [cluster.get_node_from_key(part) for part in parts]
+        shards = Counter(node.name if node is not None else "" for node in nodes)
         return max(shards.values())
 
     async def _read(self) -> tuple[int, int]:
