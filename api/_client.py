@@ -8,7 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from spex._http import (
     POLL_FIRST_S,
@@ -25,6 +25,9 @@ from spex._http import (
     unreachable,
 )
 from spex._replies import Answer, Event, EventStream, Tree
+
+if TYPE_CHECKING:
+    from spex.shared.runtime.bodies import AnswerJson, TreeJson
 
 __all__ = ["Client"]
 
@@ -117,7 +120,7 @@ class Client:
     def result(self, query_id: str) -> Answer | None:
         """The question's answer, or `None` while it is being searched."""
         status, reply = self._call("GET", question_path(query_id))
-        return Answer.from_json(query_id, reply) if status == 200 else None
+        return Answer.from_json(query_id, cast("AnswerJson", reply)) if status == 200 else None
 
     def wait(self, query_id: str, timeout_s: float | None = None) -> Answer:
         """The question's answer once it has one (looking again at growing intervals, up to a
@@ -140,7 +143,7 @@ class Client:
 
     def tree(self, query_id: str) -> Tree:
         """The question's tree as searched so far."""
-        return Tree.from_json(self._call("GET", question_path(query_id, "/tree"))[1])
+        return Tree.from_json(cast("TreeJson", self._call("GET", question_path(query_id, "/tree"))[1]))
 
     def events(self, query_id: str) -> Iterator[Event]:
         """The question's tree as it grows: a `NodeEvent` each time a node changes, then one

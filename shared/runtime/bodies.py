@@ -6,7 +6,7 @@ same fields. Plain dicts at run time: the bytes on the wire are `json.dumps`'s o
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
     "AnswerJson",
@@ -45,7 +45,7 @@ class TwinJson(TypedDict):
 class AnswerJson(TypedDict):
     """A question's answer: what was found, how, and at what cost."""
 
-    status: str  # "answered", "failed" or "cancelled"
+    status: Literal["answered", "failed", "cancelled"]
     answer: str | None
     correct: bool | None
     solution: list[str]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import (
@@ -134,7 +134,7 @@ class Durable:
     async def _found_alone(self, client: aioredis.Redis) -> bool:
         """The node is a primary with no replica connected."""
         try:
-            info: Any = await client.info("replication")
+            info = cast(dict[str, str | int], await client.info("replication"))
         except (RedisConnectionError, RedisTimeoutError):
             return False  # not known: keep trying
         return info.get("role") == "master" and int(info.get("connected_slaves", 0)) == 0

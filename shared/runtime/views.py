@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from spex.proto import (
     AnswerResult,
@@ -71,7 +71,7 @@ _OPERATORS = (
 )  # fmt: skip
 
 
-def answer_status(answer: AnswerResult) -> str:
+def answer_status(answer: AnswerResult) -> Literal["answered", "failed", "cancelled"]:
     """What became of a question: "failed", "cancelled" or "answered" (HTTP and CLI alike)."""
     return "failed" if answer.error else "cancelled" if answer.cancelled else "answered"
 
