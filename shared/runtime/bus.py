@@ -248,12 +248,7 @@ class Bus(Publisher):
         if not entries:
             return []
         ids = [as_str(entry_id) for entry_id, _ in entries]
-        pending = cast(
-            list[Pending],
-            await self.r.xpending_range(
-                stream, group, min=ids[0], max=ids[-1], count=len(ids), consumername=self.consumer
-            ),
-        )
+        pending = await self._pending(stream, group, (ids[0], ids[-1]), len(ids), consumer=self.consumer)
         counts = {as_str(p["message_id"]): int(p["times_delivered"]) for p in pending}
         out: list[Delivery] = []
         for entry_id, fields in entries:
@@ -302,12 +297,7 @@ class Bus(Publisher):
                 if len(out) < count:
                     out += await self.reclaim(part, group, min_idle_ms, count - len(out))
             return out
-        pending = cast(
-            list[Pending],
-            await self._regrouping(
-                lambda: self.r.xpending_range(stream, group, min="-", max="+", count=count, idle=min_idle_ms)
-            ),
-        )
+        pending = await self._regrouping(lambda: self._pending(stream, group, ("-", "+"), count, min_idle_ms))
         out = []
         for p in pending:
             entry_id, deliveries = as_str(p["message_id"]), int(p["times_delivered"])
@@ -361,7 +351,13 @@ class Bus(Publisher):
             delivery.stream, group, delivery.entry_id, reason, delivery.deliveries, encode(delivery.message)
         )
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------ internals; first: XPENDING with a range, typed
+    async def _pending(
+        self, stream: str, group: str, span: tuple[str, str], count: int, idle: int | None = None,
+        consumer: str | None = None,
+    ) -> list[Pending]:  # fmt: skip
+        return cast(list[Pending], await self.r.xpending_range(stream, group, *span, count, consumer, idle))
+
     async def _decode_all(
         self, stream: str, group: str, entries: Sequence[Reread], deliveries: int = 1
     ) -> list[Delivery]:
