@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 
@@ -24,6 +24,9 @@ from spex._http import (
     unreachable,
 )
 from spex._replies import Answer, Event, EventStream, Tree
+
+if TYPE_CHECKING:
+    from spex.shared.runtime.bodies import AnswerJson, TreeJson
 
 __all__ = ["AsyncClient"]
 
@@ -98,7 +101,7 @@ class AsyncClient:
     async def result(self, query_id: str) -> Answer | None:
         """The question's answer, or `None` while it is being searched."""
         status, reply = await self._call("GET", question_path(query_id))
-        return Answer.from_json(query_id, reply) if status == 200 else None
+        return Answer.from_json(query_id, cast("AnswerJson", reply)) if status == 200 else None
 
     async def wait(self, query_id: str, timeout_s: float | None = None) -> Answer:
         """The question's answer once it has one; `TimeoutError` if none came within
@@ -122,7 +125,9 @@ class AsyncClient:
 
     async def tree(self, query_id: str) -> Tree:
         """The question's tree as searched so far."""
-        return Tree.from_json((await self._call("GET", question_path(query_id, "/tree")))[1])
+        return Tree.from_json(
+            cast("TreeJson", (await self._call("GET", question_path(query_id, "/tree")))[1])
+        )
 
     async def events(self, query_id: str) -> AsyncIterator[Event]:
         """The question's tree as it grows: a `NodeEvent` each time a node changes, then one
@@ -155,8 +160,8 @@ class AsyncClient:
         return self._session
 
     async def _call(
-        self, method: str, path: str, body: dict[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
+        self, method: str, path: str, body: dict[str, object] | None = None
+    ) -> tuple[int, dict[str, object]]:
         """(status, JSON object) of a 2xx reply; any other reply, or none, a `ClientError`."""
         try:
             async with self._http().request(

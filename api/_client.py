@@ -8,7 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from spex._http import (
     POLL_FIRST_S,
@@ -25,6 +25,9 @@ from spex._http import (
     unreachable,
 )
 from spex._replies import Answer, Event, EventStream, Tree
+
+if TYPE_CHECKING:
+    from spex.shared.runtime.bodies import AnswerJson, TreeJson
 
 __all__ = ["Client"]
 
@@ -117,7 +120,7 @@ class Client:
     def result(self, query_id: str) -> Answer | None:
         """The question's answer, or `None` while it is being searched."""
         status, reply = self._call("GET", question_path(query_id))
-        return Answer.from_json(query_id, reply) if status == 200 else None
+        return Answer.from_json(query_id, cast("AnswerJson", reply)) if status == 200 else None
 
     def wait(self, query_id: str, timeout_s: float | None = None) -> Answer:
         """The question's answer once it has one (looking again at growing intervals, up to a
@@ -140,7 +143,7 @@ class Client:
 
     def tree(self, query_id: str) -> Tree:
         """The question's tree as searched so far."""
-        return Tree.from_json(self._call("GET", question_path(query_id, "/tree"))[1])
+        return Tree.from_json(cast("TreeJson", self._call("GET", question_path(query_id, "/tree"))[1]))
 
     def events(self, query_id: str) -> Iterator[Event]:
         """The question's tree as it grows: a `NodeEvent` each time a node changes, then one
@@ -166,7 +169,9 @@ class Client:
         """The cluster at a glance (`GET /v1/overview`: the docs' HTTP reference lists its fields)."""
         return self._call("GET", "/v1/overview")[1]
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    def _call(
+        self, method: str, path: str, body: dict[str, object] | None = None
+    ) -> tuple[int, dict[str, object]]:
         """(status, JSON object) of a 2xx reply; any other reply, or none, a `ClientError`."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
@@ -183,7 +188,7 @@ class Client:
                 self.url, exc.code, exc.read(), self._token, exc.headers.get("Retry-After")
             ) from None
         except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             if isinstance(reason, TimeoutError):
                 raise unreachable(self.url, reason, timeout_s) from None
             reason = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason

@@ -79,7 +79,7 @@ class Dataset(Sequence[Question]):
 
 
 # A `datasets.Dataset` is an iterable of mappings (its rows), a `DatasetDict` a mapping of them.
-DatasetLike: TypeAlias = Dataset | str | os.PathLike[str] | Iterable[str | Mapping[str, Any] | Question]
+DatasetLike: TypeAlias = Dataset | str | os.PathLike[str] | Iterable[str | Mapping[str, object] | Question]
 """What `load_dataset` and `spex.evaluate` take as a dataset (see `load_dataset`)."""
 
 
@@ -181,7 +181,7 @@ def _is_hf(source: object) -> bool:
     return type(source).__module__.split(".")[0] == "datasets"
 
 
-def _hf_split(data: Any, split: str | None, source: str) -> Iterable[Mapping[str, Any]]:
+def _hf_split(data: Any, split: str | None, source: str) -> Iterable[Mapping[str, object]]:
     """The rows of a `datasets.Dataset`, or of the `split` of a `DatasetDict`."""
     if not hasattr(data, "keys"):  # a Dataset: its rows
         if split is not None:

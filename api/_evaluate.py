@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Literal, overload
 
 from spex._dataset import Dataset, DatasetLike, load_dataset
 from spex._options import Engine, Prompt, Reward
@@ -47,7 +47,7 @@ def evaluate(
     answer_selection: str | None = ...,
     early_stop: bool | EarlyStop = ...,
     max_step_tokens: int | None = ...,
-    knobs: Mapping[str, Any] | None = ...,
+    knobs: Mapping[str, object] | None = ...,
     prompt: Prompt | None = ...,
     progress: bool = ...,
 ) -> Evaluation: ...
@@ -69,7 +69,7 @@ def evaluate(
     answer_selection: str | None = ...,
     early_stop: bool | EarlyStop = ...,
     max_step_tokens: int | None = ...,
-    knobs: Mapping[str, Any] | None = ...,
+    knobs: Mapping[str, object] | None = ...,
     prompt: Prompt | None = ...,
     progress: bool = ...,
 ) -> Comparison: ...
@@ -90,7 +90,7 @@ def evaluate(
     answer_selection: str | None = None,
     early_stop: bool | EarlyStop = False,
     max_step_tokens: int | None = None,
-    knobs: Mapping[str, Any] | None = None,
+    knobs: Mapping[str, object] | None = None,
     prompt: Prompt | None = None,
     progress: bool = True,
 ) -> Evaluation | Comparison:
@@ -173,7 +173,7 @@ def bench_config(
     answer_selection: str | None = None,
     early_stop: bool | EarlyStop = False,
     max_step_tokens: int | None = None,
-    knobs: Mapping[str, Any] | None = None,
+    knobs: Mapping[str, object] | None = None,
     prompt: Prompt | None = None,
 ) -> BenchConfig:
     """The benchmark's configuration `evaluate` runs (`dataset`: the questions, or how many of
@@ -369,7 +369,7 @@ class _Runs:
         )
 
 
-def _as_written(record: dict[str, Any]) -> dict[str, Any]:
+def _as_written(record: dict[str, object]) -> dict[str, object]:
     """A record as its results file holds it (tuples as lists): what reading the file gives."""
     return json.loads(json.dumps(record))  # type: ignore[no-any-return]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
 
 __all__ = [
     "ClientError",
@@ -100,17 +99,17 @@ def headers(token: str | None, body: bool = False) -> dict[str, str]:
     return out
 
 
-def submission(question: str, given: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+def submission(question: str, given: Mapping[str, object], extra: Mapping[str, object]) -> dict[str, object]:
     """The body of POST /v1/questions: the question and every field given (None: left out, the
     ingress's default); `reference` is the wire's `reference_answer`."""
-    body: dict[str, Any] = {"question": question}
+    body: dict[str, object] = {"question": question}
     for name, value in {**given, **extra}.items():
         if value is not None:
             body["reference_answer" if name == "reference" else name] = value
     return body
 
 
-def reply_json(url: str, status: int, raw: bytes) -> dict[str, Any]:
+def reply_json(url: str, status: int, raw: bytes) -> dict[str, object]:
     """A reply's JSON object, or the ClientError of a server that is not the ingress."""
     try:
         out = json.loads(raw)

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from spex._http import Unavailable
+
+if TYPE_CHECKING:
+    from spex.shared.runtime.bodies import AnswerJson, TreeJson, TreeNodeJson
 
 __all__ = [
     "Answer",
@@ -95,7 +98,7 @@ class Answer:
     baseline_twin: BaselineTwin | None = None
 
     @classmethod
-    def from_json(cls, query_id: str, data: Mapping[str, Any]) -> Answer:
+    def from_json(cls, query_id: str, data: AnswerJson) -> Answer:
         served, twin = data.get("served_by"), data.get("baseline_twin")
         return cls(
             query_id=query_id,
@@ -164,13 +167,14 @@ class Tree:
     nodes: tuple[TreeNode, ...]
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Tree:
+    def from_json(cls, data: TreeJson) -> Tree:
         nodes = tuple(_known(TreeNode, {"times": {}, **n}) for n in data.get("nodes", ()))
         return cls(str(data.get("query_id", "")), str(data.get("status", "")), nodes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TreeJson:
         """The tree as the ingress's JSON (its known fields)."""
-        return asdict(self) | {"nodes": [asdict(n) for n in self.nodes]}
+        nodes = [cast("TreeNodeJson", asdict(n)) for n in self.nodes]
+        return {"query_id": self.query_id, "status": self.status, "nodes": nodes}
 
 
 @dataclass(frozen=True)
@@ -204,7 +208,7 @@ class AnswerEvent:
 Event: TypeAlias = NodeEvent | AnswerEvent
 
 
-def _known(cls: type, data: Mapping[str, Any]) -> Any:
+def _known(cls: type, data: Mapping[str, object]) -> Any:
     """`cls` from `data`'s fields of its own (the rest ignored: a newer ingress's additions)."""
     names = cls.__dataclass_fields__  # type: ignore[attr-defined]
     return cls(**{k: v for k, v in data.items() if k in names})

@@ -57,7 +57,7 @@ class QuestionResult:
     speculative_issued: int
     speculative_adopted: int
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> dict[str, object]:
         """This result as a plain dict (the solution as a list): a row of `to_records`."""
         out = asdict(self)
         out["solution"] = list(self.solution)
@@ -124,7 +124,7 @@ class Evaluation(Sequence[QuestionResult]):
     def __iter__(self) -> Iterator[QuestionResult]:
         return iter(self.results)
 
-    def to_records(self) -> list[dict[str, Any]]:
+    def to_records(self) -> list[dict[str, object]]:
         """A dict per question (`QuestionResult`'s fields), in order."""
         return [r.to_record() for r in self.results]
 
@@ -133,7 +133,7 @@ class Evaluation(Sequence[QuestionResult]):
         (`pip install pandas`)."""
         return _frame(self.to_records())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The run's figures (`summary`) and its questions' records under `"questions"`."""
         return {**self.summary, "questions": self.to_records()}
 
@@ -174,13 +174,13 @@ class Comparison:
     speedup: float
     summary: dict[str, Any] = field(repr=False)
 
-    def to_records(self) -> list[dict[str, Any]]:
+    def to_records(self) -> list[dict[str, object]]:
         """A dict per question: its id, text and reference, then each run's answer, grade,
         digest, size, latency and speculation suffixed `_baseline` and `_spex`, and
         `same_tree` (the two digests equal)."""
         out = []
         for base, spex in zip(self.baseline.results, self.spex.results, strict=True):
-            row: dict[str, Any] = {
+            row: dict[str, object] = {
                 "query_id": base.query_id,
                 "question": base.question,
                 "reference": base.reference,
@@ -196,7 +196,7 @@ class Comparison:
         """A frame of `to_records`, a row per question, indexed by `query_id`. Needs pandas."""
         return _frame(self.to_records())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The comparison's figures (`summary`, each run's under `baseline` and `spex`) with
         each run's question records under its `"questions"`."""
         out = dict(self.summary)
@@ -209,7 +209,7 @@ class Comparison:
         write_json(self.to_json(), path)
 
 
-def _frame(records: list[dict[str, Any]]) -> pandas.DataFrame:
+def _frame(records: list[dict[str, object]]) -> pandas.DataFrame:
     try:
         import pandas
     except ImportError:

@@ -21,6 +21,7 @@ import redis
 import redis.asyncio as aioredis
 
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, Partitions
+from spex.proto.text import as_str
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.workers import WorkerRegistry
 
@@ -74,7 +75,7 @@ class BarrierTrace:
         except redis.ResponseError:  # no score job yet: no stream
             groups = []
         for group in groups:
-            name = group["name"].decode() if isinstance(group["name"], bytes) else group["name"]
+            name = as_str(group["name"])
             if name == SCORER_GROUP:
                 pending = int(group["pending"])
         return (

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -100,7 +100,7 @@ async def coordinator_events_per_s(live: Settings, cfg: BenchConfig) -> tuple[fl
     coord = Coordinator(client, replace(live, consumer="replayer"))
     requests = []
     async for key in client.scan_iter(match=query_request.glob(parts)):
-        blob: Any = await client.get(key)
+        blob = cast(bytes, await client.get(key))  # found by the scan just now
         req = decode(key.decode(), blob)
         assert isinstance(req, SubmitQuestionRequest)
         requests.append(req)

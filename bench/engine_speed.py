@@ -159,7 +159,7 @@ async def _tokens_per_word(
     return c.prompt_tokens / words
 
 
-def write_report(cells: list[Cell], meta: dict[str, Any], path: Path, plot: bool = True) -> None:
+def write_report(cells: list[Cell], meta: dict[str, object], path: Path, plot: bool = True) -> None:
     """The cells as JSON at `path`, and (with `plot`) a plot of tokens/s by batch beside it (.png)."""
     path.write_text(profile_json(cells, meta))
     if plot:

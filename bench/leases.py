@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
@@ -34,6 +34,7 @@ from spex.services.launcher import up
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import free_port
+from spex.shared.runtime.replies import StreamRead
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["main", "run_leases"]
@@ -57,7 +58,7 @@ async def _follow(r: aioredis.Redis, want: set[str], t0: float, timeout_s: float
         if time.monotonic() > deadline:
             late = len(want - seen)
             raise TimeoutError(f"{late} of {len(want)} questions not answered in {timeout_s:.0f} s")
-        replies: Any = await r.xread({ANSWERS: last}, count=1000, block=500)
+        replies = cast(StreamRead, await r.xread({ANSWERS: last}, count=1000, block=500))
         for _, entries in replies or []:
             for entry_id, fields in entries:
                 last = entry_id
@@ -94,7 +95,7 @@ def _count(log: str, event: str) -> int:
     return log.count(f'"event": "{event}"')
 
 
-def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(n: int, args: argparse.Namespace) -> dict[str, object]:
     settings = Settings(http_port=free_port(), time_scale=args.time_scale, backlog_limit=max(10_000, n))
     with tempfile.TemporaryDirectory(prefix="spex-leases-") as scratch:
         data = Path(scratch)
@@ -119,7 +120,7 @@ def run_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_leases(args: argparse.Namespace) -> dict[str, Any]:
+def run_leases(args: argparse.Namespace) -> dict[str, object]:
     rows = []
     for n in args.in_flight:
         rows.append(run_one(n, args))

@@ -49,9 +49,9 @@ def _mix_variants(base: BenchConfig) -> list[tuple[str, BenchConfig]]:
     ]
 
 
-def _cell(base: BenchConfig, variants: list[tuple[str, BenchConfig]]) -> dict[str, Any]:
+def _cell(base: BenchConfig, variants: list[tuple[str, BenchConfig]]) -> dict[str, object]:
     b = summarize(run_bench(base))
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name, cfg in variants:
         s = summarize(run_bench(cfg))
         out[name] = {

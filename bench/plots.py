@@ -102,7 +102,7 @@ def plot_hit_rate(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_all(report: dict[str, Any], out: Path) -> None:
+def plot_all(report: dict[str, object], out: Path) -> None:
     plot_speedup(report, out / "grid_speedup.png")
     plot_ablation(report, out / "grid_ablation.png")
     plot_hit_rate(report, out / "grid_hit_rate.png")

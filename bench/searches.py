@@ -102,7 +102,7 @@ def run_searches(questions: int, seed: int, out_dir: str, workers: int = 1) -> d
     return report
 
 
-def _fmt(v: dict[str, Any]) -> str:
+def _fmt(v: dict[str, object]) -> str:
     tpot = f" ({v['tpot_ratio']:.2f})" if v["tpot_ratio"] is not None else ""
     hits = f", hits {v['hit_rate']:.0%}" if v["hit_rate"] is not None else ""
     return f"{v['speedup']:.2f}×{tpot}{hits}"

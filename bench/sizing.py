@@ -72,7 +72,7 @@ async def kept(r: Any, qids: set[str]) -> dict[str, dict[str, int]]:
 
 async def one_search(
     client: IngressClient, algorithm: str, target: int, questions: int, first: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     workload = SyntheticWorkload(WorkloadKnobs(), 0)
     qids = []
     for i in range(first, first + questions):
@@ -113,7 +113,7 @@ async def one_search(
 
 async def peak(
     client: IngressClient, algorithm: str, target: int, questions: int, chars: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """What `questions` of one search hold in Redis at their peak, a question (see the module's
     docstring); `chars`: each question's length (0: the workload's own, a line)."""
     r = client.r
@@ -157,7 +157,7 @@ async def measure(
     questions: int,
     say: Callable[[str], object],
     searches: tuple[tuple[str, int], ...] = SEARCHES,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     client = _client(settings)
     rows = []
     try:
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _peak_on(
     settings: Settings, algorithm: str, target: int, questions: int, chars: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     client = _client(settings)
     try:
         return await peak(client, algorithm, target, questions, chars)

@@ -67,7 +67,7 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-async def sample(r: aioredis.Redis, t0: float, answered: int, submitted: int) -> dict[str, Any]:
+async def sample(r: aioredis.Redis, t0: float, answered: int, submitted: int) -> dict[str, object]:
     streams: dict[str, int] = {}
     inboxes: list[int] = []  # the queries' own inboxes: how many, and the longest
     async for key in r.scan_iter(count=1000):
@@ -115,12 +115,14 @@ async def _submit(session: aiohttp.ClientSession, url: str, i: int, args: argpar
         return resp.status
 
 
-async def drive(settings: Settings, args: argparse.Namespace, say: Callable[[str], object]) -> dict[str, Any]:
+async def drive(
+    settings: Settings, args: argparse.Namespace, say: Callable[[str], object]
+) -> dict[str, object]:
     r = redis_client(settings)
     url = f"http://{settings.http_host}:{settings.http_port}/v1/questions"
     follower, stop = _Follower(r), asyncio.Event()
     following = asyncio.create_task(follower.run(stop))
-    samples: list[dict[str, Any]] = []
+    samples: list[dict[str, object]] = []
     statuses: dict[int, int] = {}
     t0 = time.monotonic()
     async with aiohttp.ClientSession() as session:

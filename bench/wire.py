@@ -77,7 +77,7 @@ async def _mget(r: aioredis.Redis, depth: int) -> float:
     return float(np.percentile(times, 50)) * 1e3
 
 
-async def _measure(url: str) -> dict[str, Any]:
+async def _measure(url: str) -> dict[str, object]:
     r = aioredis.Redis.from_url(url)
     bus = Bus(aioredis.Redis.from_url(url), "w", partitions=SINGLE)  # a single Redis at `url`
     reader = Bus(aioredis.Redis.from_url(url), "r", partitions=SINGLE)

@@ -98,9 +98,13 @@ def _print_report(report: ChaosReport, console: Console) -> None:
             f"while Redis was out of memory the ingress refused {len(report.refused)} requests with 503, "
             f"{len(report.refused_wrongly)} wrongly"
         )
-    for what in ("lost", "failed", "duplicated", "differing", "refused_wrongly"):
-        if getattr(report, what):
-            console.print(f"  {what}: {', '.join(getattr(report, what))}")
+    listed = {
+        "lost": report.lost, "failed": report.failed, "duplicated": report.duplicated,
+        "differing": report.differing, "refused_wrongly": report.refused_wrongly,
+    }  # fmt: skip
+    for what, ids in listed.items():
+        if ids:
+            console.print(f"  {what}: {', '.join(ids)}")
 
 
 def _write_report(report: ChaosReport, path: str) -> None:

@@ -54,7 +54,7 @@ def on_files(files: Files, config: Any) -> Files:
     return files
 
 
-def on_page_markdown(markdown: str, page: Page, config: Any, files: Files) -> str:
+def on_page_markdown(markdown: str, page: Page, config: object, files: Files) -> str:
     """Each named path outside code blocks and links, linked to its page under `source/`."""
     if page.file.src_uri.startswith(f"{SOURCE_DIR}/"):
         return markdown

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -150,7 +150,7 @@ def _measured_profile(args: argparse.Namespace, console: Console) -> int:
             ),
         )
     console.print(table)
-    meta: dict[str, Any] = {
+    meta: dict[str, object] = {
         "engine": name,
         "deterministic": args.deterministic,
         "new_tokens": args.new_tokens,
@@ -178,7 +178,7 @@ def _device_name(device: str) -> str:
 
 def _side_by_side(
     args: argparse.Namespace, cells: list[Cell], batches: list[int], contexts: list[int], console: Console
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The hf cells just measured against the same cells on a vLLM server (measured after)."""
     from spex.bench.engine_speed import measure_server
     from spex.shared.serving import EngineUnavailable, open_engine

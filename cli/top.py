@@ -31,7 +31,7 @@ def add_top_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--once", action="store_true", help="print one frame and exit")
 
 
-def _fetch(url: str, token: str) -> dict[str, Any]:
+def _fetch(url: str, token: str) -> dict[str, object]:
     from spex import ClientError
 
     try:

@@ -25,6 +25,7 @@ from spex.shared.runtime.views import SIMULATED
 
 if TYPE_CHECKING:
     from spex import Answer, Client, ClientError
+    from spex.shared.runtime.bodies import TreeJson
     from spex.shared.runtime.client import IngressClient
 
 T = TypeVar("T")
@@ -53,7 +54,7 @@ class Ingress(Protocol):
 
     async def cancel(self, query_id: str) -> None: ...
 
-    async def tree(self, query_id: str) -> dict[str, Any]: ...
+    async def tree(self, query_id: str) -> TreeJson: ...
 
     async def aclose(self) -> None: ...
 
@@ -123,7 +124,7 @@ class HttpIngress:
     def __init__(self, url: str, token: str) -> None:
         self.client = ingress_client(url, token)
 
-    async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _call(self, method: Callable[..., T], *args: object, **kwargs: object) -> T:
         from spex import ClientError
 
         try:
@@ -144,7 +145,7 @@ class HttpIngress:
     async def cancel(self, query_id: str) -> None:
         await self._call(self.client.cancel, query_id)
 
-    async def tree(self, query_id: str) -> dict[str, Any]:
+    async def tree(self, query_id: str) -> TreeJson:
         return (await self._call(self.client.tree, query_id)).to_json()
 
     async def aclose(self) -> None:
@@ -222,7 +223,7 @@ class RedisIngress:
         except Answered as exc:
             raise ValueError(str(exc)) from None
 
-    async def tree(self, query_id: str) -> dict[str, Any]:
+    async def tree(self, query_id: str) -> TreeJson:
         from spex.shared.runtime.views import answer_status
 
         await self._known(query_id)

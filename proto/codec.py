@@ -59,11 +59,11 @@ def encode(message: Message) -> bytes:
 
 @cache
 def _decoder(types: tuple[type[Message], ...]) -> msgspec.msgpack.Decoder[Any]:
-    target: Any = types[0] if len(types) == 1 else Union[types]  # noqa: UP007 - a runtime union
+    target: object = types[0] if len(types) == 1 else Union[types]  # noqa: UP007 - a runtime union
     return msgspec.msgpack.Decoder(target)
 
 
-_peek = msgspec.msgpack.Decoder(dict[str, Any])
+_peek = msgspec.msgpack.Decoder(dict[str, object])
 
 
 def decode(name: str, payload: bytes) -> Message:
@@ -92,7 +92,9 @@ def decode(name: str, payload: bytes) -> Message:
         raise ProtocolError(f"invalid {head.get('type', 'message')!s} on {name}: {exc}") from None
 
 
-def _invalid(name: str, types: tuple[type[Message], ...], head: dict[str, Any], error: str) -> ProtocolError:
+def _invalid(
+    name: str, types: tuple[type[Message], ...], head: dict[str, object], error: str
+) -> ProtocolError:
     """A field with a bad value reads `field: problem (invalid Type on stream)`, the field first
     as in the services' own reasons, with a value set's values; anything else (a field
     missing), as msgspec says. msgspec's ValidationError holds its text alone (no field, no

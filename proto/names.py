@@ -39,6 +39,7 @@ from spex.proto.messages import (
     SubmitQuestionRequest,
     WorkerLoadEvent,
 )
+from spex.proto.text import as_str
 
 __all__ = [
     "ALLOCATOR_LEASE",
@@ -105,7 +106,7 @@ class Family:
         return f"{self._head}{ident}{self._tail}"
 
     def _ident(self, name: str | bytes) -> str | None:
-        text = name.decode() if isinstance(name, bytes) else name
+        text = as_str(name)
         m = self._re.fullmatch(text)
         return m.group(1) if m else None
 
@@ -143,7 +144,7 @@ class QueryName(Family):
     def parse(self, name: str | bytes) -> str | None:
         """The query id in `name` (with its partition's tag or without), or None if `name` is
         not of this family."""
-        text = name.decode() if isinstance(name, bytes) else name
+        text = as_str(name)
         m = _TAG.match(text)
         return self._ident(text[m.end() :] if m else text)
 
@@ -221,7 +222,7 @@ SINGLE = Partitions(1)  # a single Redis: every name as written here
 def logical(name: str | bytes) -> str:
     """The global name a part belongs to (`gen:jobs:default:{p3}` -> `gen:jobs:default`); a
     query's own key without its partition's tag."""
-    text = name.decode() if isinstance(name, bytes) else name
+    text = as_str(name)
     m = _TAG.match(text)
     return _SUFFIX.sub("", text[m.end() :] if m else text)
 

@@ -31,6 +31,7 @@ from spex.proto.names import (
     query_request,
     worker_curve,
 )
+from spex.proto.text import as_str
 from spex.shared.core.search import SEARCHES
 from spex.shared.roofline.admission import DEFAULT_STEP_TOKENS, Admission, Offer, admit, divide
 from spex.shared.roofline.capacity import TpotGovernor, kv_room, spare_concurrency
@@ -106,7 +107,7 @@ class Allocator(Service):
         now = time.monotonic()
         for part, entries in replies:
             for entry_id, fields in entries:
-                self._last[part] = entry_id
+                self._last[part] = as_str(entry_id)
                 try:
                     msg = decode(QUERY_STATS, (fields or {}).get(b"e", b""))
                 except ProtocolError as exc:  # telemetry: a bad sample is dropped, not parked

@@ -9,7 +9,6 @@ by visibility timeout and its list-based queues are wrong for long GPU jobs). Ru
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 from urllib.parse import quote
 
 from celery import Celery
@@ -40,8 +39,8 @@ def make_app(settings: Settings) -> Celery:
         mode: str = "spex",
         client_key: str | None = None,
         timeout_s: float = 600.0,
-    ) -> dict[str, Any]:
-        async def run() -> dict[str, Any]:
+    ) -> dict[str, object]:
+        async def run() -> dict[str, object]:
             client = IngressClient(
                 redis_client(settings), settings.backlog_limit, settings.limits,
                 partitions=Partitions(settings.partitions),

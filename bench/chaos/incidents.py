@@ -56,7 +56,7 @@ def long_question(i: int, chars: int) -> str:
 
 
 def _http(
-    port: int, method: str, path: str, body: Any = None, timeout_s: float = 10.0
+    port: int, method: str, path: str, body: object = None, timeout_s: float = 10.0
 ) -> tuple[int, Any, str]:
     """(status, JSON body, Retry-After) of one request to the ingress; (0, {}, "") if it is away."""
     import urllib.error
@@ -234,7 +234,7 @@ DEFAULTS = {  # the sizes the incidents were first seen at
 }
 
 
-async def run_incident(name: str, args: argparse.Namespace, say: Any = print) -> dict[str, Any]:
+async def run_incident(name: str, args: argparse.Namespace, say: object = print) -> dict[str, object]:
     settings = replace(Settings(), time_scale=args.time_scale, lease_s=3.0)
     counts = {"coordinator": 1, "generator": args.generators, "ingress": 1}
     workdir = Path(args.keep) if args.keep else None

@@ -130,9 +130,9 @@ class BenchConfig:
                 mode=self.mode,
             )
         )
-        for name in ("batch_size", "questions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be at least 1, not {getattr(self, name)}")
+        for name, count in (("batch_size", self.batch_size), ("questions", self.questions)):
+            if count < 1:
+                raise ValueError(f"{name}: must be at least 1, not {count}")
         if self.first_question < 0:
             raise ValueError(f"first_question: must be at least 0, not {self.first_question}")
         if self.reward not in REWARDS:
@@ -197,8 +197,7 @@ class BenchConfig:
                 raise ValueError("dataset: real content needs --dataset FILE (or math500, easy)")
             if self.reward == "prm" and not (self.prm or self.prm_url):
                 raise ValueError("prm: the prm reward on real content needs --prm DIR (or --reward logprob)")
-        for name in ("model", "prm"):
-            path = getattr(self, name)
+        for name, path in (("model", self.model), ("prm", self.prm)):
             if path is not None and not (Path(path) / "config.json").is_file():
                 raise ValueError(f"{name}: {path!r} is not a model directory (no config.json)")
         if self.workers < 1 or (self.workers > 1 and self.backend != "sim"):
@@ -247,9 +246,9 @@ class BenchConfig:
         return RewardFormat(self.prm_kind, self.prm_step_tag, self.prm_tokens, self.prm_chat)
 
     def _validate_servers(self) -> None:
-        for name in ("engine_url", "prm_url"):
-            if getattr(self, name) is not None:
-                check_url(getattr(self, name), name)
+        for name, url in (("engine_url", self.engine_url), ("prm_url", self.prm_url)):
+            if url is not None:
+                check_url(url, name)
         if self.prm_engine not in SERVERS:
             raise ValueError(f"prm_engine: must be one of {', '.join(SERVERS)}, not {self.prm_engine!r}")
         if not self.engine_url:

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template
@@ -62,7 +62,7 @@ class WallClock:
             for engine in self.engines:
                 engine.live.epoch_s = self.epoch_s
 
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
+    def call(self, fn: Callable[..., T], *args: object) -> T:
         """`fn(*args)` on the clock's loop (the engines are not thread-safe); its exception is
         raised here."""
 
@@ -128,7 +128,7 @@ class WallEngine:
         self.clock.call(setattr, self.live, "step_model", model)
 
     @property
-    def server_info(self) -> dict[str, Any]:
+    def server_info(self) -> dict[str, object]:
         """What the server says of itself (version, model, flags), for the results file."""
         return dict(self.live.backend.server_info)
 

@@ -17,6 +17,7 @@ from structlog.typing import FilteringBoundLogger
 
 from spex.proto import Message, ProtocolError, decode
 from spex.proto.names import query_cancelled, query_epoch, query_inbox
+from spex.proto.text import as_str
 from spex.services.coordinator.handlers import (
     EVENT_HANDLERS,
     Answer,
@@ -136,7 +137,7 @@ class Driver:
         for entry_id, fields in entries:
             if self.holdings.queries.get(query.query_id) is not query:
                 break  # let go meanwhile (a Redis restart, say): whoever holds it now goes on
-            entry = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            entry = as_str(entry_id)
             if not entry_after(entry, query.last_id):
                 continue  # applied already: an entry is applied once
             query.last_id = entry

@@ -48,6 +48,7 @@ from spex.proto.names import (
     reply_key,
     submitted_key,
 )
+from spex.proto.text import as_str
 from spex.proto.tree_record import TREE_EVENTS_KEPT, pack_tree
 from spex.services.coordinator import scripts
 from spex.services.coordinator.reports import Adoption, Entries, Fence, Found, Submitted
@@ -55,7 +56,7 @@ from spex.shared.runtime.availability import refusal
 from spex.shared.runtime.bus import DEAD_LETTER_TTL_S, DEAD_LETTERS_KEPT, dead_letter_fields
 from spex.shared.runtime.client import KEY_BACKSTOP_S, client_key_record
 from spex.shared.runtime.reserve import request_bytes
-from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster, read_streams
+from spex.shared.runtime.streams import ScriptCall, is_cluster, read_streams
 
 __all__ = ["SEARCH_KEPT_S", "QueryStore"]
 

@@ -38,6 +38,7 @@ from spex.proto.names import (
     query_request,
     worker_jobs,
 )
+from spex.proto.text import as_str
 from spex.services.generator.engines import live_engine
 from spex.services.generator.step_curve import publish_curve
 from spex.services.generator.step_sources import SOURCES, Step, StepSource
@@ -214,7 +215,7 @@ class Generator(JobWorker[_GenJob]):
         replies = await read_streams(self.bus.r, self._control_last, 100, self.settings.block_ms)
         for part, entries in replies:
             for entry_id, fields in entries:
-                last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                last = as_str(entry_id)
                 self._control_last[part] = last
                 try:
                     msg = decode(GEN_CONTROL, (fields or {}).get(b"e", b""))

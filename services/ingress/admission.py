@@ -73,16 +73,17 @@ class MemoryAdmission:
         if not is_cluster(self.r):
             return len(parts)
         cluster = cast(aioredis.RedisCluster, self.r)
-        shards = Counter(getattr(cluster.get_node_from_key(part), "name", "") for part in parts)
+        nodes = [cluster.get_node_from_key(part) for part in parts]
+        shards = Counter(node.name if node is not None else "" for node in nodes)
         return max(shards.values())
 
     async def _read(self) -> tuple[int, int]:
         """(used_memory, maxmemory) of Redis, or of its fullest primary; (0, 0) if it will not say."""
         try:
             if not is_cluster(self.r):
-                return _figures(cast(dict[str, Any], await self.r.info("memory")))
+                return _figures(cast(dict[str, object], await self.r.info("memory")))
             nodes = cast(aioredis.RedisCluster, self.r).PRIMARIES
-            infos = cast(dict[str, Any], await self.r.info("memory", target_nodes=nodes))  # type: ignore[call-arg]
+            infos = cast(dict[str, object], await self.r.info("memory", target_nodes=nodes))  # type: ignore[call-arg]
         except NoPermissionError as exc:
             if not self._blind:
                 self._blind = True

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 from aiohttp import web
 
@@ -29,7 +28,7 @@ class BodyRefused(ValueError):
         self.status, self.close = status, close
 
 
-def json_object(raw: bytes) -> dict[str, Any]:
+def json_object(raw: bytes) -> dict[str, object]:
     """The JSON object `raw` holds; BodyRefused (400) saying whether it is not JSON at all (and
     where the parser stopped) or JSON of another kind."""
     if not raw.strip():
@@ -49,7 +48,7 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-async def read_json_object(request: web.Request, max_body: int) -> dict[str, Any]:
+async def read_json_object(request: web.Request, max_body: int) -> dict[str, object]:
     """The request's body as a JSON object, at most `max_body` bytes; BodyRefused if not."""
     too_large = BodyRefused(413, f"larger than {max_body:,} bytes", close=True)
     if request.content_length is not None and request.content_length > max_body:

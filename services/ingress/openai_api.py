@@ -23,8 +23,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import structlog
 from aiohttp import web
@@ -34,6 +33,18 @@ from spex.proto import AnswerResult, SubmissionError, SubmissionTooLarge
 from spex.services.ingress.backpressure import with_retry_after
 from spex.services.ingress.http_body import BodyRefused, read_json_object
 from spex.services.ingress.long_lived import POLL_S, STREAM, WAIT, Slots, SlotsFull, poll
+from spex.services.ingress.openai_bodies import (
+    Chunk,
+    ChunkChoice,
+    ChunkHead,
+    Completion,
+    ErrorBody,
+    ModelCard,
+    ModelList,
+    SearchAbout,
+    SpexReply,
+    Usage,
+)
 from spex.services.ingress.openai_params import ChatAsk, ParamError, chat_ask
 from spex.shared.core.search import SEARCHES
 from spex.shared.runtime.availability import unavailable
@@ -75,7 +86,9 @@ def openai_error(
     kind = (
         "server_error" if status >= 500 else "rate_limit_error" if status == 429 else "invalid_request_error"
     )
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code or CODES.get(status)}}
+    body: ErrorBody = {
+        "error": {"message": message, "type": kind, "param": param, "code": code or CODES.get(status)}
+    }
     return web.json_response(body, status=status, headers=with_retry_after(status, headers))
 
 
@@ -86,7 +99,7 @@ def _content(answer: AnswerResult) -> str:
     return steps
 
 
-def _reply(answer: AnswerResult, ask: ChatAsk) -> tuple[str, str, dict[str, int]]:
+def _reply(answer: AnswerResult, ask: ChatAsk) -> tuple[str, str, Usage]:
     """(content, finish_reason, usage) of the reply: the answer cut by the client's stop and
     max_tokens; synthetic content says first what it is, since a client reads only this text
     (the label is the server's notice: neither cut nor counted)."""
@@ -120,9 +133,9 @@ class OpenAIRoutes:
         """Each search served at the targets of `LISTED_TARGETS` it takes, with a `spex` field
         saying what it is: its family, default answer selection, parameters (with their
         defaults) and where it came from (built-in, an entry point, SPEX_SEARCH_PLUGINS)."""
-        data = []
+        data: list[ModelCard] = []
         for entry in catalogue():
-            about = {
+            about: SearchAbout = {
                 "search": entry.name,
                 "family": entry.family,
                 "answer_selection": entry.default_selection,
@@ -134,7 +147,8 @@ class OpenAIRoutes:
                 if _takes(entry.name, t):
                     data.append({"id": f"spex:{entry.name}-{t}", "object": "model", "created": 0,
                                  "owned_by": "spex", "spex": about})  # fmt: skip
-        return web.json_response({"object": "list", "data": data})
+        models: ModelList = {"object": "list", "data": data}
+        return web.json_response(models)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -153,7 +167,7 @@ class OpenAIRoutes:
         except SlotsFull as exc:
             return openai_error(429, str(exc))
 
-    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+    async def _answer(self, request: web.Request, body: dict[str, object]) -> web.StreamResponse:
         """Submit the question `body` asks and answer it: a completion, or a stream of chunks."""
         try:
             ask = chat_ask(body, self.temperature, self.client.limits.searches or SEARCHES)
@@ -217,7 +231,7 @@ class OpenAIRoutes:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        head: dict[str, Any] = {
+        head: ChunkHead = {
             "id": f"chatcmpl-{qid}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
@@ -226,7 +240,7 @@ class OpenAIRoutes:
         if ask.include_usage:
             head["usage"] = None  # OpenAI's: every chunk but the last, the usage's, says none
 
-        async def send(chunk: dict[str, Any] | None) -> None:
+        async def send(chunk: Chunk | None) -> None:
             data = "[DONE]" if chunk is None else json.dumps({**head, **chunk})
             await response.write(f"data: {data}\n\n".encode())
 
@@ -241,7 +255,7 @@ class OpenAIRoutes:
                 await send(None)
         return response
 
-    async def _events(self, qid: str, send: Any, ask: ChatAsk) -> None:
+    async def _events(self, qid: str, send: Callable[[Chunk | None], Awaitable[None]], ask: ChatAsk) -> None:
         """The chunks of a streamed completion: the role, a chunk per tree event, the content,
         the end (and the usage, if asked for)."""
         await send(
@@ -261,14 +275,14 @@ class OpenAIRoutes:
             await send({"choices": [], "spex": {"query_id": qid, "error": answer.error}})
         else:
             await send({"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]})
-        done = {"index": 0, "delta": {}, "finish_reason": finish}
+        done: ChunkChoice = {"index": 0, "delta": {}, "finish_reason": finish}
         await send({"choices": [done], "spex": _spex(qid, answer)})
         if ask.include_usage:
             await send({"choices": [], "usage": usage})
         await send(None)
 
 
-def _spex(qid: str, answer: AnswerResult) -> dict[str, Any]:
+def _spex(qid: str, answer: AnswerResult) -> SpexReply:
     return {
         "query_id": qid, "answer": answer.answer, "nodes": answer.nodes,
         "tokens_generated": answer.tokens_generated, "latency_s": round(answer.latency_s, 4),
@@ -278,7 +292,7 @@ def _spex(qid: str, answer: AnswerResult) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _completion(qid: str, model: str, answer: AnswerResult, ask: ChatAsk) -> dict[str, Any]:
+def _completion(qid: str, model: str, answer: AnswerResult, ask: ChatAsk) -> Completion:
     content, finish, usage = _reply(answer, ask)
     return {
         "id": f"chatcmpl-{qid}",

@@ -26,11 +26,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from spex.proto import SubmissionError, submission
+from spex.services.ingress.openai_bodies import Usage
 from spex.shared.content.prompts import DEFAULT_TEMPERATURE
 
 __all__ = ["EXTRA_FIELDS", "HONOURED", "MODEL", "NEUTRAL", "ChatAsk", "ParamError", "chat_ask", "parse_model"]
@@ -76,7 +77,7 @@ HONOURED: dict[str, tuple[str | list[str], str]] = {
 }
 # The parameters SPEX cannot honour: each one's JSON type, the values that ask for nothing it
 # lacks (leaving one out, or null, is the same) and why any other is refused.
-NEUTRAL: dict[str, tuple[str | list[str], tuple[Any, ...], str]] = {
+NEUTRAL: dict[str, tuple[str | list[str], tuple[object, ...], str]] = {
     "top_p": ("number", (1,), "the generators sample the whole distribution"),
     "frequency_penalty": ("number", (0,), "the generators apply no penalties"),
     "presence_penalty": ("number", (0,), "the generators apply no penalties"),
@@ -105,6 +106,7 @@ NEUTRAL: dict[str, tuple[str | list[str], tuple[Any, ...], str]] = {
     "web_search_options": ("object", (), "SPEX searches no web"),
 }
 _KNOWN = {*HONOURED, *NEUTRAL, *EXTRA_FIELDS}  # model and messages among them
+T = TypeVar("T")
 
 
 class ParamError(SubmissionError):
@@ -122,7 +124,7 @@ class ChatAsk:
 
     algorithm: str
     question: str
-    fields: dict[str, Any] = field(default_factory=dict)  # the submission's other client fields
+    fields: dict[str, Any] = field(default_factory=dict)  # the submission's other client fields (checked)
     stream: bool = False
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
     max_tokens: int | None = None  # None: the whole reply
@@ -139,7 +141,7 @@ class ChatAsk:
             return text[: self.max_tokens * submission.CHARS_PER_TOKEN], "length"
         return text, "stop"
 
-    def usage(self, content: str) -> dict[str, int]:
+    def usage(self, content: str) -> Usage:
         """OpenAI's usage of a reply `content`: its tokens and the question's."""
         prompt, completion = submission.estimate_tokens(self.question), completion_tokens(content)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
@@ -162,7 +164,7 @@ def parse_model(name: object, searches: Collection[str]) -> tuple[str, int | Non
     return m["algorithm"], int(m["target"]) if m["target"] else None
 
 
-def chat_ask(body: dict[str, Any], temperature: float, searches: Collection[str]) -> ChatAsk:
+def chat_ask(body: Mapping[str, object], temperature: float, searches: Collection[str]) -> ChatAsk:
     """The checked request of a chat completions body; ParamError naming the first parameter
     refused. `temperature`: the operator's sampling temperature, the one accepted; `searches`:
     the names of the searches served."""
@@ -214,7 +216,7 @@ def chat_ask(body: dict[str, Any], temperature: float, searches: Collection[str]
     )  # fmt: skip
 
 
-def _same(value: Any, ok: Any) -> bool:
+def _same(value: object, ok: object) -> bool:
     """`value` is `ok` as JSON reads it: 1 and 1.0 alike, never true for 1 nor false for 0."""
     if isinstance(value, bool) or isinstance(ok, bool):
         return type(value) is type(ok) and value == ok
@@ -224,7 +226,7 @@ def _same(value: Any, ok: Any) -> bool:
 _KIND_NAMES = {bool: "a boolean", dict: "an object", str: "a string", int: "an integer"}
 
 
-def _typed(given: dict[str, Any], name: str, kind: type, default: Any, param: str = "") -> Any:
+def _typed(given: Mapping[str, object], name: str, kind: type[T], default: T, param: str = "") -> T:
     """`given[name]` if it is of JSON type `kind` (absent or null: `default`)."""
     value = given.get(name, default)
     if value is None:
@@ -234,7 +236,7 @@ def _typed(given: dict[str, Any], name: str, kind: type, default: Any, param: st
     return value
 
 
-def _check_sampling(given: dict[str, Any], temperature: float) -> None:
+def _check_sampling(given: Mapping[str, object], temperature: float) -> None:
     """`temperature` only the operator's; `n` only 1."""
     if "temperature" in given:
         value = given["temperature"]
@@ -251,7 +253,7 @@ def _check_sampling(given: dict[str, Any], temperature: float) -> None:
         raise ParamError("n", "one search gives one answer: send 1, or leave it out", "unsupported_value")
 
 
-def _cap(given: dict[str, Any], name: str) -> int:
+def _cap(given: Mapping[str, object], name: str) -> int:
     value = _typed(given, name, int, 0)
     if value < 1:
         raise ParamError(name, f"must be at least 1, not {value}", "invalid_value")
@@ -292,7 +294,7 @@ def _question(messages: object) -> tuple[str, str | None]:
     return _text(messages[-1], len(messages) - 1), system
 
 
-def _text(message: dict[str, Any], i: int) -> str:
+def _text(message: Mapping[str, object], i: int) -> str:
     """A message's content: a string, or a list of text parts joined by newlines."""
     content = message.get("content")
     if isinstance(content, str):

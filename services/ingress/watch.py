@@ -19,9 +19,8 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
-from typing import Any
 
 from aiohttp import web
 from redis.exceptions import RedisError
@@ -30,6 +29,7 @@ from spex.proto import AnswerResult, ServedBy
 from spex.services.ingress.backpressure import with_retry_after
 from spex.services.ingress.long_lived import POLL_S, STREAM, Slots, SlotsFull, poll
 from spex.services.ingress.readiness import Readiness
+from spex.shared.runtime.bodies import AnswerJson, TreeJson
 from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.views import answer_status, node_json, overview, served_json
 
@@ -40,9 +40,9 @@ OVERVIEW_EVERY_S = 1.0  # the overview is computed at most this often (per clien
 KEEPALIVE_S = 15.0  # an idle event stream sends a comment this often (proxies close silent ones)
 
 
-def answer_json(answer: AnswerResult) -> dict[str, Any]:
+def answer_json(answer: AnswerResult) -> AnswerJson:
     """An answer as the ingress returns it: what was found, how, and at what cost."""
-    out: dict[str, Any] = {
+    out: AnswerJson = {
         "status": answer_status(answer),
         "answer": answer.answer,
         "correct": answer.correct,
@@ -82,7 +82,7 @@ class WatchRoutes:
         # token; and whether the overview is scoped (client tokens or an operator's token set).
         self.client_key, self.caller_key, self.operator_key = keys
         self.scoped = scoped
-        self._overviews: dict[str | None, tuple[float, dict[str, Any]]] = {}
+        self._overviews: dict[str | None, tuple[float, dict[str, object]]] = {}
         self.readiness = Readiness(client.r)
         self.page = resources.files("spex.services.ingress").joinpath("web/index.html").read_bytes()
 
@@ -132,7 +132,8 @@ class WatchRoutes:
         nodes = await self.client.tree(qid)
         answer = await self.client.result(qid)
         status = answer_json(answer)["status"] if answer is not None else "searching"
-        return web.json_response({"query_id": qid, "status": status, "nodes": nodes})
+        body: TreeJson = {"query_id": qid, "status": status, "nodes": nodes}
+        return web.json_response(body)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         qid = request.match_info["qid"]
@@ -178,5 +179,5 @@ class WatchRoutes:
             await asyncio.sleep(POLL_S)
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
+def _sse(event: str, data: Mapping[str, object]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()

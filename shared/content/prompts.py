@@ -188,7 +188,7 @@ class Template:
 plain_template = Template()  # no tokenizer: plain text, unless a style brings its own chat template
 
 
-def chat_template(tokenizer: Any) -> Template:
+def chat_template(tokenizer: object) -> Template:
     """The prompts of `tokenizer`'s model: through its chat template if it has one (the
     instruction as the system turn, the example as an earlier exchange), else plain."""
     return Template(tokenizer)

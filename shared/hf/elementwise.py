@@ -18,12 +18,12 @@ __all__ = ["Elementwise", "TorchElementwise"]
 
 
 class Elementwise(Protocol):
-    def norm(self, x: torch.Tensor, module: Any) -> torch.Tensor:
+    def norm(self, x: torch.Tensor, module: object) -> torch.Tensor:
         """`module`'s RMSNorm over `x`'s last dimension."""
         ...
 
     def add_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, module: Any
+        self, x: torch.Tensor, residual: torch.Tensor, module: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(RMSNorm of `residual + x`, `residual + x`)."""
         ...

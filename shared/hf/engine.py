@@ -69,7 +69,11 @@ class HFConfig:
 
 class HFEngine(SteppedEngine):
     def __init__(
-        self, model: Any, tokenizer: Any, config: HFConfig | None = None, runner: LlamaRunner | None = None
+        self,
+        model: object,
+        tokenizer: object,
+        config: HFConfig | None = None,
+        runner: LlamaRunner | None = None,
     ) -> None:
         """`runner`: a forward pass already built for this model and config, its KV pool all
         free (one a closed engine used: its weights fused, its CUDA graphs captured)."""

@@ -38,7 +38,7 @@ class Forward(Protocol):
     device: torch.device
 
     def compute(
-        self, ids: torch.Tensor, positions: torch.Tensor, plan: Any, want: torch.Tensor | None
+        self, ids: torch.Tensor, positions: torch.Tensor, plan: object, want: torch.Tensor | None
     ) -> torch.Tensor:
         """Logits of the rows `want` (None: all) of the pass on ids and positions [rows]."""
         ...

@@ -220,7 +220,7 @@ class LlamaRunner:
         return self.forward(batch, list(range(batch.rows)))
 
 
-def _check_architecture(config: Any) -> None:
+def _check_architecture(config: object) -> None:
     kind = getattr(config, "model_type", None)
     if kind not in ARCHITECTURES:
         raise ValueError(
@@ -243,7 +243,7 @@ def _decode_kernel(device: torch.device, dtype: torch.dtype, heads: int, kv_head
     return triton_attention.decode_kernel(dtype, device, heads, kv_heads, head_dim)
 
 
-_MEASURED: dict[tuple[Any, ...], int] = {}
+_MEASURED: dict[tuple[object, ...], int] = {}
 
 
 def _invariant_rows_of(op: TorchLinear, most: int) -> int:
@@ -257,7 +257,7 @@ def _invariant_rows_of(op: TorchLinear, most: int) -> int:
 
 
 def make_elementwise(
-    device: torch.device, dtype: torch.dtype, act: Any, silu: bool, shape: tuple[int, int, int, int]
+    device: torch.device, dtype: torch.dtype, act: object, silu: bool, shape: tuple[int, int, int, int]
 ) -> Elementwise:
     """The fused kernels on CUDA for a SiLU-gated model, where Triton runs them right
     (checked against torch's on random rows of the model's `shape` — heads, KV heads, head

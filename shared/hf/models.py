@@ -59,6 +59,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+# The dtypes a model is built, loaded or cast in, by name.
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,13 @@ class ModelSpec:
     shape: Shape | None = None  # a catalog model's dimensions (config and tokenizer only: weights at load)
 
     def validate(self) -> None:
-        for name in ("layers", "hidden", "vocab"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name}: must be at least 1, not {getattr(self, name)}")
+        for name, value in (("layers", self.layers), ("hidden", self.hidden), ("vocab", self.vocab)):
+            if value < 1:
+                raise ValueError(f"--{name}: must be at least 1, not {value}")
         heads = self.head_count
         if self.hidden % heads or (self.hidden // heads) % 2:
             raise ValueError(f"--hidden: {self.hidden} does not split into {heads} heads of even size")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
+        if self.dtype not in TORCH_DTYPES:
             raise ValueError(f"--dtype: float32, bfloat16 or float16, not {self.dtype!r}")
 
     @property
@@ -151,9 +153,9 @@ def init_model(spec: ModelSpec, out: str | Path, tokenizer: Any = None) -> Path:
     torch.manual_seed(spec.seed)
     if spec.prm:  # its family's step tag joins a copy of the tokenizer (a shared one stays as it is)
         tokenizer = copy.deepcopy(tokenizer)
-        model = build_prm(spec.prm_kind, config, tokenizer, getattr(torch, spec.dtype))
+        model = build_prm(spec.prm_kind, config, tokenizer, TORCH_DTYPES[spec.dtype])
     else:
-        model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))
+        model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))  # transformers types its `to` oddly
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -186,14 +188,14 @@ def load_prm(
 def _load(path: str | Path, device: str, dtype: str | None, auto: Any) -> Any:
     """The model of `auto`'s class in `path` (random weights where its config asks for them)."""
     _check(path)
-    if dtype not in (None, "float32", "bfloat16", "float16"):
+    if dtype is not None and dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype: float32, bfloat16 or float16, not {dtype!r}")
     if dtype is None and torch.device(device).type == "cuda":
         dtype = "bfloat16"
     config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     seed = getattr(config, RANDOM_WEIGHTS, None)
     if seed is not None and not _has_weights(Path(path)):
-        kind = getattr(torch, dtype or "float32")
+        kind = TORCH_DTYPES[dtype or "float32"]
         _check_room(config, kind, torch.device(device), auto)
         torch.manual_seed(int(seed))
         with torch.device(device):
@@ -201,7 +203,7 @@ def _load(path: str | Path, device: str, dtype: str | None, auto: Any) -> Any:
         return built.eval()
     model: Any = auto.from_pretrained(str(path), local_files_only=True)
     if dtype is not None:
-        model = model.to(getattr(torch, dtype))
+        model = model.to(TORCH_DTYPES[dtype])
     return model.to(device).eval()
 
 

@@ -238,7 +238,7 @@ class PagedAttention:
         group = Group(size, 1, rows, tensors["table"], tensors["lengths"], tensors.get("mask"), None, rows)
         return PagedPlan(tensors["write"], [group], size, True, [])
 
-    def _group(self, runs: list[tuple[int, np.ndarray, int]], device: Any) -> Group:
+    def _group(self, runs: list[tuple[int, np.ndarray, int]], device: object) -> Group:
         count, width = len(runs), max(len(keys) for _, keys, _ in runs)
         queries = max(n for _, _, n in runs)
         if queries == 1 and self.decode_kernel is not None:  # a few table widths: a few kernel builds

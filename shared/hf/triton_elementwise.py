@@ -83,13 +83,13 @@ def _silu_mul(GU, OUT, width, stride_g, stride_o, BLOCK: tl.constexpr):
 
 
 class TritonElementwise:
-    def norm(self, x: torch.Tensor, module: Any) -> torch.Tensor:
+    def norm(self, x: torch.Tensor, module: object) -> torch.Tensor:
         """In place where it can be: a q or k slice of the fused projection is normalized
         where it lies."""
         return self._norm(x, None, module, out=x if x.dim() == 3 else None)[0]
 
     def add_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, module: Any
+        self, x: torch.Tensor, residual: torch.Tensor, module: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._norm(x, residual, module)
 

@@ -36,7 +36,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -68,7 +67,7 @@ class Cell:
         return self.tpot_s * 1e3
 
 
-def profile_json(cells: list[Cell], meta: dict[str, Any]) -> str:
+def profile_json(cells: list[Cell], meta: dict[str, object]) -> str:
     """The profile file's text (what `parse_measured` reads): `meta` and the cells."""
     rows = [{**asdict(c), "step_ms": c.step_ms} for c in cells]
     return json.dumps({"meta": meta, "cells": rows}, indent=2)

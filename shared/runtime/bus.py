@@ -29,20 +29,23 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import KeyT, StreamIdT
 
 from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.codec import Envelope, envelope
 from spex.proto.names import Partitions, dead_letter
+from spex.proto.text import as_str
 from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.metrics import DEAD_LETTERS
 from spex.shared.runtime.publisher import Publisher
-from spex.shared.runtime.streams import as_str, parse_entry_id, read_streams
+from spex.shared.runtime.replies import GroupInfo, Pending, PendingSummary, Reread
+from spex.shared.runtime.streams import parse_entry_id, read_streams
 
 __all__ = [
     "DEAD_LETTERS_KEPT",
@@ -54,6 +57,7 @@ __all__ = [
     "dead_letter_fields",
 ]
 
+T = TypeVar("T")
 TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
 
 _ACK_IF_OWNER = """
@@ -177,7 +181,7 @@ class Bus(Publisher):
         self._own_cursor.clear()
         self._reconnected_at = time.monotonic()
 
-    async def _regrouping(self, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def _regrouping(self, call: Callable[[], Awaitable[T]]) -> T:
         """`call()`, re-creating every group of this consumer once if Redis lost them."""
         try:
             return await call()
@@ -208,9 +212,12 @@ class Bus(Publisher):
         for stream in streams:
             if (stream, group) in self._own_pending_read:
                 continue
-            own: dict[Any, Any] = {stream: self._own_cursor.get((stream, group), "0")}
-            replies: Any = await self._regrouping(
-                lambda: self.r.xreadgroup(group, self.consumer, own, count=count)  # noqa: B023 - awaited here
+            own: dict[KeyT, StreamIdT] = {stream: self._own_cursor.get((stream, group), "0")}
+            replies = cast(
+                list[tuple[bytes, list[Reread]]],
+                await self._regrouping(
+                    lambda: self.r.xreadgroup(group, self.consumer, own, count=count)  # noqa: B023 - awaited here
+                ),
             )
             entries = replies[0][1] if replies else []
             # The first pass after a start re-reads what a crash left (each read a retry); a
@@ -226,15 +233,15 @@ class Bus(Publisher):
                 return out
         if count <= 0:
             return out
-        replies_new: Any = await self._regrouping(
+        replies_new = await self._regrouping(
             lambda: read_streams(self.r, dict.fromkeys(streams, ">"), count, block_ms, (group, self.consumer))
         )
-        for stream, entries in replies_new:
-            out += await self._decode_all(as_str(stream), group, entries)
+        for stream, new in replies_new:
+            out += await self._decode_all(as_str(stream), group, new)
         return out
 
     async def _own_pending(
-        self, stream: str, group: str, entries: Any, held: Collection[str] = (), retry: bool = True
+        self, stream: str, group: str, entries: list[Reread], held: Collection[str] = (), retry: bool = True
     ) -> list[Delivery]:
         """Own pending entries, re-read: each with its delivery count; those re-read more than
         `max_deliveries` times are dead-lettered (this consumer keeps dying on them). After a
@@ -243,9 +250,7 @@ class Bus(Publisher):
         if not entries:
             return []
         ids = [as_str(entry_id) for entry_id, _ in entries]
-        pending: Any = await self.r.xpending_range(
-            stream, group, min=ids[0], max=ids[-1], count=len(ids), consumername=self.consumer
-        )
+        pending = await self._pending(stream, group, (ids[0], ids[-1]), len(ids), consumer=self.consumer)
         counts = {as_str(p["message_id"]): int(p["times_delivered"]) for p in pending}
         out: list[Delivery] = []
         for entry_id, fields in entries:
@@ -276,7 +281,7 @@ class Bus(Publisher):
         no longer owns (a peer reclaimed them while this consumer was stalled)."""
         if not entry_ids:
             return set()
-        lost: Any = await self._regrouping(
+        lost: list[bytes] = await self._regrouping(
             lambda: self._heartbeat(keys=[stream], args=[group, self.consumer, *entry_ids])
         )
         return {as_str(entry_id) for entry_id in lost}
@@ -294,13 +299,13 @@ class Bus(Publisher):
                 if len(out) < count:
                     out += await self.reclaim(part, group, min_idle_ms, count - len(out))
             return out
-        pending: Any = await self._regrouping(
-            lambda: self.r.xpending_range(stream, group, min="-", max="+", count=count, idle=min_idle_ms)
-        )
+        pending = await self._regrouping(lambda: self._pending(stream, group, ("-", "+"), count, min_idle_ms))
         out = []
         for p in pending:
             entry_id, deliveries = as_str(p["message_id"]), int(p["times_delivered"])
-            claimed: Any = await self.r.xclaim(stream, group, self.consumer, min_idle_ms, [entry_id])
+            claimed = cast(
+                list[Reread], await self.r.xclaim(stream, group, self.consumer, min_idle_ms, [entry_id])
+            )
             if not claimed:
                 continue  # a peer claimed it first
             _, fields = claimed[0]
@@ -326,7 +331,7 @@ class Bus(Publisher):
         (`XTRIM MINID` below the oldest one still pending or not yet delivered), so work
         streams stay bounded without ever losing work — never MAXLEN. Returns how many."""
         try:
-            groups: Any = await self.r.xinfo_groups(stream)
+            groups = cast(list[GroupInfo], await self.r.xinfo_groups(stream))
         except ResponseError:  # no such stream yet
             return 0
         floor: tuple[int, int] | None = None
@@ -334,7 +339,7 @@ class Bus(Publisher):
             ms, seq = parse_entry_id(as_str(g["last-delivered-id"]))
             need = (ms, seq + 1)  # everything up to the last delivered entry, unless pending
             if int(g["pending"]):
-                oldest: Any = await self.r.xpending(stream, g["name"])
+                oldest = cast(PendingSummary, await self.r.xpending(stream, g["name"]))
                 if oldest["min"] is not None:
                     need = min(need, parse_entry_id(as_str(oldest["min"])))
             floor = need if floor is None else min(floor, need)
@@ -348,8 +353,16 @@ class Bus(Publisher):
             delivery.stream, group, delivery.entry_id, reason, delivery.deliveries, encode(delivery.message)
         )
 
-    # ------------------------------------------------------------------ internals
-    async def _decode_all(self, stream: str, group: str, entries: Any, deliveries: int = 1) -> list[Delivery]:
+    # ------------------------------------------ internals; first: XPENDING with a range, typed
+    async def _pending(
+        self, stream: str, group: str, span: tuple[str, str], count: int, idle: int | None = None,
+        consumer: str | None = None,
+    ) -> list[Pending]:  # fmt: skip
+        return cast(list[Pending], await self.r.xpending_range(stream, group, *span, count, consumer, idle))
+
+    async def _decode_all(
+        self, stream: str, group: str, entries: Sequence[Reread], deliveries: int = 1
+    ) -> list[Delivery]:
         out = []
         for entry_id, fields in entries:
             entry_id = as_str(entry_id)

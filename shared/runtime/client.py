@@ -43,7 +43,9 @@ from spex.proto import (
     submission,
 )
 from spex.proto.submission import twin_id
+from spex.proto.text import as_str
 from spex.shared.content.prompt_style import check_chat_template
+from spex.shared.runtime.bodies import TreeNodeJson
 from spex.shared.runtime.client_scripts import CANCEL, SUBMIT, SubmitOutcome
 from spex.shared.runtime.client_trees import TreeReader
 from spex.shared.runtime.data_loss import DataLoss
@@ -156,7 +158,7 @@ class IngressClient:
         """The query's node events after entry `after` (`TreeReader.tree_events`)."""
         return await self.trees.tree_events(query_id, after, count)
 
-    async def tree(self, query_id: str) -> list[dict[str, Any]]:
+    async def tree(self, query_id: str) -> list[TreeNodeJson]:
         """The query's tree as its events tell it so far (`TreeReader.tree`)."""
         return await self.trees.tree(query_id)
 
@@ -275,7 +277,7 @@ class IngressClient:
             status, value, *token = await self._durable.run(self._submit, keys, args)
         else:
             status, value, *token = await self._submit(keys=keys, args=args)  # type: ignore[arg-type]
-        value = value.decode() if isinstance(value, bytes) else str(value)
+        value = str(value) if isinstance(value, int) else as_str(value)  # a count, or an id
         outcome = SubmitOutcome(int(status))
         if token and token[0]:
             self._seen(kept, token[0])

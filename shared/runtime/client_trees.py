@@ -5,12 +5,16 @@ entries, by the same entry ids, so a cursor taken on the stream goes on in the r
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import cast
 
 import redis.asyncio as aioredis
 
 from spex.proto import NodeEvent, ProtocolError, decode, names
+from spex.proto.text import as_str
 from spex.proto.tree_record import TreeEntries, unpack_tree
+from spex.shared.runtime.bodies import TreeNodeJson
+from spex.shared.runtime.replies import Entry
 from spex.shared.runtime.streams import entry_after
 from spex.shared.runtime.views import fold_tree
 
@@ -46,9 +50,10 @@ class TreeReader:
         stream = names.query_tree(query_id, self.partitions)
         return _node_events(stream, _entries_after(kept, after, count), after)
 
-    async def _tree_stream(self, query_id: str, after: str, count: int) -> Any:
+    async def _tree_stream(self, query_id: str, after: str, count: int) -> list[Entry]:
         start = "-" if after == "0" else f"({after}"
-        return await self.r.xrange(names.query_tree(query_id, self.partitions), start, "+", count=count)
+        entries = await self.r.xrange(names.query_tree(query_id, self.partitions), start, "+", count=count)
+        return cast(list[Entry], entries)
 
     async def _tree_kept(self, query_id: str) -> TreeEntries | None:
         """The entries of the query's tree record, or None while it has none. A record never
@@ -58,7 +63,7 @@ class TreeReader:
         cached = self._records.get(query_id)
         if cached is not None and now - cached[0] < KEPT_FOR_S:
             return cached[1]
-        blob: Any = await self.r.get(names.query_tree_record(query_id, self.partitions))
+        blob = cast(bytes | None, await self.r.get(names.query_tree_record(query_id, self.partitions)))
         if blob is None:
             return None
         try:
@@ -70,7 +75,7 @@ class TreeReader:
             self._records.pop(next(iter(self._records)))
         return entries
 
-    async def tree(self, query_id: str) -> list[dict[str, Any]]:
+    async def tree(self, query_id: str) -> list[TreeNodeJson]:
         """The query's tree as its events tell it so far (`fold_tree`)."""
         events: list[NodeEvent] = []
         after = "0"
@@ -93,11 +98,11 @@ def _entries_after(entries: TreeEntries, after: str, count: int) -> list[tuple[s
     return out
 
 
-def _node_events(stream: str, entries: Any, after: str) -> tuple[list[NodeEvent], str]:
+def _node_events(stream: str, entries: Sequence[Entry], after: str) -> tuple[list[NodeEvent], str]:
     """The node events of `entries` (unreadable ones skipped), and the last entry's id."""
     events: list[NodeEvent] = []
     for entry_id, fields in entries:
-        after = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        after = as_str(entry_id)
         try:
             event = decode(stream, (fields or {}).get(b"e", b""))
         except ProtocolError:

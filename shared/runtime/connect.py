@@ -13,7 +13,7 @@ streams across the cluster's slots: the keys are built with `Partitions(settings
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TypedDict, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -21,15 +21,15 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
+from spex.proto.text import as_str
 from spex.shared.runtime.pool import POOL_WAIT_S, WaitingPool
 from spex.shared.runtime.settings import Settings, without_password
-from spex.shared.runtime.streams import as_str
 
-__all__ = ["check_redis", "redis_client", "redis_options", "sync_client"]
+__all__ = ["RedisOptions", "check_redis", "redis_client", "redis_options", "sync_client"]
 
 # Blocking reads stay far below the socket timeout (redis_streams.md §3.8).
-TIMEOUTS: dict[str, Any] = {"socket_timeout": 10, "health_check_interval": 30}
-CLUSTER_TIMEOUTS: dict[str, Any] = {"socket_timeout": 10}
+TIMEOUTS: RedisOptions = {"socket_timeout": 10, "health_check_interval": 30}
+CLUSTER_TIMEOUTS: RedisOptions = {"socket_timeout": 10}
 # With `retry_once`, a command that fails on a broken connection is sent once more on a fresh
 # one: after a Redis restart every pooled connection is broken, and without it each one's next
 # command fails (redis-py's clients made `from_url` retry nothing). For request-serving clients
@@ -39,9 +39,23 @@ CLUSTER_TIMEOUTS: dict[str, Any] = {"socket_timeout": 10}
 RETRIED = (redis.ConnectionError, redis.TimeoutError)
 
 
-def redis_options(settings: Settings) -> dict[str, Any]:
+class RedisOptions(TypedDict, total=False):
+    """The keyword arguments SPEX gives redis-py's `from_url`."""
+
+    password: str
+    ssl_ca_certs: str
+    ssl_cert_reqs: str
+    ssl_certfile: str
+    ssl_keyfile: str
+    socket_timeout: float
+    health_check_interval: float
+    retry: Retry | AsyncRetry
+    retry_on_error: list[type[Exception]]
+
+
+def redis_options(settings: Settings) -> RedisOptions:
     """Keyword arguments for redis-py's `from_url`: the password, and TLS files for `rediss://`."""
-    options: dict[str, Any] = {}
+    options: RedisOptions = {}
     password = settings.password()
     if password:
         options["password"] = password
@@ -60,11 +74,10 @@ def redis_client(
     if settings.redis_cluster:
         # The cluster client is not a subclass of Redis, but answers every command SPEX sends
         # alike (its pipelines group commands by node); it retries on its own after MOVED.
-        cluster = aioredis.RedisCluster.from_url(
-            _cluster_url(settings.redis_url), **CLUSTER_TIMEOUTS, **redis_options(settings)
-        )
+        options: RedisOptions = {**CLUSTER_TIMEOUTS, **redis_options(settings)}
+        cluster = aioredis.RedisCluster.from_url(_cluster_url(settings.redis_url), **options)
         return cast(aioredis.Redis, cluster)
-    retry = _retry_once(AsyncRetry) if retry_once else {}
+    retry: RedisOptions = _retry_once(AsyncRetry) if retry_once else {}
     options = {**retry, **TIMEOUTS, **redis_options(settings)}
     if pool_size is None:
         return aioredis.Redis.from_url(settings.redis_url, **options)
@@ -74,12 +87,11 @@ def redis_client(
 
 def sync_client(settings: Settings, retry_once: bool = False) -> redis.Redis:
     if settings.redis_cluster:
-        cluster = redis.RedisCluster.from_url(
-            _cluster_url(settings.redis_url), **CLUSTER_TIMEOUTS, **redis_options(settings)
-        )
+        options: RedisOptions = {**CLUSTER_TIMEOUTS, **redis_options(settings)}
+        cluster = redis.RedisCluster.from_url(_cluster_url(settings.redis_url), **options)
         return cast(redis.Redis, cluster)
-    retry = _retry_once(Retry) if retry_once else {}
-    return redis.Redis.from_url(settings.redis_url, **retry, **TIMEOUTS, **redis_options(settings))
+    retry: RedisOptions = _retry_once(Retry) if retry_once else {}
+    return redis.Redis.from_url(settings.redis_url, **{**retry, **TIMEOUTS, **redis_options(settings)})
 
 
 def check_redis(settings: Settings, timeout_s: float = 2.0) -> None:
@@ -94,8 +106,8 @@ def check_redis(settings: Settings, timeout_s: float = 2.0) -> None:
     client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **timeouts, **redis_options(settings))
     where = without_password(settings.redis_url)
     try:
-        info: Any = client.info("cluster")
-        role: Any = client.execute_command("ROLE")
+        info = cast(dict[str, int | str], client.info("cluster"))
+        reply = cast(list[bytes | int | list[object]], client.execute_command("ROLE"))
     except redis.AuthenticationError as exc:
         raise ValueError(_auth_problem(settings, where, exc)) from None
     except redis.ResponseError:  # INFO or ROLE not allowed to this user: nothing to check
@@ -110,8 +122,11 @@ def check_redis(settings: Settings, timeout_s: float = 2.0) -> None:
         )
     if cluster and not enabled:
         raise ValueError(f"SPEX_REDIS_CLUSTER: set, but {where} is not a cluster node (cluster_enabled:0)")
-    if as_str(role[0]) in ("slave", "replica") and not cluster:  # a cluster client finds the primaries itself
-        primary = f" (its primary: {as_str(role[1])}:{role[2]})" if len(role) > 2 else ""
+    role = [
+        as_str(v) if isinstance(v, bytes) else str(v) for v in reply
+    ]  # a replica's: kind, host, port, ...
+    if role[0] in ("slave", "replica") and not cluster:  # a cluster client finds the primaries itself
+        primary = f" (its primary: {role[1]}:{role[2]})" if len(role) > 2 else ""
         raise ValueError(
             f"{where} is a read-only replica{primary}: point SPEX_REDIS_URL (spex up: --redis) at the primary"
         )
@@ -143,14 +158,14 @@ def _cluster_url(url: str) -> str:
     return f"{scheme}://{host}"
 
 
-def _retry_once(kind: type[Retry] | type[AsyncRetry]) -> dict[str, Any]:
+def _retry_once(kind: type[Retry] | type[AsyncRetry]) -> RedisOptions:
     """redis-py's options for one more try, after 50 ms, on a fresh connection."""
     retry = kind(ExponentialBackoff(cap=0.5, base=0.05), retries=1, supported_errors=RETRIED)
     return {"retry": retry, "retry_on_error": list(RETRIED)}
 
 
-def _tls_options(settings: Settings) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+def _tls_options(settings: Settings) -> RedisOptions:
+    options: RedisOptions = {}
     if settings.redis_ca:
         options |= {"ssl_ca_certs": settings.redis_ca, "ssl_cert_reqs": "required"}
     if settings.redis_cert:

@@ -31,6 +31,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 
 from spex.proto import names
+from spex.proto.text import as_str
 
 __all__ = ["DONE", "MARK", "MARK_FUNCTION", "DataLoss", "Standing"]
 
@@ -152,6 +153,6 @@ class DataLoss:
                 pipe.sismember(self.keys(part)[1], me)
             _, _, members, *waiting = await pipe.execute()
         return Standing(
-            [m.decode() if isinstance(m, bytes) else str(m) for m in members],
+            [as_str(m) for m in members],
             [part for part, mine in zip(parts, waiting, strict=True) if mine],
         )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import (
@@ -78,7 +78,7 @@ class Durable:
         self._alone: dict[str, float] = {}  # primary -> when it was last found with no replica
         self._options = {k: v for k, v in cluster.connection_kwargs.items() if k in KEPT}
 
-    async def run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    async def run(self, script: Any, keys: list[str], args: list[object]) -> Any:
         """`script(keys, args)` on the primary of `keys[0]`'s slot, once a replica has it."""
         await self.cluster.initialize()  # the slot map (once: a no-op after the first command)
         for attempt in range(TRIES):
@@ -134,7 +134,7 @@ class Durable:
     async def _found_alone(self, client: aioredis.Redis) -> bool:
         """The node is a primary with no replica connected."""
         try:
-            info: Any = await client.info("replication")
+            info = cast(dict[str, str | int], await client.info("replication"))
         except (RedisConnectionError, RedisTimeoutError):
             return False  # not known: keep trying
         return info.get("role") == "master" and int(info.get("connected_slaves", 0)) == 0

@@ -31,8 +31,9 @@ from redis.crc import key_slot
 
 from spex.proto import Message, encode
 from spex.proto.names import Partitions, logical, query_sent, reply_key
+from spex.proto.text import as_str
 from spex.shared.runtime.durable import Durable
-from spex.shared.runtime.streams import ScriptCall, as_str, is_cluster
+from spex.shared.runtime.streams import ScriptCall, is_cluster
 
 __all__ = ["SENT_TTL_S", "Publisher"]
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 
+from spex.proto.text import as_str
 from spex.shared.runtime.redis_server import RedisServer, redis_binaries
 
 __all__ = ["RedisCluster", "SLOTS"]
@@ -66,7 +67,7 @@ class RedisCluster:
         for server in self.servers[1:]:
             first.execute_command("CLUSTER", "MEET", "127.0.0.1", server.port, server.cluster_port)
         ids = [self._client(s).execute_command("CLUSTER", "MYID") for s in self.servers]
-        ids = [i.decode() if isinstance(i, bytes) else i for i in ids]
+        ids = [as_str(i) for i in ids]
         for i in range(self.primaries):
             lo, hi = i * SLOTS // self.primaries, (i + 1) * SLOTS // self.primaries - 1
             self._client(self.servers[i]).execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
@@ -96,7 +97,7 @@ class RedisCluster:
                 info = self._client(server).execute_command("CLUSTER", "INFO")
             except redis.RedisError:
                 return False
-            text = info.decode() if isinstance(info, bytes) else str(info)
+            text = as_str(info)
             if "cluster_state:ok" not in text or f"cluster_slots_ok:{SLOTS}" not in text:
                 return False
             slots = self._client(server).execute_command("CLUSTER", "SLOTS")
@@ -115,7 +116,7 @@ class RedisCluster:
                 role = self._client(server).execute_command("ROLE")
             except redis.RedisError:
                 continue
-            if (role[0].decode() if isinstance(role[0], bytes) else role[0]) == "master":
+            if as_str(role[0]) == "master":
                 out.append(server.port)
         return out
 
@@ -170,7 +171,7 @@ class RedisCluster:
 
     def _knows(self, server: RedisServer, count: int) -> bool:
         nodes = self._client(server).execute_command("CLUSTER", "NODES")
-        text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
+        text = as_str(nodes)
         return sum(1 for line in text.splitlines() if line.strip()) >= count
 
     @staticmethod

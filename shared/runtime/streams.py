@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
+from redis.typing import KeyT, StreamIdT
 
-__all__ = ["POLL_MS", "ScriptCall", "as_str", "entry_after", "is_cluster", "parse_entry_id", "read_streams"]
+from spex.proto.text import as_str
+from spex.shared.runtime.replies import Entry, StreamInfo, StreamRead
+
+__all__ = ["POLL_MS", "ScriptCall", "entry_after", "is_cluster", "parse_entry_id", "read_streams"]
 
 POLL_MS = (1, 25)  # a read across cluster slots: first pause, longest pause between passes
 
 # A script run with its keys and arguments: (the registered script, keys, args).
-ScriptCall = tuple[Any, list[str], list[Any]]
+ScriptCall = tuple[Any, list[str], list[object]]
 
 
-def is_cluster(client: Any) -> bool:
+def is_cluster(client: object) -> bool:
     return isinstance(client, aioredis.RedisCluster)
 
 
@@ -34,7 +38,7 @@ async def read_streams(
     count: int,
     block_ms: int | None,
     group: tuple[str, str] | None = None,
-) -> list[tuple[str, Any]]:
+) -> list[tuple[str, list[Entry]]]:
     """XREAD (or XREADGROUP as `group` = (group, consumer)) of `streams` (name -> after id),
     waiting up to `block_ms` for something: [(stream, entries)]. On one Redis, one command;
     on a cluster, one per slot, all sent at once, repeated with a growing pause. A non-blocking
@@ -43,20 +47,21 @@ async def read_streams(
     if not streams:
         return []
 
-    async def once(names: dict[Any, Any], block: int | None) -> Any:
+    async def once(names: dict[KeyT, StreamIdT], block: int | None) -> StreamRead:
         if group is None:
-            return await r.xread(names, count=count, block=block)
-        return await r.xreadgroup(group[0], group[1], names, count=count, block=block)
+            return cast(StreamRead, await r.xread(names, count=count, block=block))
+        return cast(StreamRead, await r.xreadgroup(group[0], group[1], names, count=count, block=block))
 
-    slots: dict[int, dict[Any, Any]] = {}
+    slots: dict[int, dict[KeyT, StreamIdT]] = {}
     if is_cluster(r):
         for name, after in streams.items():
             slots.setdefault(key_slot(name.encode()), {})[name] = after
     if len(slots) <= 1:
-        return [(as_str(stream), entries) for stream, entries in (await once(dict(streams), block_ms)) or []]
+        whole: dict[KeyT, StreamIdT] = {name: after for name, after in streams.items()}
+        return [(as_str(stream), entries) for stream, entries in (await once(whole, block_ms)) or []]
     for name in [n for n, after in streams.items() if after == "$"]:
         try:
-            info: Any = await r.xinfo_stream(name)
+            info = cast(StreamInfo, await r.xinfo_stream(name))
             streams[name] = slots[key_slot(name.encode())][name] = as_str(info["last-generated-id"])
         except ResponseError:  # no such stream yet: everything it will hold is new
             streams[name] = slots[key_slot(name.encode())][name] = "0-0"
@@ -81,8 +86,3 @@ def parse_entry_id(entry_id: str) -> tuple[int, int]:
 def entry_after(entry_id: str, last_id: str) -> bool:
     """Whether entry `entry_id` comes after `last_id` ("0": before every entry)."""
     return parse_entry_id(entry_id) > parse_entry_id(last_id)
-
-
-def as_str(value: bytes | str) -> str:
-    """A reply's bytes as text (a client made with `decode_responses` gives text already)."""
-    return value.decode() if isinstance(value, bytes) else value

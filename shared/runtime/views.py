@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from spex.proto import (
     AnswerResult,
@@ -18,6 +18,7 @@ from spex.proto import (
     names,
 )
 from spex.proto.messages import REWARDS
+from spex.shared.runtime.bodies import NodeFields, NodeJson, NodeTimes, ServedJson, TreeNodeJson, TwinJson
 from spex.shared.runtime.workers import WorkerRegistry
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ __all__ = [
     "answer_status",
     "demonstration",
     "fold_tree",
+    "node_fields",
     "node_json",
     "overview",
     "served_by",
@@ -70,7 +72,7 @@ _OPERATORS = (
 )  # fmt: skip
 
 
-def answer_status(answer: AnswerResult) -> str:
+def answer_status(answer: AnswerResult) -> Literal["answered", "failed", "cancelled"]:
     """What became of a question: "failed", "cancelled" or "answered" (HTTP and CLI alike)."""
     return "failed" if answer.error else "cancelled" if answer.cancelled else "answered"
 
@@ -95,11 +97,11 @@ def served_reward(served: ServedBy) -> str:
     return SIMULATED + served.reward if served.content == "synthetic" else served.reward
 
 
-def served_json(served: ServedBy | None) -> dict[str, Any] | None:
+def served_json(served: ServedBy | None) -> ServedJson | None:
     """What answered, as JSON (None: an answer stored by a coordinator that did not record it)."""
     if served is None:
         return None
-    out: dict[str, Any] = {
+    out: ServedJson = {
         "engine": served.engine, "model": served.model or None, "content": served.content,
         "reward": served_reward(served),
     }  # fmt: skip
@@ -108,42 +110,46 @@ def served_json(served: ServedBy | None) -> dict[str, Any] | None:
     return out
 
 
-def twin_json(query_id: str, answer: AnswerResult, twin: AnswerResult | None) -> dict[str, Any]:
+def twin_json(query_id: str, answer: AnswerResult, twin: AnswerResult | None) -> TwinJson:
     """A question's baseline twin beside it: its answer and tree digest, and whether the two
     trees and answers are the same (`lossless`; None until both are answered)."""
-    out: dict[str, Any] = {
-        "query_id": query_id,
-        "status": "searching" if twin is None else answer_status(twin),
-    }
-    if twin is not None:
-        out |= {"answer": twin.answer, "tree_digest": twin.tree_digest}
-    both = twin is not None and answer_status(twin) == answer_status(answer) == "answered"
-    out["lossless"] = (twin.tree_digest == answer.tree_digest) if both and twin is not None else None
-    return out
+    if twin is None:
+        return {"query_id": query_id, "status": "searching", "lossless": None}
+    both = answer_status(twin) == answer_status(answer) == "answered"
+    lossless = twin.tree_digest == answer.tree_digest if both else None
+    return {
+        "query_id": query_id, "status": answer_status(twin), "answer": twin.answer,
+        "tree_digest": twin.tree_digest, "lossless": lossless,
+    }  # fmt: skip
 
 
-def node_json(event: NodeEvent) -> dict[str, Any]:
-    """One node event as JSON: the node's fields and the time of the event."""
+def node_fields(event: NodeEvent) -> NodeFields:
+    """The fields of the node an event shows, as JSON."""
     return {
         "id": event.node_id, "parent": event.parent_id or None, "index": event.index,
         "action": event.action, "depth": event.depth, "state": event.state,
         "generated": event.generated, "running": event.running, "text": event.text,
         "tokens": event.tokens, "answer": event.answer, "reward": event.reward,
-        "finish_reason": event.finish_reason, "t_s": event.t_s,
+        "finish_reason": event.finish_reason,
     }  # fmt: skip
 
 
-def fold_tree(events: list[NodeEvent]) -> list[dict[str, Any]]:
+def node_json(event: NodeEvent) -> NodeJson:
+    """One node event as JSON: the node's fields and the time of the event."""
+    return {**node_fields(event), "t_s": event.t_s}
+
+
+def fold_tree(events: list[NodeEvent]) -> list[TreeNodeJson]:
     """A query's nodes from its events, in the order they first appeared: each node's latest
     fields, and when it was first seen (`issued_s`), generated, scored and, for speculation
     that was never used, given up (`ended_s`). Seconds since the query was taken up."""
-    nodes: dict[str, dict[str, Any]] = {}
+    nodes: dict[str, TreeNodeJson] = {}
     for event in events:
-        node = node_json(event)
-        t = node.pop("t_s")
+        t = event.t_s
         seen = nodes.get(event.node_id)
-        first = {"issued_s": t, **dict.fromkeys(("generated_s", "scored_s", "ended_s"))}
+        first: NodeTimes = {"issued_s": t, "generated_s": None, "scored_s": None, "ended_s": None}
         times = seen["times"] if seen else first
+        node: TreeNodeJson = {**node_fields(event), "times": times}
         if seen and not node["text"]:
             node["text"] = seen["text"]  # a node's text is sent once
         if event.generated and times["generated_s"] is None:
@@ -154,7 +160,6 @@ def fold_tree(events: list[NodeEvent]) -> list[dict[str, Any]]:
             times["ended_s"] = times["ended_s"] or t
         else:
             times["ended_s"] = None  # asked for again after all
-        node["times"] = times
         nodes[event.node_id] = node
     return list(nodes.values())
 

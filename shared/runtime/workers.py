@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from spex.proto import ProtocolError, WorkerLoadEvent, decode, encode
 from spex.proto.names import GEN_WORKERS, Partitions, worker_load
-from spex.shared.runtime.streams import as_str
+from spex.proto.text import as_str
 
 __all__ = ["FORGET_S", "WorkerRegistry"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 
@@ -69,20 +69,20 @@ class Backend(Protocol):
     """How one serving engine's HTTP API is spoken."""
 
     name: str
-    server_info: dict[str, Any]  # what the server says of itself (version, model, flags), by `check`
+    server_info: dict[str, object]  # what the server says of itself (version, model, flags), by `check`
 
     async def check(self, session: aiohttp.ClientSession) -> None:
         """Raise EngineUnavailable (one line: what is missing) unless the server can serve
         this configuration; connection errors propagate (the server is not up yet)."""
         ...
 
-    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
+    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, object]]:
         """(path, JSON body) of the request that runs `req` under the server id `rid`."""
         ...
 
-    def read(self, req: EngineRequest, body: Any) -> Reply: ...
+    def read(self, req: EngineRequest, body: object) -> Reply: ...
 
-    def abort(self, rid: str) -> tuple[str, dict[str, Any]] | None:
+    def abort(self, rid: str) -> tuple[str, dict[str, object]] | None:
         """(path, JSON body) of the call that stops `rid`; None where the server has no such
         call and stops a request whose connection closes (vLLM's pooling API)."""
         ...
@@ -109,7 +109,7 @@ async def server_owner(session: aiohttp.ClientSession, url: str) -> str:
     return str(first.get("owned_by") or "") if isinstance(first, dict) else ""
 
 
-def reward_of(output: Any, positive: int = 1) -> float | None:
+def reward_of(output: object, positive: int = 1) -> float | None:
     """A reward model's output as a reward in [0, 1] (None if it holds no number): one number is
     a score (squashed by a sigmoid); two are logits, the reward the softmax probability of the
     `positive` one (a classifier's (wrong, right): 1; plus-minus's (good, bad): 0); a list of

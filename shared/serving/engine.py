@@ -34,7 +34,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -279,7 +278,7 @@ class ServingEngine:
             return
         self._finish(f, reply, "")
 
-    async def _post(self, path: str, body: dict[str, Any], deadline: float) -> dict[str, Any]:
+    async def _post(self, path: str, body: dict[str, object], deadline: float) -> dict[str, object]:
         timeout = aiohttp.ClientTimeout(
             total=max(0.001, deadline - time.monotonic()), sock_connect=CONNECT_TIMEOUT_S
         )
@@ -287,7 +286,7 @@ class ServingEngine:
             if resp.status != 200:
                 text = (await resp.text())[:300].replace("\n", " ")
                 raise EngineUnavailable(f"{self.backend.name} answered {resp.status}: {text}")
-            data: dict[str, Any] = await resp.json(content_type=None)
+            data: dict[str, object] = await resp.json(content_type=None)
         return data
 
     async def _stop(self, f: InFlight) -> None:

@@ -71,7 +71,7 @@ class SGLangBackend:
         self.reward = reward  # a reward model: prefill-only requests through /classify
         self.deterministic = deterministic
         self.kv_capacity = 0
-        self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
+        self.server_info: dict[str, object] = {}  # what the server says of itself (by `check`)
 
     async def check(self, session: aiohttp.ClientSession) -> None:
         async with session.get(self.url + "/server_info") as resp:
@@ -97,11 +97,11 @@ class SGLangBackend:
         }
         self.server_info |= {k: _find(info, k) for k in RECORDED}
 
-    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
+    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, object]]:
         text = "".join(req.text)
         if self.reward:  # a reward model scores the whole path in one pass
             return "/classify", {"rid": rid, "text": text, "priority": req.priority}
-        params: dict[str, Any] = {"temperature": req.temperature, "sampling_seed": req.seed}
+        params: dict[str, object] = {"temperature": req.temperature, "sampling_seed": req.seed}
         if req.output_tokens == UNTIL_STOP:
             params |= {"max_new_tokens": req.max_new_tokens, "stop": list(req.stop)}
             if req.min_tokens:  # SGLang holds back EOS too until then (the HF engine does not)
@@ -143,7 +143,7 @@ class SGLangBackend:
             logprobs=logprobs,
         )
 
-    def abort(self, rid: str) -> tuple[str, dict[str, Any]]:
+    def abort(self, rid: str) -> tuple[str, dict[str, object]]:
         return "/abort_request", {"rid": rid}
 
     async def metrics(self, session: aiohttp.ClientSession) -> ServerMetrics:
@@ -162,7 +162,7 @@ class SGLangBackend:
         )
 
 
-def _find(info: Any, key: str) -> Any:
+def _find(info: object, key: str) -> Any:
     """`key` in server_info, at the top or in a nested section (the layout moved between
     releases)."""
     if isinstance(info, dict):

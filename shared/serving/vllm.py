@@ -44,7 +44,7 @@ class VLLMBackend:
         self.url = url.rstrip("/")
         self.model = model  # the served model's name; read from /v1/models when empty
         self.kv_capacity = 0
-        self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
+        self.server_info: dict[str, object] = {}  # what the server says of itself (by `check`)
         # A prefix-cache namespace of one's own: requests with another salt (or none) share
         # no cached prefix with these (a benchmark's runs, each on a cold cache).
         self.cache_salt: str | None = None
@@ -95,8 +95,8 @@ class VLLMBackend:
             **self._cache_config,
         }
 
-    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
-        body: dict[str, Any] = {
+    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, object]]:
+        body: dict[str, object] = {
             "model": self.model,
             "prompt": "".join(req.text),
             "request_id": rid,
@@ -132,7 +132,7 @@ class VLLMBackend:
             logprobs=tuple(float(x) for x in lp if x is not None),
         )
 
-    def abort(self, rid: str) -> tuple[str, dict[str, Any]]:
+    def abort(self, rid: str) -> tuple[str, dict[str, object]]:
         return ABORT_PATH, {"request_ids": [f"cmpl-{rid}-0"]}
 
     async def metrics(self, session: aiohttp.ClientSession) -> ServerMetrics:

@@ -71,7 +71,7 @@ class VLLMRewardBackend:
         self.server = VLLMBackend(url, model)
         self.prm = prm or RewardFormat()
         self.url = self.server.url
-        self.server_info: dict[str, Any] = {}  # what the server says of itself (by `check`)
+        self.server_info: dict[str, object] = {}  # what the server says of itself (by `check`)
         self.cache_salt: str | None = None  # a prefix-cache namespace of one's own (as a generator's)
 
     @property
@@ -108,7 +108,7 @@ class VLLMRewardBackend:
             "kv_capacity": metrics.kv_capacity,
         }
 
-    def _probe_problem(self, rows: Any) -> str:
+    def _probe_problem(self, rows: object) -> str:
         """Why the probe's rows are not this family's score ("" if they are)."""
         kind, width = self.prm.kind, _width(rows)
         if kind == "step-tag" and rows == []:
@@ -143,11 +143,11 @@ class VLLMRewardBackend:
             return "the server is SGLang's: set SPEX_PRM_ENGINE=sglang"
         return f"no {POOLING_PATH}: serve the reward model with --runner pooling (not for generation)"
 
-    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, Any]]:
+    def generate(self, req: EngineRequest, rid: str) -> tuple[str, dict[str, object]]:
         return POOLING_PATH, self._body("".join(req.text), rid, req.priority)
 
-    def _body(self, text: str, rid: str, priority: int) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def _body(self, text: str, rid: str, priority: int) -> dict[str, object]:
+        body: dict[str, object] = {
             "model": self.model,
             "input": text,
             "request_id": rid,
@@ -168,14 +168,14 @@ class VLLMRewardBackend:
         return None
 
 
-def _width(rows: Any) -> int:
+def _width(rows: object) -> int:
     """Numbers in a row of `rows` (its last, where there is a row a token)."""
     if not isinstance(rows, list) or not rows:
         return 0
     return len(rows[-1]) if isinstance(rows[-1], list) else len(rows)
 
 
-def _rows(body: Any) -> Any:
+def _rows(body: object) -> Any:
     """The first input's output in a `/pooling` reply: a row, or a row a token (None if absent)."""
     data = body.get("data") if isinstance(body, dict) else None
     return data[0].get("data") if isinstance(data, list) and data and isinstance(data[0], dict) else None
