@@ -193,7 +193,7 @@ class RedisIngress:
         self.client = client
 
     async def submit(self, question: str, fields: dict[str, Any]) -> str:
-        from spex.shared.runtime.client import Backpressure
+        from spex.shared.runtime.refusals import Backpressure
 
         try:
             return await self.client.submit(question, **fields)
@@ -201,7 +201,7 @@ class RedisIngress:
             raise ValueError(str(exc)) from None
 
     async def _known(self, query_id: str) -> None:
-        from spex.shared.runtime.client import UnknownQuery
+        from spex.shared.runtime.refusals import UnknownQuery
 
         try:  # as the HTTP ingress: an id that names no question is an error, not "no answer yet"
             await self.client.request(query_id)
@@ -213,7 +213,7 @@ class RedisIngress:
         return await self.client.result(query_id, wait_s)
 
     async def cancel(self, query_id: str) -> None:
-        from spex.shared.runtime.client import Answered, UnknownQuery
+        from spex.shared.runtime.refusals import Answered, UnknownQuery
 
         await self._known(query_id)
         try:

@@ -71,9 +71,7 @@ class Budget:
             curve, objective = FLAT, "throughput"
         else:
             objective = self.cfg.objective
-        return admit(
-            curve, book.primary_in_flight, book.primary_ctx, offers, objective, self.slack(w), limit
-        )
+        return admit(curve, book.primary_in_flight, book.primary_ctx, offers, objective, self.slack(w), limit)
 
     def slack(self, w: int) -> float:
         """Worker `w`'s TPOT slack: the governor's, or the run's fixed one."""

@@ -48,15 +48,9 @@ from spex.services.ingress.openai_bodies import (
 from spex.services.ingress.openai_params import ChatAsk, ParamError, chat_ask
 from spex.shared.core.search import SEARCHES
 from spex.shared.runtime.availability import unavailable
-from spex.shared.runtime.client import (
-    Answered,
-    Backpressure,
-    IngressClient,
-    KeyConflict,
-    MemoryFull,
-    UnknownQuery,
-)
+from spex.shared.runtime.client import IngressClient
 from spex.shared.runtime.pool import PoolBusy
+from spex.shared.runtime.refusals import Answered, Backpressure, KeyConflict, MemoryFull, UnknownQuery
 from spex.shared.runtime.searches import catalogue, check_search
 from spex.shared.runtime.views import demonstration, node_json, served_json
 

@@ -17,8 +17,8 @@ from spex.services.ingress.backpressure import RETRIED, RETRY_AFTER_S
 from spex.services.ingress.openai_api import WAIT_S
 from spex.services.ingress.openapi_schemas import Schema, ref, schemas
 from spex.shared.runtime.availability import REFUSING_RETRY_AFTER_S
-from spex.shared.runtime.client import MemoryFull
 from spex.shared.runtime.pool import POOL_WAIT_S
+from spex.shared.runtime.refusals import MemoryFull
 
 __all__ = ["OPENAPI_VERSION", "document"]
 

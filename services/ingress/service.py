@@ -51,18 +51,18 @@ from spex.services.ingress.long_lived import Slots
 from spex.services.ingress.openai_api import OpenAIRoutes, openai_error, serves
 from spex.services.ingress.watch import WatchRoutes, answer_json
 from spex.shared.runtime.availability import REDIS, REFUSING_RETRY_AFTER_S, refusal, unavailable
-from spex.shared.runtime.client import (
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
+from spex.shared.runtime.pool import PoolBusy
+from spex.shared.runtime.refusals import (
     Answered,
     Backpressure,
     DataLost,
-    IngressClient,
     KeyConflict,
     MemoryFull,
     Recovering,
     UnknownQuery,
 )
-from spex.shared.runtime.metrics import BACKLOG, HTTP_REQUESTS, IN_FLIGHT
-from spex.shared.runtime.pool import PoolBusy
 from spex.shared.runtime.service import Service, run_service
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.views import served_by, twin_json

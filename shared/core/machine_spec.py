@@ -110,9 +110,7 @@ class Speculator:
             for job in self.jobs.values()
             if job.speculative and not job.adopted
         ]
-        new = [
-            min(1.0, self.predictor.spec_likelihood(n) * c) * saving for n in self._predict(max(0, limit))
-        ]
+        new = [min(1.0, self.predictor.spec_likelihood(n) * c) * saving for n in self._predict(max(0, limit))]
         return running, new
 
     def prompts(self, limit: int) -> list[int]:
@@ -249,4 +247,3 @@ class Speculator:
         wasted = self.stats.spec_tokens - self.stats.spec_tokens_consumed
         projected = consumed + wasted + (self.in_flight + 1) * self.step_tokens
         return projected / consumed > cap
-

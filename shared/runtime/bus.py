@@ -7,7 +7,7 @@ Semantics (measured on Redis 6.2 and 7.0; the tests in `tests/runtime/bus` hold 
 
 - Each entry has one field, `e`: a MessagePack `proto` message. Decoding failures (bad bytes,
   unknown type, unknown protocol version) go to `dlq:<stream>` at once, with the reason;
-  dead-letter streams are bounded in entry size, length and age (`_DEAD_LETTER`).
+  dead-letter streams are bounded in entry size, length and age (`bus_scripts.DEAD_LETTER`).
 - A consumer first re-reads its own pending entries (`0`), on start and after a reconnect, then
   new ones (`>`). Re-reading counts as a delivery: an entry re-read more than
   `max_deliveries` times (a handler that crashes the process on it) is dead-lettered.
@@ -41,6 +41,7 @@ from spex.proto import Message, ProtocolError, decode, encode
 from spex.proto.codec import Envelope, envelope
 from spex.proto.names import Partitions, dead_letter
 from spex.proto.text import as_str
+from spex.shared.runtime import bus_scripts
 from spex.shared.runtime.availability import unavailable
 from spex.shared.runtime.metrics import DEAD_LETTERS
 from spex.shared.runtime.publisher import Publisher
@@ -60,28 +61,6 @@ __all__ = [
 T = TypeVar("T")
 TRIM_EVERY_S = 10.0  # how often a consumer trims what its groups have finished with
 
-_ACK_IF_OWNER = """
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if #p == 1 and p[1][2] == ARGV[3] then
-  return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-end
-return 0
-"""
-
-# KEYS: stream. ARGV: group, consumer, ids... -> the ids this consumer no longer owns.
-_HEARTBEAT = """
-local lost = {}
-for i = 3, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if #p == 1 and p[1][2] == ARGV[2] then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
-  else
-    lost[#lost + 1] = ARGV[i]
-  end
-end
-return lost
-"""
-
 # A dead-letter stream is bounded three ways, since a client's bad questions can fill it: an
 # entry keeps the first DEAD_LETTER_BYTES of its message (`bytes`: how long it was) and the
 # first REASON_CHARS of its reason; a stream keeps about DEAD_LETTERS_KEPT entries; and it
@@ -90,15 +69,6 @@ DEAD_LETTER_BYTES = 4_096
 REASON_CHARS = 1_000
 DEAD_LETTERS_KEPT = 1_000
 DEAD_LETTER_TTL_S = 7 * 86_400
-
-# KEYS: stream, its dead-letter stream. ARGV: group, entry id, reason, deliveries, the message's
-# first bytes, its length, entries kept, TTL s. -> what XACK returned
-_DEAD_LETTER = """
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'stream', KEYS[1], 'group', ARGV[1],
-           'id', ARGV[2], 'reason', ARGV[3], 'deliveries', ARGV[4], 'bytes', ARGV[6], 'e', ARGV[5])
-redis.call('EXPIRE', KEYS[2], ARGV[8])
-return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-"""
 
 
 def dead_letter_fields(reason: str, payload: bytes) -> dict[str, str | bytes | int]:
@@ -125,9 +95,9 @@ class Bus(Publisher):
         super().__init__(client, partitions=partitions)
         self.consumer = consumer
         self.max_deliveries = max_deliveries
-        self._ack = client.register_script(_ACK_IF_OWNER)
-        self._dead_letter = client.register_script(_DEAD_LETTER)
-        self._heartbeat = client.register_script(_HEARTBEAT)
+        self._ack = client.register_script(bus_scripts.ACK_IF_OWNER)
+        self._dead_letter = client.register_script(bus_scripts.DEAD_LETTER)
+        self._heartbeat = client.register_script(bus_scripts.HEARTBEAT)
         self._own_pending_read: set[tuple[str, str]] = set()
         self._own_cursor: dict[tuple[str, str], str] = {}  # paging through own pending entries
         self._first_pass: set[tuple[str, str]] = set()  # own pending read once since we started

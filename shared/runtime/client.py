@@ -50,14 +50,19 @@ from spex.shared.runtime.client_scripts import CANCEL, SUBMIT, SubmitOutcome
 from spex.shared.runtime.client_trees import TreeReader
 from spex.shared.runtime.data_loss import DataLoss
 from spex.shared.runtime.durable import Durable
+from spex.shared.runtime.refusals import (
+    Answered,
+    Backpressure,
+    DataLost,
+    KeyConflict,
+    MemoryFull,
+    Recovering,
+    UnknownQuery,
+)
 from spex.shared.runtime.reserve import Room, request_bytes
 from spex.shared.runtime.streams import is_cluster
 
-__all__ = [
-    "Answered", "Backpressure", "DataLost", "IngressClient", "KeyConflict", "MemoryFull", "Recovering",
-    "SubmitOutcome",
-]  # fmt: skip
-__all__ += ["UnknownQuery", "client_key_record"]
+__all__ = ["IngressClient", "SubmitOutcome", "client_key_record"]
 
 KEY_BACKSTOP_S = 7 * 86_400  # a client key no answer ever shortened expires after a week
 LOST = (
@@ -79,40 +84,6 @@ def _new_query_id(scope: str | None, partitions: names.Partitions) -> str:
         qid = uuid.uuid4().hex[:16]
         if scope is None or partitions.partition(qid) == partitions.partition(scope):
             return qid
-
-
-class Backpressure(RuntimeError):
-    """The ingress backlog (or this client's share of it) is full. Recoverable: retry later."""
-
-
-class KeyConflict(ValueError):
-    """The client key was used before for a different question (HTTP 409)."""
-
-
-class UnknownQuery(LookupError):
-    """No such query for this client (HTTP 404)."""
-
-
-class Answered(LookupError):
-    """The query is answered: it has nothing left to cancel (HTTP 409). Its answer is read as
-    any other's."""
-
-
-class Recovering(UnknownQuery):
-    """Not in Redis, which lost its data moments ago: a coordinator may be storing it again."""
-
-
-class MemoryFull(Backpressure):
-    """Redis has no room for this question's search beside those in flight (HTTP 503)."""
-
-    retry_after_s = 10  # what a refused client is told to wait: memory frees as answers come
-
-
-class DataLost(RuntimeError):
-    """Redis lost its data moments ago: a client key not found waits while the coordinators store
-    their questions again, client keys with them (HTTP 503). Recoverable: retry."""
-
-    retry_after_s = 1  # coordinators store again what they hold within a lease round
 
 
 def client_key_record(req: SubmitQuestionRequest, partitions: names.Partitions) -> tuple[str, str]:

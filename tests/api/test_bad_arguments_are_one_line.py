@@ -15,7 +15,10 @@ import spex
         ({"reward": "prm-please"}, "reward: 'logprob', 'simulated' or a Reward"),
         ({"reward": spex.Reward.prm("/models/prm")}, "reward: the sim engine's steps are synthetic"),
         ({"reward": spex.Reward.served("http://prm:1")}, "reward: the sim engine's steps are synthetic"),
-        ({"algorithm": "dfs"}, "algorithm: one of beam, best_of_n, dvts, ets, rebase, rest, rstar, not 'dfs'"),  # noqa: E501
+        (
+            {"algorithm": "dfs"},
+            "algorithm: one of beam, best_of_n, dvts, ets, rebase, rest, rstar, not 'dfs'",
+        ),  # noqa: E501
         ({"mode": "fast"}, "mode: one of baseline, spex, compare, not 'fast'"),
         ({"target": 0}, "target"),
         ({"questions": 0}, "questions: at least 1, not 0"),

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from spex.proto import AnswerResult, GenerateRequest, ScoreRequest, decode
 from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, SINGLE, gen_jobs, message_types, query_inbox
-from spex.shared.runtime.client import Answered
+from spex.shared.runtime.refusals import Answered
 from tests.fuzz import strategies as fz
 from tests.fuzz.harness import CASES, DRAIN_S, FUZZ, NOTES, Fuzz, count, entry_order
 

@@ -13,7 +13,8 @@ from spex.proto import AnswerResult, GenerateResult, NodeEvent, SubmitQuestionRe
 from spex.proto.names import SINGLE
 from spex.services.coordinator.store import SEARCH_KEPT_S, QueryStore
 from spex.shared.runtime.bus import Bus
-from spex.shared.runtime.client import Answered, IngressClient
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.refusals import Answered
 from spex.shared.runtime.views import fold_tree
 from tests.services.cluster import Cluster
 

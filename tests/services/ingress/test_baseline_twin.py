@@ -74,8 +74,9 @@ def test_a_twin_searches_the_same_tree_and_the_answer_says_so(redis_url):
 
 def test_a_twin_refused_withdraws_its_question_and_cancel_reaches_both(redis_url):
     from spex.proto import Limits, names
-    from spex.shared.runtime.client import Backpressure, IngressClient
+    from spex.shared.runtime.client import IngressClient
     from spex.shared.runtime.connect import redis_client
+    from spex.shared.runtime.refusals import Backpressure
     from spex.shared.runtime.settings import Settings
 
     async def go():

@@ -16,7 +16,8 @@ from spex.proto import AnswerResult
 from spex.proto.names import SINGLE
 from spex.services.coordinator.store import QueryStore
 from spex.services.ingress.admission import MemoryAdmission
-from spex.shared.runtime.client import IngressClient, MemoryFull
+from spex.shared.runtime.client import IngressClient
+from spex.shared.runtime.refusals import MemoryFull
 from spex.shared.runtime.reserve import BYTES_PER_TARGET, FIXED_BYTES, PROMPT_COPIES, Room, search_bytes
 
 MIB = 2**20

@@ -16,7 +16,7 @@ import pytest
 from spex.bench.chaos.rig import Rig
 from spex.proto import GenerateRequest, ScoreResult, encode
 from spex.proto.names import DEFAULT_POOL, SCORE_JOBS, SINGLE, dead_letter, gen_jobs, query_inbox
-from spex.shared.runtime.client import Answered
+from spex.shared.runtime.refusals import Answered
 from spex.shared.runtime.settings import Settings
 from tests.services.helpers import answers_by_query, wait_for
 from tests.services.pipeline.matrix import (
@@ -184,7 +184,7 @@ def test_cancel_racing_completion_answers_each_question_once():
 
 
 def test_resubmission_with_the_same_and_with_a_different_body():
-    from spex.shared.runtime.client import KeyConflict
+    from spex.shared.runtime.refusals import KeyConflict
 
     async def fault(rig):
         same = await submit_question(rig, 5, client_key="again")
@@ -197,7 +197,7 @@ def test_resubmission_with_the_same_and_with_a_different_body():
 
 
 def test_backlog_overflow_is_refused_and_recovers():
-    from spex.shared.runtime.client import Backpressure
+    from spex.shared.runtime.refusals import Backpressure
 
     async def go():
         rig = Rig(Settings(time_scale=0.01, backlog_limit=3, block_ms=50)).start()
