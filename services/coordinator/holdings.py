@@ -1,9 +1,10 @@
 """The queries one coordinator holds, and the named transitions of a query's lifecycle here:
 
-    (free) --adopting--> ADOPTING --hold--> REPLAYING --live--> LIVE --end(Ending)--> (free)
+    (free) --adopting, then hold--> REPLAYING --live--> LIVE --end(Ending)--> (free)
 
-A query is *adopting* while its lease is being taken, *replaying* while its inbox is applied
-to a fresh machine (the live inbox reader leaves it alone), and *live* afterwards. Every way
+A query is *adopting* while the script that takes its lease runs (`busy`, not held yet: the
+adoption may find it answered or held elsewhere), *replaying* while its inbox is applied to a
+fresh machine (the live inbox reader leaves it alone), and *live* afterwards. Every way
 a coordinator stops holding a query is one `Ending`; whoever adopts a query that was not
 answered (this coordinator or another) starts again from its inbox.
 """

@@ -39,9 +39,9 @@ MAX_OFFERS = 64  # new speculative candidates a query offers the allocator per r
 
 
 class Phase(enum.Enum):
-    """Where a held query stands (`holdings` names the transitions)."""
+    """Where a held query stands (`holdings` names the transitions; a query being adopted is
+    not held yet: `Holdings.busy` tells it apart)."""
 
-    ADOPTING = "adopting"  # its lease is being taken
     REPLAYING = "replaying"  # its inbox is applied to a fresh machine
     LIVE = "live"  # the live inbox reader applies its new entries
 
@@ -54,7 +54,7 @@ class HeldQuery:
     last_id: str = "0"  # the last inbox entry applied
     started_wall: float = 0.0  # monotonic time it was adopted (the answer's latency)
     renewed: float = 0.0  # monotonic time the lease was last confirmed
-    phase: Phase = Phase.ADOPTING
+    phase: Phase = Phase.REPLAYING
     watch: TreeWatch = field(default_factory=TreeWatch)  # what watchers were last sent of its tree
     tree_sent: float = -1e9  # monotonic time its tree changes were last sent
     tree_due: bool = False  # changes wait to be sent
