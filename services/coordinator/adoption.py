@@ -86,7 +86,13 @@ class Adopter:
         if self.holdings.busy(qid):
             return
         with self.holdings.adopting(qid):
-            adoption = await self.store.adopt(qid, read_request=True)
+            try:
+                adoption = await self.store.adopt(qid, read_request=True)
+            except ResponseError as exc:  # this query's own (a key of the wrong type): the rest go on
+                if unavailable(exc) is not None:
+                    raise  # Redis's: the round waits it out
+                self.log.warning("takeover_failed", query_id=qid, error=str(exc))
+                return
             if adoption.found in (Found.ANSWERED, Found.MISSING):
                 await self.store.not_active(qid)  # answered or expired: nothing to take over
             if adoption.found is not Found.TAKEN:

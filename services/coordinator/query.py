@@ -107,7 +107,8 @@ def new_machine(req: SubmitQuestionRequest, settings: Settings) -> QueryMachine:
 def search_params(req: SubmitQuestionRequest, settings: Settings) -> dict[str, float | str]:
     """The question's parameters, and the operator's SPEX_MAX_DEPTH over its `max_depth` for a
     search that takes one (a search without one is not bounded by it)."""
-    takes_depth = "max_depth" in parameter_defaults(SEARCHES[req.algorithm])
+    search = SEARCHES.get(req.algorithm)  # None: unknown here (`make_algorithm` says so)
+    takes_depth = search is not None and "max_depth" in parameter_defaults(search)
     depth = {"max_depth": float(settings.max_depth)} if settings.max_depth and takes_depth else {}
     return {**req.params, **depth}
 

@@ -35,7 +35,7 @@ class Found(enum.Enum):
     TAKEN = "taken"  # the lease is ours now: the inbox is read for the replay
     ANSWERED = "answered"  # nothing to adopt
     MISSING = "missing"  # no request is stored under the id (where one was asked for)
-    HELD = "held"  # another holds the lease (or this coordinator, adopting it at once elsewhere)
+    HELD = "held"  # another holds the lease (or a process before this one, of the same name)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,7 @@ and the fenced answer. Each runs atomically on one query's keys (one hash tag, o
 `store.QueryStore` registers each once, runs it by SHA, and is the only caller: the KEYS and
 ARGV each comment lists are in the order it passes them."""
 
-__all__ = [
-    "ACQUIRE", "ADOPT", "ANSWER", "CHECKPOINT", "RECOUNT", "REJECT", "RELEASE", "RENEW_ALL", "RESTORE", "TREE"
-]  # fmt: skip
+__all__ = ["ADOPT", "ANSWER", "CHECKPOINT", "RECOUNT", "REJECT", "RELEASE", "RENEW_ALL", "RESTORE", "TREE"]
 
 # The stream id of `seconds` ago, by Redis's clock: XADD's MINID for a stream kept that long.
 SINCE = """
@@ -28,38 +26,24 @@ local function give_back(reserved, total, id)
 end
 """
 
-# Takes a free lease: the query's next fencing epoch, and its place among the active leases.
-TAKE = """
-local function take(lease, epoch, active, owner, lease_ms, expiry_ms, id)
-  if not redis.call('SET', lease, owner, 'NX', 'PX', lease_ms) then return false end
-  local next = redis.call('INCR', epoch)
-  redis.call('ZADD', active, expiry_ms, id)
-  return next
-end
-"""
-
-# KEYS: lease, epoch, active zset. ARGV: owner, lease ms, expiry ms, query id. -> epoch | nil
-ACQUIRE = TAKE + "return take(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
-
 # Adoption in one round trip: whether the query is answered, its stored request (where asked
-# for: none stored, nothing to adopt), the lease and the inbox to replay.
+# for: none stored, nothing to adopt), the lease with its next fencing epoch and its place among
+# the active leases, and the inbox to replay.
 # KEYS: lease, epoch, active zset, reply, request, inbox. ARGV: owner, lease ms, expiry ms,
 # query id, 1 to read the request (else 0). -> {'answered'} | {'missing'} | {'held', request}
 # | {'taken', request, epoch, inbox entries}; the request is nil where it was not asked for
-ADOPT = (
-    TAKE
-    + """
+ADOPT = """
 if redis.call('EXISTS', KEYS[4]) == 1 then return {'answered'} end
 local request = false
 if ARGV[5] == '1' then
   request = redis.call('GET', KEYS[5])
   if not request then return {'missing'} end
 end
-local epoch = take(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
-if not epoch then return {'held', request} end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'held', request} end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 return {'taken', request, epoch, redis.call('XRANGE', KEYS[6], '-', '+')}
 """
-)
 
 # Renews every lease a coordinator holds in one slot, in one call (a round trip per query
 # would take longer than the lease once hundreds are held). KEYS: active zset, then the lease

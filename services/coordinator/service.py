@@ -245,14 +245,14 @@ class Coordinator(Service):
                 # The ingress stores the request as it queues the question (one script): the
                 # stored request is the query's record, and only that request is searched.
                 submitted, found = await self.adopter.submitted(req)
-                if submitted in NOT_SUBMITTED and found is not Found.ANSWERED:
-                    await self.bus.dead_letter(d, COORDINATOR_GROUP, NOT_SUBMITTED[submitted])
-                    return
             except (RedisConnectionError, RedisTimeoutError, ResponseError):
                 raise  # Redis's trouble, not the message's: retried
             except Exception as exc:  # the question itself cannot be searched: park it
                 self.log.error("question_unsearchable", error=repr(exc))
                 await self.bus.dead_letter(d, COORDINATOR_GROUP, "the question could not be searched")
+                return
+            if submitted in NOT_SUBMITTED and found is not Found.ANSWERED:
+                await self.bus.dead_letter(d, COORDINATOR_GROUP, NOT_SUBMITTED[submitted])
                 return
         await self.bus.ack(d, COORDINATOR_GROUP)
 

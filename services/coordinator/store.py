@@ -5,7 +5,7 @@ a restarted Redis has forgotten it).
 A query's keys share its hash tag (`{q:<id>}`), so each script touches one cluster slot; the
 global sets (in-flight, active leases), the answers stream and the client key join them on a
 cluster, where each is split into partitions and a query's keys take its partition's tag
-(`names.placed`).
+(`Partitions.placed`).
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ class QueryStore:
         self.lease_ms = int(lease_s * 1000)
         self.result_ttl_s = result_ttl_s
         self.search_kept_s = min(SEARCH_KEPT_S, result_ttl_s)
-        self._acquire = r.register_script(scripts.ACQUIRE)
         self._adopt = r.register_script(scripts.ADOPT)
         self._renew_all = r.register_script(scripts.RENEW_ALL)
         self._release = r.register_script(scripts.RELEASE)
@@ -102,13 +101,6 @@ class QueryStore:
         return [self.partitions.placed(name, qid) for name in names]
 
     # ------------------------------------------------------------------ leases
-    async def acquire(self, qid: str) -> int:
-        """Take the lease on `qid`: its new fencing epoch, or 0 if another holds it."""
-        p = self.partitions
-        keys = [query_lease(qid, p), query_epoch(qid, p), p.placed(COORDINATORS_ACTIVE, qid)]
-        args: list[str | int] = [self.owner, self.lease_ms, _now_ms() + self.lease_ms, qid]
-        return int(await self._acquire(keys=keys, args=args) or 0)
-
     async def adopt(self, qid: str, read_request: bool) -> Adoption:
         """Adopt `qid` in one round trip (`scripts.ADOPT`): nothing if it is answered (or, with
         `read_request`, if no request is stored); else the lease if it is free, with the

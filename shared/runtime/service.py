@@ -93,10 +93,9 @@ async def loop_forever(
     being unavailable (unreachable, or refusing writes: `availability.unavailable`) is waited
     out, with backoff, for as long as it takes, and the consumer re-reads its own pending
     entries afterwards (not counted as deliveries); the process logs one line when Redis goes
-    and one when it is back. Any other error is logged
-    and retried with backoff; after `max_failures` in a row the loop raises LoopFailed, so the
-    service exits with status 1 instead of lingering half-alive (bad input never gets here:
-    handlers dead-letter it)."""
+    and one when it is back. Any other error is logged and retried with backoff; after
+    `max_failures` in a row the loop raises LoopFailed, so the service exits with status 1
+    instead of lingering half-alive (bad input never gets here: handlers dead-letter it)."""
     backoff = 0.05
     failures = 0
     me = object()  # this loop, in the process's account of who waits on Redis

@@ -20,7 +20,7 @@ def test_every_lease_is_renewed_in_every_slot(cluster_url):
         r = aioredis.RedisCluster.from_url(cluster_url)
         store = QueryStore(r, "coord-0", lease_s=2.0, result_ttl_s=60, partitions=parts)
         qids = [f"q{i}" for i in range(QUERIES)]
-        epochs = [await store.acquire(q) for q in qids]
+        epochs = [(await store.adopt(q, read_request=False)).epoch for q in qids]
         other = QueryStore(r, "coord-1", lease_s=2.0, result_ttl_s=60, partitions=parts)
         renewed = await store.renew_all(qids)
         not_theirs = await other.renew_all(qids[:5])

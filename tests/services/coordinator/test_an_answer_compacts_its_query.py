@@ -42,7 +42,7 @@ async def _searched(r, qid):
     req = SubmitQuestionRequest(msg_id=f"submit//{qid}", query_id=qid, question="2+2?", client_key=qid)
     store = QueryStore(r, "coord-a", lease_s=30.0, result_ttl_s=TTL_S, partitions=SINGLE)
     await r.set(names.query_request(qid, SINGLE), encode(req))
-    epoch = await store.acquire(qid)
+    epoch = (await store.adopt(qid, read_request=False)).epoch
     events = _events(qid, 60)
     for part in (events[:40], events[40:90], events[90:]):
         await store.publish_tree(qid, part)

@@ -27,7 +27,7 @@ def test_a_cancel_of_an_answered_question_is_a_409(redis_url):
             searching = await asyncio.to_thread(http, "DELETE", f"{base}/{qid}")
             answered = await asyncio.to_thread(http, "POST", base, {"question": "3 + 3?"})
             done = answered[1]["query_id"]
-            epoch = await store.acquire(done)
+            epoch = (await store.adopt(done, read_request=False)).epoch
             reply = AnswerResult(msg_id=f"{done}/answer", query_id=done, answer="6")
             await store.answer(await cluster.client.request(done), epoch, reply)
             refused = await asyncio.to_thread(http, "DELETE", f"{base}/{done}")

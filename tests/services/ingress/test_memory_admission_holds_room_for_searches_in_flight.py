@@ -80,7 +80,7 @@ def test_a_submission_reserves_its_search_and_its_answer_gives_it_back(redis_url
             both = await client.reserved()
             await store.reject(await client.request(wide), "a test's")
             one = await client.reserved()
-            epoch = await store.acquire(narrow)
+            epoch = (await store.adopt(narrow, read_request=False)).epoch
             answer = AnswerResult(msg_id=f"{narrow}/answer", query_id=narrow, answer="4")
             answered = await store.answer(await client.request(narrow), epoch, answer)
             await store.reject(await client.request(narrow), "again")  # given back once only
