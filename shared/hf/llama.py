@@ -38,6 +38,8 @@ from spex.shared.hf.paged import DecodeKernel, KVPool, PagedAttention, PagedSegm
 __all__ = ["ARCHITECTURES", "LlamaRunner"]
 
 if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
     from spex.shared.hf.graphs import DecodeGraphs
 
 log = logging.getLogger(__name__)
@@ -221,8 +223,8 @@ class LlamaRunner:
         return self.forward(batch, list(range(batch.rows)))
 
 
-def _check_architecture(config: object) -> None:
-    kind = getattr(config, "model_type", None)
+def _check_architecture(config: PretrainedConfig) -> None:
+    kind = config.model_type
     if kind not in ARCHITECTURES:
         raise ValueError(
             f"the hf engine runs Llama-architecture models ({', '.join(ARCHITECTURES)}); this one is {kind!r}"
