@@ -95,7 +95,7 @@ class LlamaRunner:
                 self.pool, self.heads, self.kv_heads, self.head_dim, kernel, deterministic
             )
         self.kernels = self.pool is None and not isinstance(self.head, TorchLinear)
-        silu = getattr(config, "hidden_act", None) == "silu"
+        silu = config.hidden_act == "silu"  # every architecture this pass runs declares it
         shape = (self.heads, self.kv_heads, self.head_dim, config.intermediate_size)
         self.elementwise = make_elementwise(self.device, self.dtype, self.layers[0].mlp.act_fn, silu, shape)
         if deterministic:
