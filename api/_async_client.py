@@ -184,6 +184,6 @@ class AsyncClient:
     def _unreachable(self, exc: BaseException, timeout_s: float) -> Exception:
         if isinstance(exc, TimeoutError):
             return unreachable(self.url, exc, timeout_s)
-        os_error = getattr(exc, "os_error", None)
+        os_error = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else None
         reason = os_error.strerror if isinstance(os_error, OSError) and os_error.strerror else exc
         return unreachable(self.url, reason)

@@ -27,6 +27,8 @@ from spex._http import (
 from spex._replies import Answer, Event, EventStream, Tree
 
 if TYPE_CHECKING:
+    from http.client import HTTPResponse
+
     from spex.shared.runtime.bodies import AnswerJson, TreeJson
 
 __all__ = ["Client"]
@@ -180,7 +182,7 @@ class Client:
         with self._open(request, self.timeout_s) as reply:
             return reply.status, reply_json(self.url, reply.status, reply.read())
 
-    def _open(self, request: urllib.request.Request, timeout_s: float) -> Any:
+    def _open(self, request: urllib.request.Request, timeout_s: float) -> HTTPResponse:
         try:
             return urllib.request.urlopen(request, timeout=timeout_s)
         except urllib.error.HTTPError as exc:

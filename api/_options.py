@@ -6,7 +6,7 @@ one place each field reaches the engines."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict, Unpack
 
 from spex.proto.messages import PROMPT_PRESETS
 from spex.shared.content.prompts import DEFAULT_SPLIT, DEFAULT_TEMPERATURE, SPLITS, Split
@@ -83,6 +83,14 @@ class Engine:
         return cls("sglang", model=model, url=url, deterministic=deterministic)
 
 
+class _Family(TypedDict, total=False):
+    """What a reward model's family reads (`Reward`'s fields of the same names)."""
+
+    step_tag: str
+    tokens: tuple[str, str]
+    chat: bool
+
+
 @dataclass(frozen=True)
 class Reward:
     """How a step is scored: a process reward model (simulated, in process, or served by vLLM
@@ -132,7 +140,7 @@ class Reward:
         return cls("logprob")
 
     @classmethod
-    def prm(cls, model: str, *, prm_kind: str | None = None, **family: Any) -> Reward:
+    def prm(cls, model: str, *, prm_kind: str | None = None, **family: Unpack[_Family]) -> Reward:
         """The process reward model in the local directory `model`, run in process (`family`:
         `step_tag`, `tokens`, `chat` as the class says)."""
         return cls("prm", model=model, prm_kind=prm_kind, **family)
@@ -145,7 +153,7 @@ class Reward:
         server: ServerKind = "vllm",
         model: str | None = None,
         prm_kind: str | None = None,
-        **family: Any,
+        **family: Unpack[_Family],
     ) -> Reward:
         """A process reward model served at `url` by `server` (`"vllm"` or `"sglang"`); `model`:
         its local directory, for its tokenizer and chat template."""

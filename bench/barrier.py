@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
 
 from spex.proto.names import SCORE_JOBS, SCORER_GROUP, Partitions
 from spex.proto.text import as_str
+from spex.shared.runtime.replies import GroupInfo
 from spex.shared.runtime.settings import Settings
 from spex.shared.runtime.workers import WorkerRegistry
 
@@ -71,7 +73,7 @@ class BarrierTrace:
             return None
         pending = 0
         try:
-            groups: Any = await client.xinfo_groups(SCORE_JOBS)
+            groups = cast(list[GroupInfo], await client.xinfo_groups(SCORE_JOBS))
         except redis.ResponseError:  # no score job yet: no stream
             groups = []
         for group in groups:
@@ -112,7 +114,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def plot_barrier(traces: dict[str, dict[str, Any]], path: Any, where: str) -> None:
+def plot_barrier(traces: dict[str, dict[str, Any]], path: Path, where: str) -> None:
     """Per cell, the generator's batch over time (rows decoding) with the spans it waits on
     rewards shaded, baseline above SPEX."""
     import matplotlib

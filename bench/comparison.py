@@ -79,7 +79,7 @@ class Comparison:
     baseline: RunSummary
     spex: RunSummary
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out.update(mode="compare", baseline=self.baseline.to_json(), spex=self.spex.to_json())
         return out

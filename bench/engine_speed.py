@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from spex.shared.content.prompts import filler
 from spex.shared.engine.api import Completion, EngineRequest
 from spex.shared.roofline.measured import Cell, profile_json
 from spex.shared.serving.backend import EngineUnavailable
 from spex.shared.serving.engine import ServingEngine
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["Cell", "measure_server", "plot_cells", "write_report"]
 
@@ -166,7 +169,7 @@ def write_report(cells: list[Cell], meta: dict[str, object], path: Path, plot: b
         plot_cells(cells, str(meta.get("engine", "")), path.with_suffix(".png"))
 
 
-def plot_cells(cells: list[Cell], title: str, path: Path, ax: Any = None) -> None:
+def plot_cells(cells: list[Cell], title: str, path: Path, ax: Axes | None = None) -> None:
     """Decode tokens/s by batch, a line per context: into `ax`, or a figure of its own at `path`."""
     import matplotlib
 

@@ -9,14 +9,14 @@ graphs before anything is timed.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 
-from spex.shared.hf.attention import Pass
+from spex.shared.hf.attention import KV, Pass
 from spex.shared.hf.llama import LlamaRunner
 
-__all__ = ["ARCHITECTURES", "Sequences", "check", "drive", "small_model"]
+__all__ = ["ARCHITECTURES", "ForwardRow", "Sequences", "check", "drive", "small_model"]
 
 SMALL = {
     "vocab_size": 300,
@@ -31,7 +31,15 @@ SMALL = {
 ARCHITECTURES = ("llama", "qwen2", "qwen3")  # qwen2: biased q, k and v; qwen3: q and k normalized per head
 
 
-def small_model(kind: str, dtype: torch.dtype = torch.float32, device: Any = "cpu") -> Any:
+class ForwardRow(TypedDict):
+    """An architecture's check: the path that ran and the largest logit differences."""
+
+    path: str
+    vs_transformers: float  # from transformers' own forward
+    graphs_vs_eager: NotRequired[float]  # the CUDA graphs' decode passes from the same passes eager
+
+
+def small_model(kind: str, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> Any:
     """A two-layer GQA model of `kind`, its norms and biases moved off their initial values."""
     import transformers
 
@@ -69,7 +77,7 @@ class Sequences:
         return self.head + self.pieces[i] + self.tokens[i][: self.decoded[i]]
 
     def prefill_head(self) -> None:
-        batch: Pass[Any] = Pass()
+        batch: Pass[KV] = Pass()
         batch.add([self.head_kv], 0, self.head)
         self.runner.forward(batch, [])
 
@@ -81,7 +89,7 @@ class Sequences:
     ) -> int | None:
         """One pass: the pieces of sequences `pieces` (whole) and a decode row for each of
         `decodes`; with `profiled`, the count of torch operators its forward ran."""
-        batch: Pass[Any] = Pass()
+        batch: Pass[KV] = Pass()
         owners = []
         for kind, i in [*(("decode", i) for i in decodes), *(("piece", i) for i in pieces)]:
             if kind == "piece":
@@ -135,16 +143,16 @@ def drive(runner: LlamaRunner, passes: list[dict[str, list[int]]] = PASSES, coun
 
 def check(
     device: str = "cpu", dtype: torch.dtype = torch.float32, cuda_graphs: bool = True
-) -> dict[str, Any]:
+) -> dict[str, ForwardRow]:
     """Per architecture on `device`: the path that ran, the largest logit difference from
     transformers, and (where CUDA graphs replay decode passes) from the same passes run eagerly."""
-    out: dict[str, Any] = {}
+    out: dict[str, ForwardRow] = {}
     for kind in ARCHITECTURES:
         model = small_model(kind, dtype, device)
         runner = LlamaRunner(model, kv_tokens=64, cuda_graphs=cuda_graphs)
         seqs = drive(runner)
         with torch.inference_mode():
-            row: dict[str, Any] = {"path": runner.path, "vs_transformers": max(seqs.errors(model))}
+            row: ForwardRow = {"path": runner.path, "vs_transformers": max(seqs.errors(model))}
         if runner.graphs is not None:
             eager = LlamaRunner(model, kv_tokens=64, cuda_graphs=False)
             plain = drive(eager)

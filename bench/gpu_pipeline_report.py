@@ -4,6 +4,7 @@ aims met or missed with their figures, two figures and a short table."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from spex.bench.gpu_report import SPEEDUP_AIMS, TPOT_AIM, _aim, print_aims, print_stages
@@ -94,7 +95,7 @@ def aims(summary: dict[str, Any], cells: dict[str, Any]) -> list[dict[str, Any]]
     return out
 
 
-def plot(rows: list[dict[str, Any]], path: Any, where: str) -> None:
+def plot(rows: list[dict[str, Any]], path: Path, where: str) -> None:
     """Each cell's speedup beside virtual time's, and each side's share of time waiting on
     rewards."""
     import matplotlib

@@ -50,7 +50,7 @@ COLUMNS = (
 async def _follow(r: aioredis.Redis, want: set[str], t0: float, timeout_s: float) -> tuple[float, float]:
     """Read the answers stream until every query of `want` is answered: (first answer s, last
     answer s), from `t0`."""
-    last: Any = "0"
+    last: str | bytes = "0"
     seen: set[str] = set()
     first = 0.0
     deadline = t0 + timeout_s

@@ -8,16 +8,27 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import numpy as np
 
 from spex.bench.vtime import BenchConfig, BenchResult
 from spex.shared.core.ids import digest
 
+if TYPE_CHECKING:
+    from spex.shared.engine.api import Engine
+
 __all__ = ["WALL_CLOCK_FIELDS", "RunSummary", "bootstrap_ci95", "ratio", "summarize", "write_json"]
 
 WALL_CLOCK_FIELDS = ("wall_s", "sim_speed")  # the only fields that differ between equal runs
+
+
+class DistanceHits(TypedDict):
+    """The speculative jobs issued at one distance from the frontier, and those adopted."""
+
+    issued: int
+    adopted: int
+    hit_rate: float | None  # None: none issued
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,7 @@ class RunSummary:
     profile: str
     reward_profile: str | None  # None with the logprob reward (no PRM engine)
     reward: str
-    knobs: dict[str, Any]
+    knobs: dict[str, float]  # the synthetic workload's (`WorkloadKnobs`)
     params: dict[str, float | str]
     # --- the searches
     throughput_qpm: float
@@ -81,7 +92,7 @@ class RunSummary:
     spec_evicted: int
     hit_rate: float | None
     consumption_rate: float | None
-    hit_rate_by_distance: dict[str, dict[str, Any]]
+    hit_rate_by_distance: dict[str, DistanceHits]
     cancel_latency_p50_s: float | None
     spec_pool_peak: int
     slack_end: list[float]  # each worker's TPOT slack at the end (the governor's, or the fixed one)
@@ -94,7 +105,7 @@ class RunSummary:
     # speculative decode rows and prompt rows cost (engines that tell them apart); {} when no
     # engine counted any.
     primary_steps: dict[str, float]
-    server: dict[str, Any]  # a live server's own account of itself (version, model, flags); {} in process
+    server: dict[str, object]  # a live server's own account of itself (version, model, flags); {} in process
     # What the governor held primary TPOT growth to (None: a fixed slack, no budget, or the
     # throughput objective, which holds none)
     tpot_target: float | None
@@ -110,7 +121,7 @@ class RunSummary:
     # --- kept for comparisons, not written: query id -> node id -> reward
     rewards: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rewards"}
 
 
@@ -221,7 +232,7 @@ def summarize(res: BenchResult) -> RunSummary:
             for t, slack, pool, g, windows, bound in res.governor
         ],
         primary_steps=_primary_steps(gens),
-        server=dict(getattr(res.gen, "server_info", {})),
+        server=_server(res.gen),
         tpot_target=cfg.tpot_target if _governed(cfg) else None,
         objective=cfg.objective,
         profile_file=cfg.profile_file,
@@ -232,7 +243,7 @@ def summarize(res: BenchResult) -> RunSummary:
     )
 
 
-def _primary_steps(gens: list[Any]) -> dict[str, float]:
+def _primary_steps(gens: list[Engine]) -> dict[str, float]:
     """The engines' account of their primaries' steps: count, growth, and the growth's parts."""
     steps = sum(g.stats.primary_steps for g in gens)
     alone = sum(g.stats.primary_alone_s for g in gens)
@@ -250,19 +261,26 @@ def _model_name(res: BenchResult) -> str:
     """A real engine's model: its directory's name, or what the server says it serves."""
     if res.config.model:
         return Path(res.config.model).name
-    return Path(str(getattr(res.gen, "server_info", {}).get("model", "?"))).name
+    return Path(str(_server(res.gen).get("model", "?"))).name
+
+
+def _server(gen: Engine) -> dict[str, object]:
+    """What a live server says of itself (version, model, flags); {} for an engine in process."""
+    from spex.bench.vtime.wallclock import WallEngine  # the engine a live server's runs go through
+
+    return gen.server_info if isinstance(gen, WallEngine) else {}
 
 
 class Recorded(Protocol):
     """A result that writes itself as JSON (a run's summary, a comparison, a repeated one)."""
 
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self) -> dict[str, object]: ...
 
 
 def write_json(
-    record: Recorded | dict[str, Any],
+    record: Recorded | dict[str, object],
     path: str | Path,
-    run: dict[str, Any] | None = None,
+    run: dict[str, object] | None = None,
 ) -> None:
     """The results file; `run`: how it was made (the command line, the version, every
     setting), kept under "run" so two runs that differ anywhere are told apart."""

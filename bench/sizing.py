@@ -28,9 +28,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+
+import redis.asyncio as aioredis
 
 from spex.bench.chaos.incidents import long_question
+from spex.proto import AnswerResult
 from spex.proto.names import ANSWERS, Partitions
 from spex.services.coordinator.store import SEARCH_KEPT_S
 from spex.services.launcher import up
@@ -54,7 +56,7 @@ def key_kind(name: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
-async def kept(r: Any, qids: set[str]) -> dict[str, dict[str, int]]:
+async def kept(r: aioredis.Redis, qids: set[str]) -> dict[str, dict[str, int]]:
     """Kind -> {"bytes", "keys", "brief"} over the keys of `qids` (MEMORY USAGE, every element
     counted; brief: the keys that expire within SEARCH_KEPT_S)."""
     out: dict[str, dict[str, int]] = {}
@@ -128,7 +130,7 @@ async def peak(
             await client.submit(text, query_id=f"{q.query_id}-peak", algorithm=algorithm, target=target)
         )
 
-    async def answered() -> list[Any]:
+    async def answered() -> list[AnswerResult | None]:
         return [await client.result(q, timeout_s=600) for q in qids]
 
     waiting = asyncio.create_task(answered())

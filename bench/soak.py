@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import aiohttp
 import redis.asyncio as aioredis
@@ -33,6 +33,7 @@ from spex.proto.names import ANSWERS
 from spex.services.launcher import up
 from spex.shared.runtime.connect import redis_client
 from spex.shared.runtime.redis_server import free_port
+from spex.shared.runtime.replies import StreamRead
 from spex.shared.runtime.settings import Settings
 
 __all__ = ["main", "run_soak"]
@@ -42,6 +43,66 @@ COORDINATOR_TOLERANCE = 0.05  # the coordinator's resident memory: back within 5
 # The searches `--mix` draws from in turn: wide and narrow, tree and sampling searches.
 MIX = (("rebase", 16), ("rstar", 10), ("ets", 8), ("rest", 5), ("rebase", 64), ("rebase", 4))
 INBOXES = "{q:<id>}:in (longest)"
+
+
+class Sample(TypedDict):
+    """Redis and the services at one moment of the run."""
+
+    t_s: float
+    keys: int
+    used_memory_mib: float
+    streams: dict[str, int]  # each stream's length; the queries' inboxes as their longest
+    inboxes: int
+    rss_mib: dict[str, float]  # each service's resident memory, by consumer name
+    submitted: int
+    answered: int
+
+
+class PhasedSample(Sample):
+    phase: str  # cold, warm-up, warm-up expiring, load, expiring
+
+
+class Run(TypedDict):
+    samples: list[PhasedSample]
+    start: PhasedSample  # after the warm-up's questions expired
+    end: PhasedSample
+    statuses: dict[int, int]  # the submissions' HTTP statuses, counted
+    submitted: int
+    answered: int
+
+
+class CoordinatorRss(TypedDict):
+    cold: float | None
+    start: float | None
+    peak: float | None
+    end: float | None
+    back: bool
+
+
+class Verdict(TypedDict):
+    """Each figure at the start and the end, and whether the end is back within TOLERANCE."""
+
+    keys: tuple[int, int, bool]
+    used_memory_mib: tuple[float, float, bool]
+    rss_mib: dict[str, tuple[float | None, float | None, bool]]
+    coordinator_rss_mib: CoordinatorRss
+    longest_stream: dict[str, int]
+    streams_at_end: dict[str, int]
+    lost: int  # accepted, never answered
+
+
+class Report(TypedDict):
+    minutes: float
+    rate_per_s: float
+    ttl_s: int
+    searches: list[str]
+    time_scale: float
+    wall_s: int
+    submitted: int
+    answered: int
+    http_statuses: dict[int, int]
+    verdict: Verdict
+    samples: list[PhasedSample]
 
 
 def service_pids() -> dict[str, int]:
@@ -67,7 +128,7 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-async def sample(r: aioredis.Redis, t0: float, answered: int, submitted: int) -> dict[str, object]:
+async def sample(r: aioredis.Redis, t0: float, answered: int, submitted: int) -> Sample:
     streams: dict[str, int] = {}
     inboxes: list[int] = []  # the queries' own inboxes: how many, and the longest
     async for key in r.scan_iter(count=1000):
@@ -94,13 +155,14 @@ async def sample(r: aioredis.Redis, t0: float, answered: int, submitted: int) ->
 class _Follower:
     """Counts the answers on the `answers` stream (each query once)."""
 
-    def __init__(self, r: Any) -> None:
-        self.r, self.last = r, "$"
+    def __init__(self, r: aioredis.Redis) -> None:
+        self.r = r
+        self.last: str | bytes = "$"
         self.seen: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            replies = await self.r.xread({ANSWERS: self.last}, count=500, block=500)
+            replies = cast(StreamRead, await self.r.xread({ANSWERS: self.last}, count=500, block=500))
             for _, entries in replies or []:
                 for entry_id, fields in entries:
                     self.last = entry_id
@@ -115,14 +177,12 @@ async def _submit(session: aiohttp.ClientSession, url: str, i: int, args: argpar
         return resp.status
 
 
-async def drive(
-    settings: Settings, args: argparse.Namespace, say: Callable[[str], object]
-) -> dict[str, object]:
+async def drive(settings: Settings, args: argparse.Namespace, say: Callable[[str], object]) -> Run:
     r = redis_client(settings)
     url = f"http://{settings.http_host}:{settings.http_port}/v1/questions"
     follower, stop = _Follower(r), asyncio.Event()
     following = asyncio.create_task(follower.run(stop))
-    samples: list[dict[str, object]] = []
+    samples: list[PhasedSample] = []
     statuses: dict[int, int] = {}
     t0 = time.monotonic()
     async with aiohttp.ClientSession() as session:
@@ -165,7 +225,7 @@ async def drive(
             "submitted": warm + total, "answered": len(follower.seen)}  # fmt: skip
 
 
-def _verdict(run: dict[str, Any]) -> dict[str, Any]:
+def _verdict(run: Run) -> Verdict:
     start, end = run["start"], run["end"]
 
     def back(a: float, b: float) -> bool:
@@ -191,7 +251,7 @@ def _verdict(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _coordinator(run: dict[str, Any]) -> dict[str, Any]:
+def _coordinator(run: Run) -> CoordinatorRss:
     """coord-0's resident memory: before any question, after the warm-up, its peak under load
     and at the end, and whether the end is within COORDINATOR_TOLERANCE of the warm-up's."""
     rss = [s["rss_mib"].get("coord-0") for s in run["samples"]]
@@ -201,7 +261,7 @@ def _coordinator(run: dict[str, Any]) -> dict[str, Any]:
     return {"cold": rss[0], "start": start, "peak": max(load, default=None), "end": end, "back": held}
 
 
-def run_soak(args: argparse.Namespace, say: Callable[[str], object] = print) -> dict[str, Any]:
+def run_soak(args: argparse.Namespace, say: Callable[[str], object] = print) -> Report:
     settings = Settings(http_port=free_port(), result_ttl_s=args.ttl, time_scale=args.time_scale)
     data = Path(args.data_dir) if args.data_dir else None
     started = time.monotonic()
@@ -209,7 +269,7 @@ def run_soak(args: argparse.Namespace, say: Callable[[str], object] = print) -> 
         run = asyncio.run(drive(live, args, say))
     verdict = _verdict(run)
     searches = MIX if args.mix else ((args.algorithm, args.target),)
-    report = {
+    report: Report = {
         "minutes": args.minutes, "rate_per_s": args.rate, "ttl_s": args.ttl,
         "searches": [f"{a}-{t}" for a, t in searches], "time_scale": args.time_scale,
         "wall_s": round(time.monotonic() - started),
@@ -219,7 +279,7 @@ def run_soak(args: argparse.Namespace, say: Callable[[str], object] = print) -> 
     return report
 
 
-def _plot(report: dict[str, Any], path: str) -> None:
+def _plot(report: Report, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -266,7 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     v = report["verdict"]
     print(
         json.dumps(
-            {k: v[k] for k in ("keys", "used_memory_mib", "rss_mib", "coordinator_rss_mib", "lost")}, indent=1
+            {
+                "keys": v["keys"],
+                "used_memory_mib": v["used_memory_mib"],
+                "rss_mib": v["rss_mib"],
+                "coordinator_rss_mib": v["coordinator_rss_mib"],
+                "lost": v["lost"],
+            },
+            indent=1,
         )
     )
     print(f"wrote {args.json}")

@@ -84,7 +84,11 @@ def _bench(cfg: BenchConfig, args: argparse.Namespace, console: Console) -> int:
 
 
 def _compare(cfg: BenchConfig, repeats: int, console: Console, quiet: bool, oracle: bool = False) -> Repeated:
-    def run(c: BenchConfig, on_finish: Any = None, predictor: PredictorFactory | None = None) -> BenchResult:
+    def run(
+        c: BenchConfig,
+        on_finish: Callable[[QueryMachine], None] | None = None,
+        predictor: PredictorFactory | None = None,
+    ) -> BenchResult:
         return _run(c, console, quiet, on_finish, predictor)
 
     return compare_pairs(cfg, repeats, run, oracle)

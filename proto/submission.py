@@ -152,7 +152,7 @@ def _float(name: str, value: int | float) -> float:
         raise SubmissionError(name, "out of range") from None
 
 
-def _params(params: Mapping[Any, Any]) -> dict[str, float | str]:
+def _params(params: Mapping[object, object]) -> dict[str, float | str]:
     """A question's parameters: names to numbers (as floats) or text."""
     out: dict[str, float | str] = {}
     for name, value in params.items():
@@ -177,8 +177,13 @@ def validate(req: SubmitQuestionRequest, limits: Limits | None = None) -> Submit
         raise SubmissionTooLarge(
             "question", f"{len(req.question):,} characters; at most {limits.max_question_chars:,}"
         )
-    for name in ("question", "reference_answer", "client_key", *_PROMPT_TEXTS):
-        if not _utf8(getattr(req, name)):
+    named = (
+        ("question", req.question),
+        ("reference_answer", req.reference_answer),
+        ("client_key", req.client_key),
+    )
+    for name, text in (*named, *_prompt_texts(req)):
+        if not _utf8(text):
             raise SubmissionError(name, "not valid Unicode text (a lone surrogate?)")
     check_query_id(req.query_id)
     if len(req.client_key) > MAX_KEY_CHARS:
@@ -261,7 +266,13 @@ def _check_search(req: SubmitQuestionRequest, limits: Limits) -> None:
             raise SubmissionError("params", f"{req.algorithm}: {exc}") from None
 
 
-_PROMPT_TEXTS = ("system_prompt", "chat_template", "step_delimiter")
+def _prompt_texts(req: SubmitQuestionRequest) -> tuple[tuple[str, str], ...]:
+    """The question's own prompt texts, by field name."""
+    return (
+        ("system_prompt", req.system_prompt),
+        ("chat_template", req.chat_template),
+        ("step_delimiter", req.step_delimiter),
+    )
 
 
 def _check_prompt(req: SubmitQuestionRequest) -> None:
@@ -271,8 +282,8 @@ def _check_prompt(req: SubmitQuestionRequest) -> None:
         raise SubmissionError(
             "prompt_preset", f"one of {', '.join(PROMPT_PRESETS)} (or empty), not {req.prompt_preset!r}"
         )
-    for name in ("system_prompt", "chat_template"):
-        if len(getattr(req, name)) > MAX_PROMPT_TEXT_CHARS:
+    for name, text in (("system_prompt", req.system_prompt), ("chat_template", req.chat_template)):
+        if len(text) > MAX_PROMPT_TEXT_CHARS:
             raise SubmissionTooLarge(name, f"at most {MAX_PROMPT_TEXT_CHARS:,} characters")
     if len(req.step_delimiter) > MAX_STEP_DELIMITER_CHARS:
         raise SubmissionError("step_delimiter", f"at most {MAX_STEP_DELIMITER_CHARS} characters")

@@ -16,7 +16,6 @@ import asyncio
 import json
 import math
 import time
-from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
@@ -97,8 +96,8 @@ class Allocator(Service):
     async def _round(self) -> None:
         lease_ms = int(self.settings.lease_s * 1000)
         mine = await self.r.set(ALLOCATOR_LEASE, self.settings.consumer, nx=True, px=lease_ms)
-        holder: Any = await self.r.get(ALLOCATOR_LEASE)
-        if not mine and (holder or b"").decode() != self.settings.consumer:
+        holder: bytes | str | None = await self.r.get(ALLOCATOR_LEASE)
+        if not mine and as_str(holder or b"") != self.settings.consumer:
             self._clear_gauges()  # the active one reports, not a standby
             await asyncio.sleep(self.settings.lease_s / 3)  # another allocator is active
             return
@@ -222,7 +221,7 @@ class Allocator(Service):
         for name in loads:
             if name in self.curves:
                 continue
-            raw: Any = await self.r.get(self.partitions.home(worker_curve(name)))
+            raw: bytes | str | None = await self.r.get(self.partitions.home(worker_curve(name)))
             curve = None
             if raw is not None:
                 try:

@@ -15,7 +15,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, ResponseError
@@ -28,6 +28,7 @@ from spex.proto import AnswerResult, decode
 from spex.proto.names import ANSWERS
 from spex.shared.core.spec.early_stop import EarlyStop
 from spex.shared.runtime.availability import refusal
+from spex.shared.runtime.replies import Entry
 from spex.shared.runtime.settings import Settings
 from spex.shared.sim.workload import SyntheticWorkload, WorkloadKnobs
 
@@ -258,9 +259,9 @@ async def _answers(rig: Rig, qids: list[str]) -> dict[str, AnswerResult | None]:
 async def _answer_counts(rig: Rig) -> Counter[str]:
     assert rig.client is not None
     counts: Counter[str] = Counter()
-    entries: Any = []
+    entries: list[Entry] = []
     for part in rig.client.partitions.spread(ANSWERS):
-        entries += cast(Any, await rig.client.r.xrange(part))
+        entries += cast(list[Entry], await rig.client.r.xrange(part))
     for _, fields in entries:
         answer = decode(ANSWERS, fields[b"e"])
         counts[answer.query_id] += 1

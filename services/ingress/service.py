@@ -32,12 +32,12 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 from redis.exceptions import AuthenticationError, RedisClusterException, RedisError
 
 from spex.proto import SubmissionError, SubmissionTooLarge, submission
@@ -302,7 +302,11 @@ class _Handler(RequestHandler):
     the reply and logs them with a traceback, and a malformed header may carry a token."""
 
     def handle_error(
-        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
     ) -> web.StreamResponse:
         structlog.get_logger().warning(
             "http_request_refused", service="ingress", status=status, error_type=type(exc).__name__

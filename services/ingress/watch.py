@@ -120,7 +120,7 @@ class WatchRoutes:
         client = None if request[self.operator_key] or not self.scoped else request[self.client_key]
         at, figures = self._overviews.get(client, (0.0, {}))
         if time.monotonic() - at >= OVERVIEW_EVERY_S:
-            figures = await overview(self.client, client) | {"served_by": self.served}
+            figures = {**await overview(self.client, client), "served_by": self.served}
             self._overviews[client] = (time.monotonic(), figures)
         return web.json_response(figures)
 

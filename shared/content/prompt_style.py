@@ -28,9 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from spex.proto.messages import PROMPT_PRESETS, PromptFormat, PromptPreset, Split, SubmitQuestionRequest
+
+if TYPE_CHECKING:
+    from jinja2 import Template
 
 __all__ = [
     "DEFAULT_SPLIT",
@@ -165,7 +168,7 @@ def template_text(value: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def _compiled(text: str) -> Any:
+def _compiled(text: str) -> Template:
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 

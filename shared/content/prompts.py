@@ -22,10 +22,13 @@ template and a step delimiter of one's own; its defaults are SPEX's prompt, unch
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from spex.proto.messages import SPLITS, Split
 from spex.shared.content.prompt_style import DEFAULT_SPLIT, DEFAULT_STYLE, PromptStyle, render_chat
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "DEFAULT_SPLIT",
@@ -105,7 +108,7 @@ class Template:
     """A model's prompts: through its tokenizer's chat template (or the style's own), else plain
     text. Called with a question, it gives the head the reply (its first step) continues."""
 
-    def __init__(self, tokenizer: Any = None) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase | None = None) -> None:
         self.tokenizer = tokenizer
 
     def __call__(self, question: str, style: PromptStyle | Split = DEFAULT_STYLE, /) -> str:
@@ -133,14 +136,16 @@ class Template:
         Llama or Mistral tokenizer's `<s>`), else "": for a text written without a chat template
         and encoded without special tokens, as a model card's `tokenizer.encode(text)` has it."""
         tok = self.tokenizer
-        bos = getattr(tok, "bos_token_id", None)
-        if tok is None or bos is None:
+        if tok is None or tok.bos_token_id is None:
             return ""
+        bos = tok.bos_token_id
         added = tok.encode("1")[:1] == [bos] != tok.encode("1", add_special_tokens=False)[:1]
         return str(tok.bos_token) if added else ""
 
     def has_chat(self, style: PromptStyle | Split = DEFAULT_STYLE) -> bool:
-        return bool(style_of(style).chat_template or getattr(self.tokenizer, "chat_template", None))
+        return bool(
+            style_of(style).chat_template or (self.tokenizer is not None and self.tokenizer.chat_template)
+        )
 
     def chat(
         self,
@@ -188,7 +193,7 @@ class Template:
 plain_template = Template()  # no tokenizer: plain text, unless a style brings its own chat template
 
 
-def chat_template(tokenizer: object) -> Template:
+def chat_template(tokenizer: PreTrainedTokenizerBase) -> Template:
     """The prompts of `tokenizer`'s model: through its chat template if it has one (the
     instruction as the system turn, the example as an earlier exchange), else plain."""
     return Template(tokenizer)

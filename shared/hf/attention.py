@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -46,6 +46,10 @@ class KV(Protocol):
 
 S = TypeVar("S", bound=KV)
 
+# A kernel pass's segment tables (keys, values, capacities, lengths, first segment, segment
+# count, visible length per row) and the pointers to them the kernel is called with.
+KernelPlan = tuple[list[np.ndarray], list[ctypes.c_void_p]]
+
 
 @dataclass(eq=False)
 class Segment:
@@ -58,7 +62,13 @@ class Segment:
 
     @classmethod
     def empty(
-        cls, layers: int, kv_heads: int, head_dim: int, tokens: int, dtype: torch.dtype, device: Any
+        cls,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        tokens: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
     ) -> Segment:
         """Room for at least `tokens` (rounded up to a whole block)."""
         capacity = max(BLOCK, -(-tokens // BLOCK) * BLOCK)
@@ -126,7 +136,7 @@ class KernelAttention:
         self.dtype = kernels.DTYPES[dtype]
         self.scale = ctypes.c_float(head_dim**-0.5)
 
-    def plan(self, batch: Pass[Segment]) -> Any:
+    def plan(self, batch: Pass[Segment]) -> KernelPlan:
         keys: list[int] = []
         values: list[int] = []
         caps: list[int] = []
@@ -148,7 +158,7 @@ class KernelAttention:
         return arrays, [ctypes.c_void_p(a.ctypes.data) for a in arrays]
 
     def __call__(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Any
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: KernelPlan
     ) -> torch.Tensor:
         """q [rows, heads, head_dim], k and v [rows, kv_heads, head_dim] (rotated): the rows'
         attention output [rows, heads × head_dim]; k and v are written into the segments."""

@@ -10,20 +10,34 @@ for the wrong reason. `triton_elementwise.TritonElementwise` fuses each into one
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
-__all__ = ["Elementwise", "TorchElementwise"]
+__all__ = ["Elementwise", "RMSNorm", "TorchElementwise"]
+
+
+class RMSNorm(Protocol):
+    """A model's RMSNorm module (`LlamaRMSNorm`, `Qwen3RMSNorm`): called on a tensor; its weight
+    and epsilon are what the fused kernel reads."""
+
+    @property
+    def weight(self) -> torch.Tensor: ...
+
+    @property
+    def variance_epsilon(self) -> float: ...
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 class Elementwise(Protocol):
-    def norm(self, x: torch.Tensor, module: object) -> torch.Tensor:
+    def norm(self, x: torch.Tensor, module: RMSNorm) -> torch.Tensor:
         """`module`'s RMSNorm over `x`'s last dimension."""
         ...
 
     def add_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, module: object
+        self, x: torch.Tensor, residual: torch.Tensor, module: RMSNorm
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(RMSNorm of `residual + x`, `residual + x`)."""
         ...
@@ -41,14 +55,14 @@ class Elementwise(Protocol):
 
 
 class TorchElementwise:
-    def __init__(self, act: Any = torch.nn.functional.silu) -> None:
+    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor] = torch.nn.functional.silu) -> None:
         self.act = act  # the model's gate activation (`mlp.act_fn`)
 
-    def norm(self, x: torch.Tensor, module: Any) -> torch.Tensor:
+    def norm(self, x: torch.Tensor, module: RMSNorm) -> torch.Tensor:
         return module(x)
 
     def add_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, module: Any
+        self, x: torch.Tensor, residual: torch.Tensor, module: RMSNorm
     ) -> tuple[torch.Tensor, torch.Tensor]:
         residual = residual + x
         return module(residual), residual

@@ -29,9 +29,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from spex.proto.messages import PRIMARY
 from spex.shared.engine.api import (
@@ -41,7 +41,7 @@ from spex.shared.engine.api import (
     EngineRequest,
     EngineStats,
 )
-from spex.shared.hf.attention import Pass
+from spex.shared.hf.attention import KV, Pass
 from spex.shared.hf.kvcache import PrefixCache
 from spex.shared.hf.llama import LlamaRunner
 from spex.shared.hf.models import eos_ids, load_lm, load_tokenizer
@@ -70,8 +70,8 @@ class HFConfig:
 class HFEngine(SteppedEngine):
     def __init__(
         self,
-        model: object,
-        tokenizer: object,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         config: HFConfig | None = None,
         runner: LlamaRunner | None = None,
     ) -> None:
@@ -341,7 +341,7 @@ class HFEngine(SteppedEngine):
         return s.finish(now_s, reason)
 
 
-def _rows(batch: Pass[Any], decode_rows: int, primary_rows: list[int]) -> PassRows:
+def _rows(batch: Pass[KV], decode_rows: int, primary_rows: list[int]) -> PassRows:
     """What `batch` held: its first `decode_rows` rows decode (a continuing sequence each), the
     rest are prompt rows; `primary_rows` are the primaries' of both."""
     primary_decode = sum(1 for r in primary_rows if r < decode_rows)

@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -29,7 +28,7 @@ DTYPES = {torch.float32: 0, torch.bfloat16: 1}  # the kernels' dtype codes
 _LIBRARY: ctypes.CDLL | None | bool = False  # False: not tried yet
 
 
-def library(dtype: torch.dtype, device: Any) -> ctypes.CDLL | None:
+def library(dtype: torch.dtype, device: torch.device | str) -> ctypes.CDLL | None:
     """The kernels, for a model of this dtype on this device (None: run on torch)."""
     if os.environ.get("SPEX_KERNELS") == "torch" or torch.device(device).type != "cpu" or dtype not in DTYPES:
         return None

@@ -21,7 +21,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+import torch
+
+from spex.shared.hf.attention import KV
 
 __all__ = ["Entry", "PrefixCache"]
 
@@ -30,8 +33,8 @@ __all__ = ["Entry", "PrefixCache"]
 class Entry:
     ids: tuple[int, ...]  # this piece's tokens
     parent: Entry | None
-    kv: Any  # this piece's KV only (the engine's `attention.Segment`)
-    last_logits: Any  # [vocab] after the piece's last token (None while it is computed)
+    kv: KV  # this piece's KV only (a `attention.Segment` or a `paged.PagedSegment`)
+    last_logits: torch.Tensor | None  # [vocab] after the piece's last token (None while it is computed)
     children: dict[tuple[int, ...], Entry] = field(default_factory=dict)
     refs: int = 0
     last_used: int = 0
@@ -60,7 +63,9 @@ class PrefixCache:
             self._touch(entry)
         return entry
 
-    def insert(self, parent: Entry | None, ids: Sequence[int], kv: Any, last_logits: Any) -> Entry:
+    def insert(
+        self, parent: Entry | None, ids: Sequence[int], kv: KV, last_logits: torch.Tensor | None
+    ) -> Entry:
         entry = Entry(tuple(ids), parent, kv, last_logits)
         (self._roots if parent is None else parent.children)[entry.ids] = entry
         self.total_tokens += entry.tokens

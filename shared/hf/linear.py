@@ -11,7 +11,6 @@ random inputs, not a proof.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -88,7 +87,7 @@ class TorchLinear:
         return F.linear(x, self.weight, self.bias)[:n]
 
 
-def make_linear(modules: list[torch.nn.Linear]) -> Any:
+def make_linear(modules: list[torch.nn.Linear]) -> PackedLinear | TorchLinear:
     weight = modules[0].weight
     library = kernels.library(weight.dtype, weight.device)
     return PackedLinear(library, modules) if library is not None else TorchLinear(modules)
@@ -99,7 +98,7 @@ def checked_counts(most: int) -> list[int]:
     return sorted({*range(1, min(most, 32) + 1), *range(40, most, 8), most})
 
 
-def invariant_rows(linear: Any, most: int = 16, trials: int = 8) -> int:
+def invariant_rows(linear: torch.nn.Linear | TorchLinear, most: int = 16, trials: int = 8) -> int:
     """The fewest rows from which `linear` (a `torch.nn.Linear` or a `TorchLinear`: its
     `weight` and a call) computes each row the same bits whatever the number of rows (checked
     at `checked_counts(most)`, against a batch of twice the most or of 32) and wherever the row

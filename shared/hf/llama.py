@@ -25,18 +25,21 @@ Two ways to run it, chosen by the model's device and dtype:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from spex.shared.hf.attention import KernelAttention, Pass, Segment, make_attention
+from spex.shared.hf.attention import KV, KernelAttention, Pass, Segment, make_attention
 from spex.shared.hf.elementwise import Elementwise, TorchElementwise
 from spex.shared.hf.linear import TorchLinear, invariant_rows, make_linear
-from spex.shared.hf.paged import KVPool, PagedAttention, PagedSegment
+from spex.shared.hf.paged import DecodeKernel, KVPool, PagedAttention, PagedSegment
 
 __all__ = ["ARCHITECTURES", "LlamaRunner"]
 
 if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
     from spex.shared.hf.graphs import DecodeGraphs
 
 log = logging.getLogger(__name__)
@@ -92,7 +95,7 @@ class LlamaRunner:
                 self.pool, self.heads, self.kv_heads, self.head_dim, kernel, deterministic
             )
         self.kernels = self.pool is None and not isinstance(self.head, TorchLinear)
-        silu = getattr(config, "hidden_act", None) == "silu"
+        silu = config.hidden_act == "silu"  # every architecture this pass runs declares it
         shape = (self.heads, self.kv_heads, self.head_dim, config.intermediate_size)
         self.elementwise = make_elementwise(self.device, self.dtype, self.layers[0].mlp.act_fn, silu, shape)
         if deterministic:
@@ -157,7 +160,7 @@ class LlamaRunner:
             return PagedSegment(self.pool, tokens)
         return Segment.empty(len(self.layers), self.kv_heads, self.head_dim, tokens, self.dtype, self.device)
 
-    def forward(self, batch: Pass[Any], logits_of: list[int]) -> torch.Tensor:
+    def forward(self, batch: Pass[KV], logits_of: list[int]) -> torch.Tensor:
         """Run the pass's rows (writing their keys and values into their segments): the
         logits [len(logits_of), vocab] of the rows `logits_of`, float32."""
         logits = None
@@ -204,24 +207,24 @@ class LlamaRunner:
         return self.head(hidden).float()
 
     # ------------------------------------------------------------------ one sequence at a time
-    def prefill(self, segments: list[Any], ids: tuple[int, ...] | list[int]) -> torch.Tensor:
+    def prefill(self, segments: list[KV], ids: tuple[int, ...] | list[int]) -> torch.Tensor:
         """A piece's tokens after `segments[-1]`'s, alone in a pass: the logits after its last."""
         segments[-1].grow(segments[-1].length + len(ids))
-        batch: Pass[Any] = Pass()
+        batch: Pass[KV] = Pass()
         batch.add(segments, segments[-1].length, list(ids))
         return self.forward(batch, [batch.rows - 1])[0]
 
-    def decode(self, sequences: list[list[Any]], tokens: list[int]) -> torch.Tensor:
+    def decode(self, sequences: list[list[KV]], tokens: list[int]) -> torch.Tensor:
         """One token per sequence (its segments), in one pass: logits [len(sequences), vocab]."""
-        batch: Pass[Any] = Pass()
+        batch: Pass[KV] = Pass()
         for segments, token in zip(sequences, tokens, strict=True):
             segments[-1].grow(segments[-1].length + 1)
             batch.add(segments, segments[-1].length, [token])
         return self.forward(batch, list(range(batch.rows)))
 
 
-def _check_architecture(config: object) -> None:
-    kind = getattr(config, "model_type", None)
+def _check_architecture(config: PretrainedConfig) -> None:
+    kind = config.model_type
     if kind not in ARCHITECTURES:
         raise ValueError(
             f"the hf engine runs Llama-architecture models ({', '.join(ARCHITECTURES)}); this one is {kind!r}"
@@ -231,7 +234,9 @@ def _check_architecture(config: object) -> None:
         raise ValueError(f"the hf engine attends over the whole context; this {kind} model slides a window")
 
 
-def _decode_kernel(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> Any:
+def _decode_kernel(
+    device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int
+) -> DecodeKernel | None:
     """The in-place decode attention where Triton runs (CUDA), else None (gather and SDPA)."""
     if device.type != "cuda":
         return None
@@ -257,7 +262,11 @@ def _invariant_rows_of(op: TorchLinear, most: int) -> int:
 
 
 def make_elementwise(
-    device: torch.device, dtype: torch.dtype, act: object, silu: bool, shape: tuple[int, int, int, int]
+    device: torch.device,
+    dtype: torch.dtype,
+    act: Callable[[torch.Tensor], torch.Tensor],
+    silu: bool,
+    shape: tuple[int, int, int, int],
 ) -> Elementwise:
     """The fused kernels on CUDA for a SiLU-gated model, where Triton runs them right
     (checked against torch's on random rows of the model's `shape` — heads, KV heads, head

@@ -20,7 +20,6 @@ import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -33,12 +32,15 @@ from transformers import (  # noqa: E402
     AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
 
 from spex.shared.content.reward_prompts import PrmKind  # noqa: E402
 from spex.shared.hf.importing import model_dir_problem, prm_family_problem  # noqa: E402
-from spex.shared.hf.prm_models import build_prm, prm_class  # noqa: E402
+from spex.shared.hf.prm_models import ModelClass, build_prm, moved, prm_class  # noqa: E402
 from spex.shared.hf.shapes import RANDOM_WEIGHTS, Shape  # noqa: E402
 
 __all__ = [
@@ -118,7 +120,7 @@ def train_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
     return fast
 
 
-def init_model(spec: ModelSpec, out: str | Path, tokenizer: Any = None) -> Path:
+def init_model(spec: ModelSpec, out: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
     """Build a random-weight Llama-architecture model (and its tokenizer) into `out`; with a
     `shape`, its config and tokenizer only (the weights are built by `load_lm`). `tokenizer`:
     one `train_tokenizer` made already (a model and its reward model share it), else trained."""
@@ -155,17 +157,17 @@ def init_model(spec: ModelSpec, out: str | Path, tokenizer: Any = None) -> Path:
         tokenizer = copy.deepcopy(tokenizer)
         model = build_prm(spec.prm_kind, config, tokenizer, TORCH_DTYPES[spec.dtype])
     else:
-        model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))  # transformers types its `to` oddly
+        model = moved(LlamaForCausalLM(config), TORCH_DTYPES[spec.dtype])
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
-def load_tokenizer(path: str | Path) -> Any:
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
-def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> Any:
+def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> PreTrainedModel:
     """The causal LM in `path`, in `dtype` (float32, bfloat16, float16; None: as saved, and
     bfloat16 on a GPU). A model written by `spex model init --shape` gets its random weights
     here, built on `device`."""
@@ -174,7 +176,7 @@ def load_lm(path: str | Path, device: str = "cpu", dtype: str | None = None) -> 
 
 def load_prm(
     path: str | Path, device: str = "cpu", dtype: str | None = None, kind: PrmKind = "token-classification"
-) -> Any:
+) -> PreTrainedModel:
     """The reward model of family `kind` in `path`, as `load_lm` loads a causal LM; one written by
     `init_model` with a shape gets its random weights here, built on `device`. A directory whose
     architecture is another family's is refused, naming the family."""
@@ -185,7 +187,7 @@ def load_prm(
     return _load(path, device, dtype, prm_class(kind))
 
 
-def _load(path: str | Path, device: str, dtype: str | None, auto: Any) -> Any:
+def _load(path: str | Path, device: str, dtype: str | None, auto: ModelClass) -> PreTrainedModel:
     """The model of `auto`'s class in `path` (random weights where its config asks for them)."""
     _check(path)
     if dtype is not None and dtype not in TORCH_DTYPES:
@@ -199,15 +201,15 @@ def _load(path: str | Path, device: str, dtype: str | None, auto: Any) -> Any:
         _check_room(config, kind, torch.device(device), auto)
         torch.manual_seed(int(seed))
         with torch.device(device):
-            built: Any = auto.from_config(config, dtype=kind)
+            built = auto.from_config(config, dtype=kind)
         return built.eval()
-    model: Any = auto.from_pretrained(str(path), local_files_only=True)
+    model = auto.from_pretrained(str(path), local_files_only=True)
     if dtype is not None:
-        model = model.to(TORCH_DTYPES[dtype])
-    return model.to(device).eval()
+        model = moved(model, TORCH_DTYPES[dtype])
+    return moved(model, device).eval()
 
 
-def _check_room(config: Any, dtype: torch.dtype, device: torch.device, auto: Any) -> None:
+def _check_room(config: PretrainedConfig, dtype: torch.dtype, device: torch.device, auto: ModelClass) -> None:
     """A catalog-sized model refused up front where its weights cannot fit (a 7B model in
     float32 on a laptop), rather than the process killed for memory halfway through."""
     with torch.device("meta"):
@@ -236,12 +238,13 @@ def _check(path: str | Path) -> None:
         raise ValueError(f"model: {problem}")
 
 
-def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     """Every token that ends the model's output: the tokenizer's EOS and the generation
     config's (chat models end a turn with their own, e.g. `<|eot_id|>`, `<|im_end|>`)."""
     ids: set[int] = set()
     for source in (
         tokenizer.eos_token_id,
+        # transformers sets `generation_config` only on a model that can generate
         getattr(getattr(model, "generation_config", None), "eos_token_id", None),
     ):
         if isinstance(source, int):

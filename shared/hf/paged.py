@@ -64,7 +64,13 @@ class KVPool:
     into it, such as a captured CUDA graph)."""
 
     def __init__(
-        self, layers: int, kv_heads: int, head_dim: int, tokens: int, dtype: torch.dtype, device: Any
+        self,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        tokens: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
     ) -> None:
         pages = max(2, 1 + -(-tokens // PAGE))
         self.keys = torch.zeros(layers, pages * PAGE, kv_heads, head_dim, dtype=dtype, device=device)
@@ -238,7 +244,7 @@ class PagedAttention:
         group = Group(size, 1, rows, tensors["table"], tensors["lengths"], tensors.get("mask"), None, rows)
         return PagedPlan(tensors["write"], [group], size, True, [])
 
-    def _group(self, runs: list[tuple[int, np.ndarray, int]], device: object) -> Group:
+    def _group(self, runs: list[tuple[int, np.ndarray, int]], device: torch.device) -> Group:
         count, width = len(runs), max(len(keys) for _, keys, _ in runs)
         queries = max(n for _, _, n in runs)
         if queries == 1 and self.decode_kernel is not None:  # a few table widths: a few kernel builds
@@ -324,5 +330,5 @@ def _key_slots(segments: list[PagedSegment], end: int) -> np.ndarray:
     return np.concatenate([*(s.slots()[: s.length] for s in segments[:-1]), segments[-1].slots()[:end]])
 
 
-def _to(array: np.ndarray, device: Any) -> torch.Tensor:
+def _to(array: np.ndarray, device: torch.device | str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array)).to(device, non_blocking=True)

@@ -9,12 +9,11 @@ the pieces' token ids and the pieces being computed, over the engine's prefix ca
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from spex.proto.messages import PRIMARY
-from spex.shared.hf.attention import Pass
+from spex.shared.hf.attention import KV, Pass
 from spex.shared.hf.kvcache import Entry, PrefixCache
 from spex.shared.hf.llama import LlamaRunner
 from spex.shared.hf.sequence import Sequence
@@ -27,7 +26,12 @@ class PromptPlanner:
     rows and `max_running` pieces completing in one."""
 
     def __init__(
-        self, tokenizer: Any, cache: PrefixCache, runner: LlamaRunner, prefill_tokens: int, max_running: int
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        cache: PrefixCache,
+        runner: LlamaRunner,
+        prefill_tokens: int,
+        max_running: int,
     ) -> None:
         self.tokenizer, self.cache, self.runner = tokenizer, cache, runner
         self.prefill_tokens, self.max_running = prefill_tokens, max_running
@@ -88,7 +92,7 @@ class PromptPlanner:
 
     def plan(
         self, continuing: list[Sequence], running: list[Sequence]
-    ) -> tuple[Pass[Any], list[tuple[int, Any]], list[int]]:
+    ) -> tuple[Pass[KV], list[tuple[int, Sequence | Entry]], list[int]]:
         """The step's pass: a row for each continuing sequence's newest token, then prompt rows
         for the sequences still waiting on pieces, primaries first, up to `prefill_tokens`
         (a piece runs in the same pass as the one before it only once that one completes in
@@ -97,8 +101,8 @@ class PromptPlanner:
         for entry in [e for e in self.pending if e.refs == 0]:  # nobody waits on it any more
             del self.pending[entry]
             self.cache.drop(entry)
-        batch: Pass[Any] = Pass()
-        logits_of: list[tuple[int, Any]] = []
+        batch: Pass[KV] = Pass()
+        logits_of: list[tuple[int, Sequence | Entry]] = []
         primary_rows: list[int] = []
         for s in continuing:
             assert s.own is not None
@@ -131,7 +135,9 @@ class PromptPlanner:
         self.pending.update(scheduled)
         return batch, logits_of, primary_rows
 
-    def absorb(self, logits: torch.Tensor, logits_of: list[tuple[int, Any]], running: list[Sequence]) -> None:
+    def absorb(
+        self, logits: torch.Tensor, logits_of: list[tuple[int, Sequence | Entry]], running: list[Sequence]
+    ) -> None:
         """The pass's logits to the sequences that decoded and the pieces it completed."""
         completed = False
         for (_, owner), row in zip(logits_of, logits, strict=True):

@@ -15,11 +15,18 @@ here from an architecture's config, and the two logits a path's score is read fr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 import torch
 from torch import nn
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+)
 from transformers.modeling_outputs import TokenClassifierOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Model, Qwen2PreTrainedModel
 
@@ -27,7 +34,9 @@ from spex.shared.content.reward_prompts import PrmKind, RewardFormat
 
 __all__ = [
     "STEP_TAG_ARCHITECTURE",
+    "ModelClass",
     "PrmReader",
+    "moved",
     "Qwen2ForProcessRewardModel",
     "build_prm",
     "prm_class",
@@ -47,39 +56,58 @@ class Qwen2ForProcessRewardModel(Qwen2PreTrainedModel):
         self.post_init()
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: object
     ) -> TokenClassifierOutput:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return TokenClassifierOutput(logits=self.score(hidden))
+
+
+class ModelClass(Protocol):
+    """What a model directory loads as: the two calls `models._load` makes of an Auto class."""
+
+    def from_config(
+        self, config: PretrainedConfig, /, *, dtype: torch.dtype | None = None
+    ) -> PreTrainedModel: ...
+
+    def from_pretrained(self, path: str, /, *, local_files_only: bool) -> PreTrainedModel: ...
+
+
+def moved(model: PreTrainedModel, to: torch.dtype | str) -> PreTrainedModel:
+    """`model.to(to)`: transformers wraps `nn.Module.to` with `functools.wraps`, which types the
+    method as the unbound function, so it is called through the model's class."""
+    return type(model).to(model, to)
 
 
 class _StepTagAuto:
     """`Qwen2ForProcessRewardModel` behind the two calls `models._load` makes of an Auto class."""
 
     @staticmethod
-    def from_config(config: Any, dtype: torch.dtype | None = None) -> Any:
-        model: Any = Qwen2ForProcessRewardModel(config)
-        return model.to(dtype) if dtype is not None else model
+    def from_config(config: PretrainedConfig, /, *, dtype: torch.dtype | None = None) -> PreTrainedModel:
+        if not isinstance(config, Qwen2Config):
+            raise ValueError(f"a step-tag reward model is a Qwen2 body, not a {type(config).__name__}")
+        model = Qwen2ForProcessRewardModel(config)
+        return moved(model, dtype) if dtype is not None else model
 
     @staticmethod
-    def from_pretrained(path: str, **kwargs: Any) -> Any:
-        return Qwen2ForProcessRewardModel.from_pretrained(path, **kwargs)
+    def from_pretrained(path: str, /, *, local_files_only: bool) -> PreTrainedModel:
+        return Qwen2ForProcessRewardModel.from_pretrained(path, local_files_only=local_files_only)
 
 
-def prm_class(kind: PrmKind) -> Any:
+def prm_class(kind: PrmKind) -> ModelClass:
     """What a reward model of `kind` loads as (an Auto class, or one that answers as one)."""
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
-    return {
+    classes: dict[PrmKind, ModelClass] = {
         "token-classification": AutoModelForTokenClassification,
-        "step-tag": _StepTagAuto,
+        "step-tag": _StepTagAuto(),
         "plus-minus": AutoModelForCausalLM,
-    }[kind]
+    }
+    return classes[kind]
 
 
 def build_prm(
-    kind: PrmKind, llama_config: Any, tokenizer: PreTrainedTokenizerFast, dtype: torch.dtype
-) -> Any:
+    kind: PrmKind, llama_config: LlamaConfig, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype
+) -> PreTrainedModel:
     """A random-weight reward model of `kind` over the body `llama_config` describes; adds to
     `tokenizer` the token its family tags steps with (`<extra_0>` special, as Qwen's tokenizer
     has it; `ки` plain, a word of Math-Shepherd's vocabulary)."""
@@ -89,15 +117,15 @@ def build_prm(
     elif kind == "plus-minus":
         tokenizer.add_tokens([fmt.tag])
     llama_config.vocab_size = len(tokenizer)
-    model: Any
+    model: PreTrainedModel
     if kind == "plus-minus":
         model = LlamaForCausalLM(llama_config)
-        return model.to(dtype)
+        return moved(model, dtype)
     if kind == "token-classification":
         from transformers import LlamaForTokenClassification
 
         model = LlamaForTokenClassification(llama_config)
-        return model.to(dtype)
+        return moved(model, dtype)
     c = llama_config
     config = Qwen2Config(
         vocab_size=c.vocab_size,
@@ -115,10 +143,10 @@ def build_prm(
     )
     config.num_labels = 2  # wrong, right
     model = Qwen2ForProcessRewardModel(config)
-    return model.to(dtype)
+    return moved(model, dtype)
 
 
-def _token_id(tokenizer: Any, text: str, what: str) -> int:
+def _token_id(tokenizer: PreTrainedTokenizerBase, text: str, what: str) -> int:
     """A token's id: the digits given, else the last id of the text's encoding (as the
     reference code of each family takes it)."""
     if text.isdigit():
@@ -133,7 +161,7 @@ class PrmReader:
     """The two logits a path's last step is scored by, at each path's last token: a classifier's
     (wrong, right), or a causal LM's (good, bad). A step-tag family's tag must be one token."""
 
-    def __init__(self, fmt: RewardFormat, tokenizer: Any) -> None:
+    def __init__(self, fmt: RewardFormat, tokenizer: PreTrainedTokenizerBase) -> None:
         self.format = fmt
         if fmt.kind == "step-tag" and len(tokenizer.encode(fmt.tag, add_special_tokens=False)) != 1:
             raise ValueError(f"prm_step_tag: {fmt.tag!r} is not one token of the reward model's tokenizer")
@@ -141,7 +169,9 @@ class PrmReader:
             [_token_id(tokenizer, t, "prm_tokens") for t in fmt.tokens] if fmt.kind == "plus-minus" else []
         )
 
-    def logits(self, model: Any, ids: torch.Tensor, mask: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    def logits(
+        self, model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, last: torch.Tensor
+    ) -> torch.Tensor:
         """[B, 2] at positions `last` ([B]) of the right-padded batch `ids` ([B, T])."""
         rows = torch.arange(ids.shape[0], device=ids.device)
         if self.format.kind != "plus-minus":

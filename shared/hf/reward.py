@@ -21,9 +21,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from spex.proto.messages import PRIMARY
 from spex.shared.content.reward_prompts import RewardFormat
@@ -57,7 +57,11 @@ class _Score:
 
 class RewardEngine(SteppedEngine):
     def __init__(
-        self, model: Any, tokenizer: Any, config: RewardConfig | None = None, fmt: RewardFormat | None = None
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        config: RewardConfig | None = None,
+        fmt: RewardFormat | None = None,
     ) -> None:
         super().__init__()
         self.model = model

@@ -5,13 +5,16 @@ limit) and the completion it ends with."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from spex.shared.engine.api import Completion, CompletionReason, EngineRequest, StopReason
 from spex.shared.hf.attention import KV
 from spex.shared.hf.kvcache import Entry
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["Sequence"]
 
@@ -60,7 +63,9 @@ class Sequence:
     def segments(self) -> list[KV]:
         return [e.kv for e in self.entries]
 
-    def take(self, token: int, logprob: float, tokenizer: Any, eos: frozenset[int]) -> bool:
+    def take(
+        self, token: int, logprob: float, tokenizer: PreTrainedTokenizerBase, eos: frozenset[int]
+    ) -> bool:
         """The sequence's next token: False when the sequence is done (its text and stop
         reason then final): its exact count (synthetic content), EOS, a stop string past the
         step's minimum length, or its token limit."""
@@ -69,14 +74,14 @@ class Sequence:
         if self.req.output_tokens > 0:  # exactly this many (the synthetic content mode)
             if len(self.ids) >= self.req.output_tokens:
                 self.stop_reason = "length"
-                self.text = tokenizer.decode(self.ids, skip_special_tokens=True)
+                self.text = str(tokenizer.decode(self.ids, skip_special_tokens=True))
                 return False
             return True
         if token in eos:
             self.stop_reason = "eos"
-            self.text = tokenizer.decode(self.ids[:-1], skip_special_tokens=True)
+            self.text = str(tokenizer.decode(self.ids[:-1], skip_special_tokens=True))
             return False
-        self.text = tokenizer.decode(self.ids, skip_special_tokens=True)
+        self.text = str(tokenizer.decode(self.ids, skip_special_tokens=True))
         # A stop string counts after the step's first words (a step is never empty) and once
         # the step has its minimum length: one that ends before that is passed over.
         if len(self.ids) <= min(self.req.min_tokens, self.req.max_new_tokens - 1):

@@ -6,7 +6,10 @@ transformers at import: the CLI reads the names.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 __all__ = ["RANDOM_WEIGHTS", "SHAPES", "Shape"]
 
@@ -28,7 +31,7 @@ class Shape:
     rope_theta: float
     max_positions: int
 
-    def config(self, tokenizer: Any) -> Any:
+    def config(self, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
         from transformers import LlamaConfig, Qwen3Config
 
         config_cls = {"llama": LlamaConfig, "qwen3": Qwen3Config}[self.architecture]

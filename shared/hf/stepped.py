@@ -10,17 +10,20 @@ service calls `step` directly instead, against the wall clock.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING
 
 from spex.proto.messages import PRIMARY
 from spex.shared.content.prompts import Template
 from spex.shared.engine.api import Completion, EngineLoad, EngineRequest
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 __all__ = ["SteppedEngine"]
 
 
 class SteppedEngine(ABC):
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
 
     def __init__(self) -> None:
         self.clock_s = 0.0  # end of the last step, on the engine's measured clock

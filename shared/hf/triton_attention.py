@@ -22,7 +22,6 @@ one still fills the GPU.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 import torch
 import triton
@@ -164,7 +163,7 @@ class TritonDecode:
 
 
 def decode_kernel(
-    dtype: torch.dtype, device: Any = "cuda", heads: int = 8, kv_heads: int = 2, dim: int = 128
+    dtype: torch.dtype, device: torch.device | str = "cuda", heads: int = 8, kv_heads: int = 2, dim: int = 128
 ) -> TritonDecode | None:
     """The kernel, once it has computed what the gather path does on random rows of the
     model's head layout here (its first build for this device, dtype and shape); else None,

@@ -11,13 +11,12 @@ Triton's interpreter, in float32.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from spex.shared.hf.elementwise import TorchElementwise
+from spex.shared.hf.elementwise import RMSNorm, TorchElementwise
 from spex.shared.hf.selfcheck import passes
 
 __all__ = ["TritonElementwise", "checked"]
@@ -83,18 +82,18 @@ def _silu_mul(GU, OUT, width, stride_g, stride_o, BLOCK: tl.constexpr):
 
 
 class TritonElementwise:
-    def norm(self, x: torch.Tensor, module: object) -> torch.Tensor:
+    def norm(self, x: torch.Tensor, module: RMSNorm) -> torch.Tensor:
         """In place where it can be: a q or k slice of the fused projection is normalized
         where it lies."""
         return self._norm(x, None, module, out=x if x.dim() == 3 else None)[0]
 
     def add_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, module: object
+        self, x: torch.Tensor, residual: torch.Tensor, module: RMSNorm
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._norm(x, residual, module)
 
     def _norm(
-        self, x: torch.Tensor, residual: torch.Tensor | None, module: Any, out: torch.Tensor | None = None
+        self, x: torch.Tensor, residual: torch.Tensor | None, module: RMSNorm, out: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         n = x.shape[-1]
         rows, inner = (x.shape[0] * x.shape[1], x.shape[1]) if x.dim() == 3 else (x.shape[0], 1)
@@ -133,7 +132,7 @@ class TritonElementwise:
 
 
 def checked(
-    dtype: torch.dtype, device: Any, shape: tuple[int, int, int, int] = (8, 2, 128, 3000)
+    dtype: torch.dtype, device: torch.device | str, shape: tuple[int, int, int, int] = (8, 2, 128, 3000)
 ) -> TritonElementwise | None:
     """The fused kernels, once each has computed what torch's do on random rows of the
     model's `shape` (heads, KV heads, head dimension, MLP width) here (in the model's dtype:

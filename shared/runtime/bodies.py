@@ -13,10 +13,13 @@ __all__ = [
     "NodeFields",
     "NodeJson",
     "NodeTimes",
+    "OverviewJson",
+    "QuestionInFlightJson",
     "ServedJson",
     "TreeJson",
     "TreeNodeJson",
     "TwinJson",
+    "WorkerJson",
 ]
 
 
@@ -106,3 +109,48 @@ class TreeJson(TypedDict):
     query_id: str
     status: str
     nodes: list[TreeNodeJson]
+
+
+class QuestionInFlightJson(TypedDict):
+    """A question in flight: how long it has waited and the events of its tree so far."""
+
+    query_id: str
+    waiting_s: float
+    events: int
+
+
+class WorkerJson(TypedDict):
+    """A generator's load as it last reported it, and what the allocator gives it."""
+
+    worker: str
+    running: int
+    waiting: int
+    primary: int
+    speculative: int
+    slots: int
+    kv_held: int
+    kv_capacity: int
+    prefix_cache_hit_rate: float
+    slack: float | None  # its governor's TPOT slack (None: the allocator has not said)
+    pool: int | None  # the speculative jobs the allocator lets it hold
+
+
+class OverviewJson(TypedDict):
+    """The cluster at a glance (`GET /v1/overview`). A client's scope has its own questions
+    only: the operator's figures null and no workers."""
+
+    scope: Literal["operator", "client"]
+    in_flight: int
+    backlog: int | None
+    questions: list[QuestionInFlightJson]
+    window_s: float
+    answered: int | None
+    answers_per_s: float | None
+    nodes_per_s: float | None
+    speculative_issued: int | None
+    speculative_adopted: int | None
+    hit_rate: float | None
+    granted: int | None  # the speculative budget the allocator granted
+    tpot_target: float | None
+    workers: list[WorkerJson]
+    served_by: NotRequired[ServedJson | None]  # added by the ingress: what its pipeline answers with

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
-from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["Setting", "flag_help", "read_env", "reader", "reference", "row", "setting"]
 
@@ -53,19 +56,19 @@ def setting(
     return field(default=default, repr=not secret, metadata={"setting": Setting(env, help, check, allowed)})
 
 
-def row(f: Field[Any]) -> Setting:
+def row(f: Field[object]) -> Setting:
     """The row a field of `Settings` was declared with."""
     found: Setting = f.metadata["setting"]
     return found
 
 
-def reader(f: Field[Any]) -> Callable[[str], object]:
+def reader(f: Field[object]) -> Callable[[str], object]:
     """What reads the field's variable: a float, an int, a flag (1 or 0), else the text as is.
     Its `__name__` is what the error calls a value it refuses."""
     return _READERS.get(str(f.type), str)
 
 
-def read_env(settings: type[Any], env: Mapping[str, str]) -> dict[str, object]:
+def read_env(settings: type[DataclassInstance], env: Mapping[str, str]) -> dict[str, object]:
     """The fields `env` sets, each read as its type; ValueError naming the variable of one that
     is not."""
     values: dict[str, object] = {}
@@ -80,7 +83,7 @@ def read_env(settings: type[Any], env: Mapping[str, str]) -> dict[str, object]:
     return values
 
 
-def reference(settings: type[Any]) -> str:
+def reference(settings: type[DataclassInstance]) -> str:
     """The settings reference as a Markdown table: variable, type, default, allowed, meaning,
     one row per setting in declaration order."""
     hints = get_type_hints(settings)
@@ -99,7 +102,9 @@ def reference(settings: type[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def flag_help(settings: type[Any], name: str, *, variable: bool = True, meaning: str = "") -> str:
+def flag_help(
+    settings: type[DataclassInstance], name: str, *, variable: bool = True, meaning: str = ""
+) -> str:
     """The argparse help of a command-line flag that sets the field `name`: the setting's meaning
     (or `meaning`, for a flag that means more than the setting does) and, for a flag whose absence
     leaves the setting to its variable, where its default comes from. A flag with a default of its
@@ -112,7 +117,7 @@ def flag_help(settings: type[Any], name: str, *, variable: bool = True, meaning:
     return text.replace("%", "%%")
 
 
-def _within(lo: float, hi: float) -> Callable[[float, Any], bool]:
+def _within(lo: float, hi: float) -> Callable[[float, object], bool]:
     return lambda value, _: lo <= value <= hi
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 from spex.proto import (
     AnswerResult,
@@ -18,7 +18,18 @@ from spex.proto import (
     names,
 )
 from spex.proto.messages import REWARDS
-from spex.shared.runtime.bodies import NodeFields, NodeJson, NodeTimes, ServedJson, TreeNodeJson, TwinJson
+from spex.shared.runtime.bodies import (
+    NodeFields,
+    NodeJson,
+    NodeTimes,
+    OverviewJson,
+    QuestionInFlightJson,
+    ServedJson,
+    TreeNodeJson,
+    TwinJson,
+    WorkerJson,
+)
+from spex.shared.runtime.replies import Entry
 from spex.shared.runtime.workers import WorkerRegistry
 
 if TYPE_CHECKING:
@@ -65,11 +76,6 @@ ANSWERS_SAMPLED = 2_000  # the overview's window reads at most this many recent 
 # draws, not a model's. The wire (`ServedBy.reward`) keeps `prm` and `logprob` for both.
 SIMULATED = "sim-"
 SERVED_REWARDS: tuple[str, ...] = (*REWARDS, *(SIMULATED + r for r in REWARDS))
-# The overview's figures of everyone's work, the operator's alone (null in a client's).
-_OPERATORS = (
-    "answered", "answers_per_s", "nodes_per_s", "speculative_issued", "speculative_adopted", "hit_rate",
-    "granted", "tpot_target",
-)  # fmt: skip
 
 
 def answer_status(answer: AnswerResult) -> Literal["answered", "failed", "cancelled"]:
@@ -166,7 +172,7 @@ def fold_tree(events: list[NodeEvent]) -> list[TreeNodeJson]:
 
 async def overview(
     ingress: Reader, client: str | None = None, window_s: float = 60.0, listed: int = 50
-) -> dict[str, Any]:
+) -> OverviewJson:
     """The cluster at a glance. The operator's (`client` None): the questions in flight (the
     oldest `listed`, each with its tree's events so far), the backlog nobody has taken,
     answers and speculation over the last `window_s` (its last `ANSWERS_SAMPLED` answers at
@@ -175,29 +181,31 @@ async def overview(
     it may not see are null, the workers an empty list (`scope` says which)."""
     r, parts, now_ms = ingress.r, ingress.partitions, int(time.time() * 1000)
     mine = names.INGRESS_IN_FLIGHT if client is None else names.client_in_flight(client, parts)
-    in_flight: Any = []
+    in_flight: list[tuple[bytes, float]] = []
     for part in parts.spread(mine):  # the oldest of each part, then the oldest of those
-        in_flight += await r.zrange(part, 0, listed - 1, withscores=True)
+        in_flight += cast(list[tuple[bytes, float]], await r.zrange(part, 0, listed - 1, withscores=True))
     in_flight = sorted(in_flight, key=lambda member: member[1])[:listed]
     async with r.pipeline(transaction=False) as pipe:
         for qid, _ in in_flight:
             pipe.xlen(names.query_tree(qid.decode(), parts))
         sizes = await pipe.execute()
-    questions = [
+    questions: list[QuestionInFlightJson] = [
         {"query_id": qid.decode(), "waiting_s": round((now_ms - ms) / 1000, 1), "events": n}
         for (qid, ms), n in zip(in_flight, sizes, strict=True)
     ]
     if client is not None:
         return {
             "scope": "client", "in_flight": await ingress.cards(mine), "backlog": None,
-            "questions": questions, "window_s": window_s, **dict.fromkeys(_OPERATORS), "workers": [],
+            "questions": questions, "window_s": window_s, "answered": None, "answers_per_s": None,
+            "nodes_per_s": None, "speculative_issued": None, "speculative_adopted": None, "hit_rate": None,
+            "granted": None, "tpot_target": None, "workers": [],
         }  # fmt: skip
-    recent: Any = []
+    recent: list[Entry] = []
     since = f"{now_ms - int(window_s * 1000)}"
     for part in parts.spread(names.ANSWERS):
-        recent += await r.xrevrange(part, "+", since, count=ANSWERS_SAMPLED)
+        recent += cast(list[Entry], await r.xrevrange(part, "+", since, count=ANSWERS_SAMPLED))
     total, held = await ingress.counts()
-    status: Any = await r.get(names.ALLOCATOR_STATUS)
+    status: bytes | str | None = await r.get(names.ALLOCATOR_STATUS)
     live = await WorkerRegistry(r, parts).live()  # a worker's load key expires with it: no key, no worker
     answered = issued = adopted = nodes = 0
     for _, fields in recent:
@@ -210,7 +218,7 @@ async def overview(
             issued, adopted = issued + answer.spec_issued, adopted + answer.spec_adopted
             nodes += answer.nodes
     allocator = json.loads(status) if status else {}
-    workers = []
+    workers: list[WorkerJson] = []
     for load in live.values():
         workers.append({
             "worker": load.worker, "running": load.running, "waiting": load.waiting,

@@ -12,7 +12,7 @@ peers find the stream and drain it; one dead FORGET_S is then forgotten (`forget
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 import redis.asyncio as aioredis
 
@@ -77,9 +77,13 @@ class WorkerRegistry:
     async def reports(self) -> list[tuple[str, bytes | None]]:
         """Every registered worker, the stalest report first, with its load report (None: it
         died, or never reported)."""
-        members: Any = await self.r.zrange(self._workers, 0, -1)
+        members = cast(list[bytes], await self.r.zrange(self._workers, 0, -1))
         workers = [as_str(m) for m in members]
-        raws: Any = await self.r.mget([self._load_key(w) for w in workers]) if workers else []
+        raws = (
+            cast(list[bytes | None], await self.r.mget([self._load_key(w) for w in workers]))
+            if workers
+            else []
+        )
         return list(zip(workers, raws, strict=True))
 
     async def dead(self, besides: str = "") -> list[str]:

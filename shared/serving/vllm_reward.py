@@ -175,7 +175,7 @@ def _width(rows: object) -> int:
     return len(rows[-1]) if isinstance(rows[-1], list) else len(rows)
 
 
-def _rows(body: object) -> Any:
+def _rows(body: object) -> object:
     """The first input's output in a `/pooling` reply: a row, or a row a token (None if absent)."""
     data = body.get("data") if isinstance(body, dict) else None
     return data[0].get("data") if isinstance(data, list) and data and isinstance(data[0], dict) else None
