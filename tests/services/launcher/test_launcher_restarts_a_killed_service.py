@@ -19,6 +19,7 @@ def test_spex_up_restarts_a_killed_scorer_and_every_question_is_answered():
 
     from rich.console import Console
 
+    from spex.proto.names import Partitions
     from spex.services.launcher import up
     from spex.shared.runtime.connect import redis_client
     from spex.shared.runtime.settings import Settings
@@ -27,7 +28,7 @@ def test_spex_up_restarts_a_killed_scorer_and_every_question_is_answered():
 
     async def go(live):
         cluster = Cluster(live.redis_url, "processes", supervise=False)
-        cluster.client = cluster.client.__class__(redis_client(live))
+        cluster.client = cluster.client.__class__(redis_client(live), partitions=Partitions(live.partitions))
         r = cluster.client.r
         try:
             task = asyncio.create_task(submit_all(cluster, "rebase", 8, 3, "spex"))
